@@ -1,0 +1,28 @@
+# Sourced by bin/run-portal and bin/test: make .venv with Python 3.11 and install
+# the pinned requirements file given as $1, again only when that file changed.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+python_311() {
+  for candidate in python3.11 python3; do
+    if command -v "$candidate" >/dev/null && "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+      echo "$candidate"; return
+    fi
+  done
+  echo "Python 3.11 is required (python3.11 or python3 on PATH)." >&2
+  exit 1
+}
+
+ensure_venv() {
+  local requirements=$1
+  [ -x .venv/bin/python ] || "$(python_311)" -m venv .venv
+  local stamp=".venv/.installed-$(basename "$requirements")"
+  local digest
+  digest=$(cat requirements*.txt | sha256sum | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$digest" ]; then
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$requirements"
+    echo "$digest" >"$stamp"
+  fi
+  export PATH="$PWD/.venv/bin:$PATH"
+}

@@ -1,0 +1,29 @@
+from django.contrib import admin
+
+from portal.models import Membership, Team
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    autocomplete_fields = ["user"]
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin):
+    list_display = ["name", "slug", "member_count", "created_at"]
+    search_fields = ["name", "slug"]
+    prepopulated_fields = {"slug": ["name"]}
+    inlines = [MembershipInline]
+
+    @admin.display(description="Members")
+    def member_count(self, team):
+        return team.memberships.count()
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ["user", "team", "role", "joined_at"]
+    list_filter = ["role", "team"]
+    search_fields = ["user__username", "user__email", "team__name"]
+    autocomplete_fields = ["user", "team"]

@@ -1,0 +1,146 @@
+from django.contrib import admin, messages
+
+from scheduler_app.choices import NodeStatus
+from scheduler_app.models import Allocation, Event, Gpu, GpuRequest, Node, Pool, TeamQuota
+from scheduler_app.services import set_node_status
+
+
+@admin.register(Pool)
+class PoolAdmin(admin.ModelAdmin):
+    list_display = ["name", "gpu_model", "capacity_type", "granularity_milli"]
+    list_filter = ["capacity_type", "gpu_model"]
+    search_fields = ["name", "gpu_model"]
+
+
+class GpuInline(admin.TabularInline):
+    model = Gpu
+    extra = 0
+    fields = ["index", "uuid", "model", "memory_mib", "mig_capable"]
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    list_display = ["name", "pool", "status", "last_heartbeat_at", "cpu_milli", "memory_mib"]
+    list_filter = ["status", "pool", "pool__capacity_type"]
+    search_fields = ["name", "gpus__uuid"]
+    readonly_fields = ["status", "last_heartbeat_at", "created_at"]
+    inlines = [GpuInline]
+    actions = ["drain", "undrain"]
+
+    @admin.action(description="Drain: take no new work")
+    def drain(self, request, queryset):
+        self._set_status(request, queryset, NodeStatus.DRAINING)
+
+    @admin.action(description="Undrain: ready for work")
+    def undrain(self, request, queryset):
+        self._set_status(request, queryset, NodeStatus.READY)
+
+    def _set_status(self, request, queryset, status):
+        for node in queryset:
+            set_node_status(node, status, actor=request.user, reason="operator action in admin")
+        self.message_user(request, f"{queryset.count()} node(s) now {status}.", messages.SUCCESS)
+
+
+@admin.register(Gpu)
+class GpuAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "model", "memory_mib", "mig_capable", "uuid"]
+    list_filter = ["model", "mig_capable", "node__pool"]
+    search_fields = ["uuid", "node__name", "model"]
+    list_select_related = ["node"]
+
+
+@admin.register(TeamQuota)
+class TeamQuotaAdmin(admin.ModelAdmin):
+    list_display = ["team", "pool", "guaranteed_milli"]
+    list_filter = ["pool", "team"]
+    search_fields = ["team__name", "pool__name"]
+
+
+class AllocationInline(admin.TabularInline):
+    model = Allocation
+    extra = 0
+    can_delete = False
+    readonly_fields = ["gpu", "milli", "gpu_memory_mib", "billing_mode", "borrowed", "started_at", "ended_at"]
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(GpuRequest)
+class GpuRequestAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "team",
+        "user",
+        "task_type",
+        "share",
+        "billing_mode",
+        "state",
+        "priority",
+        "created_at",
+    ]
+    list_filter = ["state", "task_type", "billing_mode", "team", "pool"]
+    search_fields = ["name", "user__username", "team__name", "command"]
+    date_hierarchy = "created_at"
+    list_select_related = ["team", "user"]
+    readonly_fields = [
+        "state",
+        "pending_reason",
+        "estimated_start_at",
+        "scheduled_at",
+        "started_at",
+        "ended_at",
+    ]
+    inlines = [AllocationInline]
+
+    @admin.display(description="Share")
+    def share(self, obj):
+        return obj.share_label()
+
+
+@admin.register(Allocation)
+class AllocationAdmin(admin.ModelAdmin):
+    list_display = [
+        "request",
+        "gpu",
+        "milli",
+        "gpu_memory_mib",
+        "billing_mode",
+        "borrowed",
+        "started_at",
+        "ended_at",
+    ]
+    list_filter = ["billing_mode", "borrowed", "gpu__node__pool", ("ended_at", admin.EmptyFieldListFilter)]
+    search_fields = ["request__name", "gpu__uuid", "gpu__node__name"]
+    list_select_related = ["request", "gpu__node"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Event)
+class EventAdmin(admin.ModelAdmin):
+    list_display = [
+        "created_at",
+        "actor_label",
+        "content_type",
+        "object_id",
+        "from_state",
+        "to_state",
+        "reason",
+    ]
+    list_filter = ["content_type", "to_state", "team"]
+    search_fields = ["actor_label", "reason"]
+    date_hierarchy = "created_at"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

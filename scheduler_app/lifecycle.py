@@ -1,0 +1,44 @@
+"""The request lifecycle of DESIGN.md, defined once.
+
+pending → scheduled → running → (migrating → running)* → succeeded | failed | cancelled | preempted
+
+A scheduled, running or migrating request can go back to pending: that is a
+requeue (its node was lost, its spot capacity reclaimed, or it was preempted
+to give capacity back to its owner), and it keeps its place in the log.
+`preempted` is terminal: stopped by the platform and not requeued.
+"""
+
+from scheduler_app.choices import RequestState as S
+
+TRANSITIONS: dict[str, frozenset[str]] = {
+    S.PENDING: frozenset({S.SCHEDULED, S.CANCELLED, S.FAILED}),
+    S.SCHEDULED: frozenset({S.RUNNING, S.PENDING, S.CANCELLED, S.FAILED, S.PREEMPTED}),
+    S.RUNNING: frozenset({S.MIGRATING, S.PENDING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED}),
+    S.MIGRATING: frozenset({S.RUNNING, S.PENDING, S.FAILED, S.CANCELLED, S.PREEMPTED}),
+    S.SUCCEEDED: frozenset(),
+    S.FAILED: frozenset(),
+    S.CANCELLED: frozenset(),
+    S.PREEMPTED: frozenset(),
+}
+
+TERMINAL_STATES = frozenset(state for state, targets in TRANSITIONS.items() if not targets)
+ACTIVE_STATES = frozenset({S.SCHEDULED, S.RUNNING, S.MIGRATING})
+
+
+class IllegalTransition(Exception):
+    """A state change the lifecycle does not allow; nothing was written."""
+
+    def __init__(self, from_state: str, to_state: str):
+        allowed = ", ".join(sorted(TRANSITIONS[from_state])) or "none (terminal state)"
+        super().__init__(
+            f"A request cannot go from {from_state} to {to_state}; from {from_state}: {allowed}."
+        )
+        self.from_state = from_state
+        self.to_state = to_state
+
+
+def check_transition(from_state: str, to_state: str) -> None:
+    if to_state not in TRANSITIONS:
+        raise ValueError(f"Unknown request state {to_state!r}.")
+    if to_state not in TRANSITIONS[from_state]:
+        raise IllegalTransition(from_state, to_state)

@@ -1,0 +1,330 @@
+"""Cluster inventory, requests, allocations and the event log.
+
+Units: GPU share in milli-GPU (1..1000 per card), memory in MiB, CPU in
+milli-cores, durations in seconds, times aware UTC.
+"""
+
+from django.conf import settings
+from django.contrib.contenttypes.fields import GenericForeignKey
+from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q, Sum
+from django.utils import timezone
+
+from scheduler_app.choices import BillingMode, CapacityType, NodeStatus, RequestState, TaskType
+from scheduler_app.constants import DEFAULT_GRANULARITY_MILLI, MAX_GPUS_PER_REQUEST, MILLI_PER_GPU
+from scheduler_app.lifecycle import ACTIVE_STATES, TERMINAL_STATES
+
+
+class Pool(models.Model):
+    """A set of nodes with one GPU model and capacity type; shares are cut in granularity_milli steps."""
+
+    name = models.SlugField(max_length=64, unique=True)
+    gpu_model = models.CharField(max_length=64)
+    capacity_type = models.CharField(
+        max_length=16, choices=CapacityType.choices, default=CapacityType.ON_DEMAND
+    )
+    granularity_milli = models.PositiveIntegerField(default=DEFAULT_GRANULARITY_MILLI)
+    description = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(granularity_milli__gte=1, granularity_milli__lte=MILLI_PER_GPU),
+                name="pool_granularity_1_to_1000",
+            ),
+            models.CheckConstraint(
+                condition=Q(capacity_type__in=CapacityType.values), name="pool_capacity_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def is_spot(self) -> bool:
+        return self.capacity_type == CapacityType.SPOT
+
+
+class Node(models.Model):
+    """A GPU host in a pool; CPU in milli-cores, memory in MiB; the agent credential is kept hashed."""
+
+    name = models.CharField(max_length=128, unique=True)
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="nodes")
+    status = models.CharField(max_length=16, choices=NodeStatus.choices, default=NodeStatus.READY)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    cpu_milli = models.PositiveIntegerField()
+    memory_mib = models.PositiveBigIntegerField()
+    agent_token_hash = models.CharField(max_length=64, blank=True, db_index=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["pool__name", "name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(status__in=NodeStatus.values), name="node_status_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def is_schedulable(self) -> bool:
+        return self.status == NodeStatus.READY
+
+
+class Gpu(models.Model):
+    """One card of a node; memory in MiB."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=64, unique=True)
+    model = models.CharField(max_length=64)
+    memory_mib = models.PositiveIntegerField()
+    mig_capable = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["node__name", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "index"], name="gpu_unique_node_index"),
+            models.CheckConstraint(condition=Q(memory_mib__gt=0), name="gpu_memory_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}/gpu{self.index}"
+
+    def committed(self) -> tuple[int, int]:
+        """(milli, memory MiB) held by this card's open allocation segments."""
+        totals = self.allocations.filter(ended_at__isnull=True).aggregate(
+            milli=Sum("milli"), mem=Sum("gpu_memory_mib")
+        )
+        return totals["milli"] or 0, totals["mem"] or 0
+
+    def free_milli(self) -> int:
+        return MILLI_PER_GPU - self.committed()[0]
+
+
+class TeamQuota(models.Model):
+    """A team's guaranteed share of a pool in milli-GPU; use above it is borrowed and preemptible."""
+
+    team = models.ForeignKey("portal.Team", on_delete=models.CASCADE, related_name="quotas")
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="quotas")
+    guaranteed_milli = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["team__name", "pool__name"]
+        constraints = [models.UniqueConstraint(fields=["team", "pool"], name="quota_unique_team_pool")]
+
+    def __str__(self) -> str:
+        return f"{self.team} on {self.pool}: {self.guaranteed_milli} milli-GPU"
+
+
+class GpuRequest(models.Model):
+    """A team's ask for GPU capacity: gpu_milli per card (1..1000; exactly 1000 when num_gpus > 1).
+
+    gpu_memory_mib is per card; null means in proportion to the share.
+    """
+
+    team = models.ForeignKey("portal.Team", on_delete=models.PROTECT, related_name="requests")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="gpu_requests")
+    name = models.CharField(max_length=100)
+    task_type = models.CharField(max_length=16, choices=TaskType.choices, default=TaskType.TRAINING)
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, null=True, blank=True, related_name="requests")
+    gpu_model = models.CharField(max_length=64, blank=True)
+    gpu_milli = models.PositiveIntegerField(
+        validators=[MinValueValidator(1), MaxValueValidator(MILLI_PER_GPU)], help_text="Per card, 1..1000."
+    )
+    num_gpus = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(MAX_GPUS_PER_REQUEST)]
+    )
+    gpu_memory_mib = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
+    cpu_milli = models.PositiveIntegerField(default=1000)
+    memory_mib = models.PositiveIntegerField(default=4096)
+    billing_mode = models.CharField(max_length=16, choices=BillingMode.choices, default=BillingMode.ON_DEMAND)
+    allow_on_demand_fallback = models.BooleanField(default=False)
+    checkpoint_interval_s = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)]
+    )
+    priority = models.SmallIntegerField(
+        default=0, validators=[MinValueValidator(-100), MaxValueValidator(100)]
+    )
+    max_duration_s = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
+    command = models.TextField(blank=True)
+    state = models.CharField(max_length=16, choices=RequestState.choices, default=RequestState.PENDING)
+    pending_reason = models.CharField(max_length=300, blank=True)
+    estimated_start_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    scheduled_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["state", "created_at"]), models.Index(fields=["team", "state"])]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(gpu_milli__gte=1, gpu_milli__lte=MILLI_PER_GPU),
+                name="request_gpu_milli_1_to_1000",
+            ),
+            models.CheckConstraint(
+                condition=Q(num_gpus__gte=1, num_gpus__lte=MAX_GPUS_PER_REQUEST),
+                name="request_num_gpus_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(num_gpus=1) | Q(gpu_milli=MILLI_PER_GPU),
+                name="request_multi_gpu_takes_whole_cards",
+            ),
+            models.CheckConstraint(
+                condition=Q(gpu_memory_mib__isnull=True) | Q(gpu_memory_mib__gt=0),
+                name="request_gpu_memory_positive",
+            ),
+            models.CheckConstraint(
+                condition=~Q(billing_mode=BillingMode.SPOT)
+                | Q(checkpoint_interval_s__isnull=False, checkpoint_interval_s__gt=0),
+                name="request_spot_needs_checkpoint_interval",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_duration_s__isnull=True) | Q(max_duration_s__gt=0),
+                name="request_max_duration_positive",
+            ),
+            models.CheckConstraint(condition=Q(state__in=RequestState.values), name="request_state_valid"),
+            models.CheckConstraint(
+                condition=Q(task_type__in=TaskType.values), name="request_task_type_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(billing_mode__in=BillingMode.values), name="request_billing_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.share_label()}, {self.state})"
+
+    def clean(self):
+        errors = {}
+        if self.num_gpus and self.num_gpus > 1 and self.gpu_milli != MILLI_PER_GPU:
+            errors["gpu_milli"] = "A request for more than one GPU takes whole cards: gpu_milli must be 1000."
+        if self.billing_mode == BillingMode.SPOT:
+            limit = settings.SPOT_MAX_CHECKPOINT_INTERVAL_S
+            if not self.checkpoint_interval_s:
+                errors["checkpoint_interval_s"] = "Spot work must declare a checkpoint interval."
+            elif self.checkpoint_interval_s > limit:
+                errors["checkpoint_interval_s"] = (
+                    f"Spot work must checkpoint at least every {limit // 60} minutes."
+                )
+        if self.pool_id and self.gpu_model and self.pool.gpu_model != self.gpu_model:
+            errors["gpu_model"] = (
+                f"Pool {self.pool.name} has {self.pool.gpu_model} GPUs, not {self.gpu_model}."
+            )
+        if errors:
+            raise ValidationError(errors)
+
+    def total_milli(self) -> int:
+        return self.gpu_milli * self.num_gpus
+
+    def share_label(self) -> str:
+        """'1/4 GPU', '0.3 GPU' or '2 GPUs' — how people say it."""
+        if self.num_gpus > 1:
+            return f"{self.num_gpus} GPUs"
+        if self.gpu_milli == MILLI_PER_GPU:
+            return "1 GPU"
+        if self.gpu_milli % 125 == 0:
+            eighths = self.gpu_milli // 125
+            for denominator in (2, 4, 8):
+                if eighths * denominator % 8 == 0:
+                    return f"{eighths * denominator // 8}/{denominator} GPU"
+        return f"{self.gpu_milli / MILLI_PER_GPU:g} GPU"
+
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    def is_active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+
+class Allocation(models.Model):
+    """One segment of a request on one card: milli-GPU and GPU memory (MiB) from started_at to ended_at.
+
+    A migration or billing-mode change closes the segment and opens another, so
+    each segment is billed at its own rate. Open segments (ended_at null) count
+    against the card's capacity.
+    """
+
+    request = models.ForeignKey(GpuRequest, on_delete=models.PROTECT, related_name="allocations")
+    gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="allocations")
+    milli = models.PositiveIntegerField()
+    gpu_memory_mib = models.PositiveIntegerField()
+    billing_mode = models.CharField(max_length=16, choices=BillingMode.choices)
+    borrowed = models.BooleanField(default=False, help_text="Above the team's quota, so preemptible.")
+    started_at = models.DateTimeField(default=timezone.now)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        indexes = [models.Index(fields=["gpu", "ended_at"])]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(milli__gte=1, milli__lte=MILLI_PER_GPU), name="allocation_milli_1_to_1000"
+            ),
+            models.CheckConstraint(
+                condition=Q(ended_at__isnull=True) | Q(ended_at__gte=models.F("started_at")),
+                name="allocation_ends_after_start",
+            ),
+            models.CheckConstraint(
+                condition=Q(billing_mode__in=BillingMode.values), name="allocation_billing_valid"
+            ),
+            models.UniqueConstraint(
+                fields=["request", "gpu"],
+                condition=Q(ended_at__isnull=True),
+                name="allocation_one_open_per_gpu",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.request.name} on {self.gpu}: {self.milli} milli"
+
+    def is_open(self) -> bool:
+        return self.ended_at is None
+
+    def is_preemptible(self) -> bool:
+        return self.borrowed or self.billing_mode == BillingMode.SPOT
+
+
+class EventQuerySet(models.QuerySet):
+    def delete(self):
+        raise PermissionError("The event log is append-only.")
+
+    def update(self, **kwargs):
+        raise PermissionError("The event log is append-only.")
+
+
+class Event(models.Model):
+    """An append-only record of one state change: who or what, on which object, from, to, why, when."""
+
+    content_type = models.ForeignKey(ContentType, on_delete=models.PROTECT)
+    object_id = models.PositiveBigIntegerField()
+    subject = GenericForeignKey("content_type", "object_id")
+    team = models.ForeignKey("portal.Team", on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    actor_label = models.CharField(max_length=100, help_text="The user, or the system part that acted.")
+    from_state = models.CharField(max_length=32, blank=True)
+    to_state = models.CharField(max_length=32)
+    reason = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    objects = EventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["content_type", "object_id", "created_at"])]
+
+    def __str__(self) -> str:
+        when = f"{self.created_at:%Y-%m-%d %H:%M:%S}"
+        return f"{when} {self.actor_label}: {self.from_state or '∅'} → {self.to_state}"
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise PermissionError("The event log is append-only.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise PermissionError("The event log is append-only.")

@@ -1,0 +1,105 @@
+"""Fixtures shared by the whole suite: three named users, a small cluster, and the
+guard that makes the service-backed pass fail rather than skip."""
+
+import os
+
+import pytest
+from django.db import connection
+
+from portal.choices import Role
+from portal.models import Membership, Team
+from scheduler_app.choices import CapacityType
+from scheduler_app.services import create_pool, register_node
+
+REQUIRE_SERVICES = os.environ.get("PORTAL_REQUIRE_SERVICES") == "1"
+
+
+def pytest_sessionstart(session):
+    if REQUIRE_SERVICES and not os.environ.get("DATABASE_URL", "").startswith("postgres"):
+        pytest.exit("PORTAL_REQUIRE_SERVICES=1 needs DATABASE_URL pointing at PostgreSQL.", returncode=2)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """In the service-backed pass a skipped test means a service was missing: fail the run."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter else []
+    if REQUIRE_SERVICES and skipped:
+        reporter.write_line(
+            f"{len(skipped)} test(s) skipped in the service-backed pass: failing the run.", red=True
+        )
+        session.exitstatus = 1
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _services_are_real(django_db_setup, django_db_blocker):
+    if REQUIRE_SERVICES:
+        with django_db_blocker.unblock():
+            assert connection.vendor == "postgresql", "the service-backed pass must run on PostgreSQL"
+
+
+@pytest.fixture
+def team(db):
+    return Team.objects.create(name="Vision", slug="vision")
+
+
+@pytest.fixture
+def other_team(db):
+    return Team.objects.create(name="Language", slug="language")
+
+
+@pytest.fixture
+def team_admin(team, django_user_model):
+    user = django_user_model.objects.create_user("alice", password="pw-alice-123")
+    Membership.objects.create(team=team, user=user, role=Role.TEAM_ADMIN)
+    return user
+
+
+@pytest.fixture
+def member(team, django_user_model):
+    user = django_user_model.objects.create_user("bob", password="pw-bob-123")
+    Membership.objects.create(team=team, user=user, role=Role.MEMBER)
+    return user
+
+
+@pytest.fixture
+def outsider(other_team, django_user_model):
+    user = django_user_model.objects.create_user("mallory", password="pw-mallory-123")
+    Membership.objects.create(team=other_team, user=user, role=Role.MEMBER)
+    return user
+
+
+@pytest.fixture
+def operator(django_user_model):
+    return django_user_model.objects.create_user(
+        "ops", password="pw-ops-123", is_staff=True, is_superuser=True
+    )
+
+
+@pytest.fixture
+def pool(db):
+    return create_pool(name="a100", gpu_model="A100-80GB", capacity_type=CapacityType.ON_DEMAND)
+
+
+@pytest.fixture
+def make_node(pool):
+    """make_node(name, gpus=4, memory_mib=81920, pool=...) -> Node with its cards."""
+
+    def make(name="node-1", gpus=4, memory_mib=81920, pool=pool, model=None):
+        node, _ = register_node(
+            pool=pool,
+            name=name,
+            cpu_milli=64_000,
+            memory_mib=512 * 1024,
+            gpus=[
+                {"uuid": f"GPU-{name}-{i}", "model": model or pool.gpu_model, "memory_mib": memory_mib}
+                for i in range(gpus)
+            ],
+        )
+        return node
+
+    return make
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
