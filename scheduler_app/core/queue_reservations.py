@@ -1,0 +1,218 @@
+"""Reservations for blocked requests, and what they leave for backfill.
+
+A reservation promises a blocked request cards on one node from the earliest time
+they free up, judged from the max durations of what runs there. Reserved capacity
+is treated as taken from now on and forever (conservative backfill): the free
+capacity of a card at time t is then F(t) = free now + releases up to t - claims,
+which only grows with t. So a reservation on a card holds as long as F stays
+non-negative at the card's earliest reserved start, and a backfill candidate may
+take a card's capacity only if it ends before that time or leaves F >= 0 there.
+
+An allocation without a max duration is assumed to run UNKNOWN_RUNTIME_S: a
+request waiting behind it still gets a (late) reservation, so it cannot starve
+behind a stream of small jobs, but its start estimate is reported as unknown.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .cluster import GpuState, NodeState, Placement, RequestSpec
+from .placement import candidate_gpus, choose_placement, node_admits
+
+UNKNOWN_RUNTIME_S = 7 * 24 * 3600
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Cards promised to a blocked request from `start_at` (seconds).
+
+    firm is False when the time rests on an allocation with no max duration.
+    """
+
+    request_id: int | str
+    node: str
+    gpus: tuple[int, ...]
+    start_at: float
+    firm: bool
+
+
+@dataclass(slots=True)
+class _Hold:
+    """Something that occupies a node until `end` (seconds)."""
+
+    request_id: int | str
+    end: float
+    known: bool
+    gpus: tuple[int, ...]
+    milli: int
+    gpu_memory_mib: int
+    cpu_milli: int
+    memory_mib: int
+
+
+@dataclass(slots=True)
+class _Claims:
+    """What the reservations on one node take, and from when (earliest start)."""
+
+    gpu: dict[int, list[float]] = field(default_factory=dict)  # index -> [milli, MiB, first start]
+    host: list[float] = field(default_factory=lambda: [0, 0, float("inf")])  # [cpu, MiB, first start]
+
+
+def copy_node(node: NodeState) -> NodeState:
+    """A scratch copy of a node's free state."""
+    gpus = [GpuState(g.index, g.model, g.memory_mib, g.free_milli, g.free_memory_mib) for g in node.gpus]
+    return NodeState(
+        node.name,
+        node.pool,
+        node.cpu_milli,
+        node.memory_mib,
+        gpus,
+        node.capacity_type,
+        node.free_cpu_milli,
+        node.free_memory_mib,
+    )
+
+
+def fits(request: RequestSpec, node: NodeState) -> bool:
+    """Cheap check that the request's gang fits on the node as it stands."""
+    return node_admits(request, node) and len(candidate_gpus(request, node)) >= request.num_gpus
+
+
+class ReservationBook:
+    """Holds (what runs where, until when) and claims (what is reserved) per node."""
+
+    def __init__(self, now: float, policy: str) -> None:
+        self.now = now
+        self.policy = policy
+        self.reservations: list[Reservation] = []
+        self._holds: dict[str, list[_Hold]] = defaultdict(list)
+        self._claims: dict[str, _Claims] = {}
+
+    def hold(self, request: RequestSpec, placement: Placement, started_at: float) -> None:
+        """Record that `request` runs on its placement from `started_at`."""
+        known = request.max_duration_s is not None
+        runtime = request.max_duration_s if known else UNKNOWN_RUNTIME_S
+        self._holds[placement.node].append(
+            _Hold(
+                request.id,
+                started_at + runtime,
+                known,
+                placement.gpus,
+                placement.milli,
+                placement.gpu_memory_mib,
+                request.cpu_milli,
+                request.memory_mib,
+            )
+        )
+
+    def drop(self, request_id: int | str, node: str) -> None:
+        """Forget a hold (its allocation was preempted)."""
+        self._holds[node] = [h for h in self._holds[node] if h.request_id != request_id]
+
+    def releases(self) -> list[tuple[str, _Hold]]:
+        """(node, hold) for every hold on every node, for estimates."""
+        return [(node, h) for node, holds in self._holds.items() for h in holds]
+
+    def end_of(self, request: RequestSpec) -> float:
+        """When a request started now would be gone by, at the latest."""
+        runtime = request.max_duration_s
+        return self.now + (UNKNOWN_RUNTIME_S if runtime is None else runtime)
+
+    def view(self, nodes: Sequence[NodeState], end: float) -> list[NodeState]:
+        """The nodes as a request ending at `end` may use them without delaying any reservation."""
+        if not self._claims:
+            return list(nodes)
+        return [self._guarded(n, end) if n.name in self._claims else n for n in nodes]
+
+    def _guarded(self, node: NodeState, end: float) -> NodeState:
+        claims = self._claims[node.name]
+        holds = self._holds[node.name]
+        guarded = copy_node(node)
+        for index, (milli, mib, first) in claims.gpu.items():
+            if end <= first:
+                continue
+            gpu = guarded.gpus[index]
+            freed = [h for h in holds if h.end <= first and index in h.gpus]
+            gpu.free_milli = min(gpu.free_milli, gpu.free_milli + sum(h.milli for h in freed) - int(milli))
+            gpu.free_memory_mib = min(
+                gpu.free_memory_mib, gpu.free_memory_mib + sum(h.gpu_memory_mib for h in freed) - int(mib)
+            )
+        cpu, mib, first = claims.host
+        if end > first:
+            freed = [h for h in holds if h.end <= first]
+            guarded.free_cpu_milli = min(
+                guarded.free_cpu_milli, guarded.free_cpu_milli + sum(h.cpu_milli for h in freed) - int(cpu)
+            )
+            guarded.free_memory_mib = min(
+                guarded.free_memory_mib, guarded.free_memory_mib + sum(h.memory_mib for h in freed) - int(mib)
+            )
+        return guarded
+
+    def reserve(self, request: RequestSpec, nodes: Sequence[NodeState]) -> Reservation | None:
+        """Reserve the earliest cards the request could get; None if it never fits anywhere."""
+        best: tuple[float, bool, Placement] | None = None
+        for node in nodes:
+            found = self._earliest_on(request, node, best[0] if best else float("inf"))
+            if found and (best is None or found[0] < best[0]):
+                best = found
+        if best is None:
+            return None
+        start_at, firm, placement = best
+        self._claim(request, placement, start_at)
+        reservation = Reservation(request.id, placement.node, placement.gpus, start_at, firm)
+        self.reservations.append(reservation)
+        return reservation
+
+    def _earliest_on(
+        self, request: RequestSpec, node: NodeState, before: float
+    ) -> tuple[float, bool, Placement] | None:
+        """Walk this node's releases in time order until the request fits (claims held throughout)."""
+        future = self._future(node)
+        holds = sorted(self._holds[node.name], key=lambda h: h.end)
+        at, firm, i = self.now, True, 0
+        while at < before:
+            if fits(request, future):
+                placement = choose_placement([future], request, self.policy)
+                if placement is not None:
+                    return at, firm, placement
+            if i == len(holds):
+                return None
+            at = max(at, holds[i].end)
+            while i < len(holds) and holds[i].end <= at:
+                firm = firm and holds[i].known
+                _release(future, holds[i])
+                i += 1
+        return None
+
+    def _future(self, node: NodeState) -> NodeState:
+        future = copy_node(node)
+        claims = self._claims.get(node.name)
+        if claims:
+            for index, (milli, mib, _) in claims.gpu.items():
+                future.gpus[index].free_milli -= int(milli)
+                future.gpus[index].free_memory_mib -= int(mib)
+            future.free_cpu_milli -= int(claims.host[0])
+            future.free_memory_mib -= int(claims.host[1])
+        return future
+
+    def _claim(self, request: RequestSpec, placement: Placement, start_at: float) -> None:
+        claims = self._claims.setdefault(placement.node, _Claims())
+        for index in placement.gpus:
+            claim = claims.gpu.setdefault(index, [0, 0, start_at])
+            claim[0] += placement.milli
+            claim[1] += placement.gpu_memory_mib
+            claim[2] = min(claim[2], start_at)
+        claims.host[0] += request.cpu_milli
+        claims.host[1] += request.memory_mib
+        claims.host[2] = min(claims.host[2], start_at)
+
+
+def _release(node: NodeState, hold: _Hold) -> None:
+    node.free_cpu_milli += hold.cpu_milli
+    node.free_memory_mib += hold.memory_mib
+    for index in hold.gpus:
+        node.gpus[index].free_milli += hold.milli
+        node.gpus[index].free_memory_mib += hold.gpu_memory_mib

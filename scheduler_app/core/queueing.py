@@ -1,0 +1,324 @@
+"""One pure scheduling pass: who starts now, who is preempted, who waits, why, and until when.
+
+`plan_pass` takes plain state and returns a `PassPlan`; it changes none of its
+inputs, reads no clock (`now` is a parameter) and draws no random numbers, so the
+database scheduler, the demo cluster and the benchmarks run the same decisions.
+Units: milli-GPU (1000 = one card), MiB, seconds on the caller's epoch.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from . import placement as placement_policies
+from .cluster import NodeState, Placement, RequestSpec
+from .placement import apply_placement, choose_placement, release_placement
+from .queue_estimates import FluidEstimator
+from .queue_ledger import Ledger, TeamQuota
+from .queue_order import FairQueue
+from .queue_reservations import Reservation, ReservationBook, copy_node, fits
+from .queue_text import never_fits, no_room
+
+DEFAULT_POLICY: str = getattr(placement_policies, "DEFAULT_POLICY", "first-fit")
+
+__all__ = [
+    "STRICT_FIFO",
+    "PassPlan",
+    "Preemption",
+    "QueueMode",
+    "Reservation",
+    "RunningAllocation",
+    "Start",
+    "TeamQuota",
+    "Waiting",
+    "plan_pass",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RunningAllocation:
+    """A request running on its placement since `started_at` (s).
+
+    borrowed: it went beyond its team's quota, so its owner may reclaim it.
+    """
+
+    request: RequestSpec
+    placement: Placement
+    started_at: float
+    borrowed: bool = False
+
+    @property
+    def preemptible(self) -> bool:
+        """Borrowed capacity and spot jobs may be checkpointed and requeued."""
+        return self.borrowed or self.request.billing_mode == "spot"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueMode:
+    """Which rules a pass applies; the default is the portal's scheduler.
+
+    reservation_depth: how many blocked requests (in queue order) get a reservation
+    per pass; the first blocked request always does, which is what rules out starvation.
+    aging_s: waiting this long raises a request's priority by one level (None: never).
+    """
+
+    backfill: bool = True
+    fair_share: bool = True
+    preemption: bool = True
+    reservation_depth: int = 4
+    aging_s: float | None = 3600.0
+
+
+STRICT_FIFO = QueueMode(backfill=False, fair_share=False, preemption=False, reservation_depth=0, aging_s=None)
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Start `request` on `placement` now; borrowed means preemptible by the quota owner."""
+
+    request: RequestSpec
+    placement: Placement
+    borrowed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """Checkpoint `allocation` and requeue its request (never drop it)."""
+
+    allocation: RunningAllocation
+    for_request_id: int | str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A request left pending: why, its place in line, and its estimated start (s, None: unknown)."""
+
+    request_id: int | str
+    cause: str
+    ahead: int
+    estimated_start: float | None = None
+
+    def reason(self, clock: Callable[[float], str] = lambda t: f"{t:.0f} s") -> str:
+        """The sentence a user reads; `clock` formats a time (the caller knows the time zone)."""
+        ahead = "1 request" if self.ahead == 1 else f"{self.ahead} requests"
+        start = "unknown" if self.estimated_start is None else clock(self.estimated_start)
+        return f"{self.cause}; {ahead} ahead of you; estimated start {start}"
+
+
+@dataclass(slots=True)
+class PassPlan:
+    """The decisions of one pass; `waiting` lists every request left pending, in queue order."""
+
+    starts: list[Start] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
+    reservations: list[Reservation] = field(default_factory=list)
+    waiting: list[Waiting] = field(default_factory=list)
+
+
+def plan_pass(
+    nodes: Sequence[NodeState],
+    pending: Sequence[RequestSpec],
+    running: Sequence[RunningAllocation],
+    quotas: Sequence[TeamQuota],
+    now: float,
+    policy: str = DEFAULT_POLICY,
+    mode: QueueMode = QueueMode(),
+) -> PassPlan:
+    """Decide one scheduling pass.
+
+    nodes: free state with every running allocation already taken out (as loaded).
+    running: those allocations (on nodes not listed they are ignored).
+    Requests are considered in FairQueue order; each either starts (quota pools
+    first, then borrowing), starts after reclaiming borrowed/spot work (only when
+    within quota), or waits, the first `reservation_depth` of them with a reservation
+    that later starts must not delay.
+    """
+    state = _Pass(nodes, running, quotas, now, policy, mode)
+    queue = FairQueue(pending, state.ledger, now, mode.fair_share, mode.aging_s)
+    state.queue = queue
+    first_blocked: RequestSpec | None = None
+    while (request := queue.pop()) is not None:
+        if (first_blocked is None or mode.backfill) and state.try_start(request):
+            queue.touch(request.team)
+            continue
+        state.wait(request, first_blocked)
+        first_blocked = first_blocked or request
+    return state.finish()
+
+
+class _Pass:
+    """Working state of one pass: scratch copies of the nodes and the growing plan."""
+
+    def __init__(
+        self,
+        nodes: Sequence[NodeState],
+        running: Sequence[RunningAllocation],
+        quotas: Sequence[TeamQuota],
+        now: float,
+        policy: str,
+        mode: QueueMode,
+    ) -> None:
+        self.nodes = [copy_node(n) for n in nodes]
+        self.by_name = {n.name: n for n in self.nodes}
+        self.now, self.policy, self.mode = now, policy, mode
+        self.ledger = Ledger(self.nodes, quotas)
+        self.book = ReservationBook(now, policy)
+        self.victims: dict[str, list[RunningAllocation]] = defaultdict(list)
+        for allocation in running:
+            node = allocation.placement.node
+            if node in self.by_name:
+                self.ledger.add(allocation.request, node)
+                self.book.hold(allocation.request, allocation.placement, allocation.started_at)
+                if allocation.preemptible:
+                    self.victims[node].append(allocation)
+        self.plan = PassPlan()
+        self.queue: FairQueue | None = None
+        self._version = 0  # bumped whenever free capacity changes
+        self._fit_memo: dict[tuple, tuple[int, bool]] = {}
+        self._never_memo: dict[tuple, str] = {}
+        self._waiting: list[tuple[RequestSpec, Reservation | None]] = []
+
+    def try_start(self, request: RequestSpec) -> bool:
+        """Start the request if it fits (quota pools first), else reclaim for it if allowed."""
+        if not self._fits_now(request):
+            return self._reclaim_for(request)
+        end = self.book.end_of(request)
+        quota_pools = self.ledger.quota_pools(request)
+        allowed = [n for n in self.nodes if not request.pools or n.pool in request.pools]
+        in_quota = [n for n in allowed if n.pool in quota_pools]
+        for candidates in (in_quota, allowed) if 0 < len(in_quota) < len(allowed) else (allowed,):
+            placement = choose_placement(self.book.view(candidates, end), request, self.policy)
+            if placement is not None:
+                self._start(request, placement)
+                return True
+        return self._reclaim_for(request)
+
+    def wait(self, request: RequestSpec, first_blocked: RequestSpec | None) -> None:
+        """Leave the request pending; reserve capacity for it while the depth allows."""
+        reservation = None
+        if len(self.book.reservations) < self.mode.reservation_depth and not self._never_fits(request):
+            reservation = self.book.reserve(request, self.nodes)
+        self._waiting.append((request, reservation))
+        cause = self._cause(request, first_blocked)
+        self.plan.waiting.append(Waiting(request.id, cause, len(self.plan.waiting)))
+
+    def finish(self) -> PassPlan:
+        """Attach start estimates (reservation times, else the fluid estimate) and return the plan."""
+        pool_of = self.ledger.pool_of
+        releases = [
+            (pool_of[node], h.end, h.milli * len(h.gpus), h.known) for node, h in self.book.releases()
+        ]
+        fluid = FluidEstimator(self.nodes, releases, self.now)
+        for i, (request, reservation) in enumerate(self._waiting):
+            if reservation is not None:
+                fluid.reserved(pool_of[reservation.node], request, reservation.start_at)
+                estimate = (reservation.start_at, reservation.firm)
+            else:
+                estimate = fluid.estimate(request)
+            if estimate is not None and estimate[1]:
+                w = self.plan.waiting[i]
+                self.plan.waiting[i] = Waiting(w.request_id, w.cause, w.ahead, estimate[0])
+        self.plan.reservations = list(self.book.reservations)
+        return self.plan
+
+    def _fits_now(self, request: RequestSpec) -> bool:
+        """Whether the request fits somewhere now, reservations aside (memoised per shape)."""
+        key = _shape(request)
+        memo = self._fit_memo.get(key)
+        if memo is None or memo[0] != self._version:
+            memo = (self._version, any(fits(request, n) for n in self.nodes))
+            self._fit_memo[key] = memo
+        return memo[1]
+
+    def _never_fits(self, request: RequestSpec) -> str:
+        """Why the request cannot fit even on an idle node ('' when it can); memoised per shape."""
+        key = _shape(request)
+        if key not in self._never_memo:
+            self._never_memo[key] = never_fits(request, self.nodes)
+        return self._never_memo[key]
+
+    def _reclaim_for(self, request: RequestSpec) -> bool:
+        """Preempt the fewest borrowed/spot allocations of other teams to start within-quota work."""
+        quota_pools = self.ledger.quota_pools(request)
+        if not self.mode.preemption or not quota_pools:
+            return False
+        end = self.book.end_of(request)
+        candidates = [n for n in self.nodes if n.pool in quota_pools and self.victims[n.name]]
+        best: tuple[list[RunningAllocation], Placement] | None = None
+        for node in self.book.view(candidates, end):
+            found = self._victims_on(node, request, len(best[0]) if best else None)
+            if found:
+                best = found
+        if best is None:
+            return False
+        victims, placement = best
+        for victim in victims:
+            self._evict(victim, request)
+        self._start(request, placement)
+        return True
+
+    def _victims_on(
+        self, node: NodeState, request: RequestSpec, fewer_than: int | None
+    ) -> tuple[list[RunningAllocation], Placement] | None:
+        """Borrowed before spot, lowest priority, youngest first, until the request fits."""
+        order = sorted(
+            (a for a in self.victims[node.name] if a.request.team != request.team),
+            key=lambda a: (not a.borrowed, a.request.priority, -a.started_at, str(a.request.id)),
+        )
+        scratch = copy_node(node)
+        for count, victim in enumerate(order, start=1):
+            if fewer_than is not None and count >= fewer_than:
+                return None
+            release_placement(scratch, victim.request, victim.placement)
+            if fits(request, scratch):
+                placement = choose_placement([scratch], request, self.policy)
+                if placement is not None:
+                    return order[:count], placement
+        return None
+
+    def _evict(self, victim: RunningAllocation, request: RequestSpec) -> None:
+        node = victim.placement.node
+        release_placement(self.by_name[node], victim.request, victim.placement)
+        self.ledger.add(victim.request, node, sign=-1)
+        self.book.drop(victim.request.id, node)
+        self.victims[node].remove(victim)
+        self._version += 1
+        kind = "borrowed capacity" if victim.borrowed else "spot capacity"
+        reason = f"{kind} reclaimed for request {request.id} of team {request.team or '-'} within its quota"
+        self.plan.preemptions.append(Preemption(victim, request.id, reason))
+        if self.queue is not None:
+            self.queue.touch(victim.request.team)
+
+    def _start(self, request: RequestSpec, placement: Placement) -> None:
+        borrowed = self.ledger.is_borrowed(request, placement.node)
+        apply_placement(self.by_name[placement.node], request, placement)
+        self.ledger.add(request, placement.node)
+        self.book.hold(request, placement, self.now)
+        self._version += 1
+        self.plan.starts.append(Start(request, placement, borrowed))
+
+    def _cause(self, request: RequestSpec, first_blocked: RequestSpec | None) -> str:
+        if impossible := self._never_fits(request):
+            return impossible
+        if not self._fits_now(request):
+            return no_room(request)
+        if first_blocked is not None and not self.mode.backfill:
+            return f"waiting behind request {first_blocked.id}, first in line"
+        held = ", ".join(str(r.request_id) for r in self.book.reservations) or "earlier requests"
+        return f"the free capacity is reserved for earlier requests ({held})"
+
+
+def _shape(request: RequestSpec) -> tuple:
+    """What decides whether a request fits, so equal shapes share one answer."""
+    return (
+        request.gpu_milli,
+        request.num_gpus,
+        request.cpu_milli,
+        request.memory_mib,
+        request.gpu_memory_mib,
+        request.models,
+        request.pools,
+    )
