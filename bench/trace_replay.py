@@ -1,0 +1,156 @@
+"""Replay the Alibaba GPU trace the way the FGD paper's simulator does, and compare policies.
+
+Method (hkust-adsl/kubernetes-scheduler-simulator, "tune ratio 1.3", seeds 42..51):
+pods sorted by name then shuffled with the seed; then pods drawn with replacement
+from the original list are appended until the next one would push the total GPU
+request past 1.3 x cluster GPUs; node order is shuffled with the same seed. Each
+pod is tried once, in order: no queue, no departures. After every pod we record
+arrived GPU (sum of requests so far) and allocated GPU, in % of capacity. The
+curve at x % arrived is the mean allocation over the pods whose arrived % rounds
+to x, as the simulator's analysis does. The typical-shape mix for fgd policies
+comes from the original (un-inflated) pod list.
+
+    python -m bench.trace_replay --seeds 42-51 --policies first-fit best-fit fgd fgd-plus
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from scheduler_app.core.cluster import MILLI_PER_GPU, NodeState, RequestSpec
+from scheduler_app.core.fragmentation import WorkloadMix
+from scheduler_app.core.placement import DEFAULT_POLICY, POLICIES, Placer
+
+from .trace import BASELINES, DEFAULT_NODES, DEFAULT_PODS, load_nodes, load_pods
+
+TUNE_RATIO = 1.3
+CURVE_POINTS = range(0, 131)
+REPORT_POINTS = (75, 80, 85, 90, 95, 100, 105, 110, 115, 120, 125, 130)
+
+
+def arrival_order(pods: list[RequestSpec], capacity_milli: int, seed: int) -> list[RequestSpec]:
+    """The shuffled trace, inflated with pods drawn with replacement up to TUNE_RATIO x capacity."""
+    rng = np.random.default_rng(seed)
+    by_name = sorted(pods, key=lambda p: str(p.id))
+    order = [by_name[i] for i in rng.permutation(len(by_name))]
+    total = sum(p.total_milli() for p in order)
+    target = TUNE_RATIO * capacity_milli
+    while total < target:
+        pod = by_name[int(rng.integers(len(by_name)))]
+        if total + pod.total_milli() > target:
+            break
+        order.append(pod)
+        total += pod.total_milli()
+    return order
+
+
+def shuffled_nodes(nodes: list[NodeState], seed: int) -> list[NodeState]:
+    rng = np.random.default_rng(seed + 1_000_003)
+    by_name = sorted(nodes, key=lambda n: n.name)
+    return [by_name[i] for i in rng.permutation(len(by_name))]
+
+
+def replay(nodes_file: Path, pods_file: Path, policy: str, seed: int) -> dict[int, float]:
+    """Allocated GPU % of capacity at each arrived % (0..130) for one policy and seed."""
+    pods = load_pods(pods_file)
+    nodes = shuffled_nodes(load_nodes(nodes_file), seed)
+    capacity = sum(len(n.gpus) for n in nodes) * MILLI_PER_GPU
+    placer = Placer(nodes, policy, WorkloadMix.from_requests(pods))
+    arrived = used = 0
+    samples: list[tuple[float, float]] = []
+    for pod in arrival_order(pods, capacity, seed):
+        arrived += pod.total_milli()
+        if placer.place(pod) is not None:
+            used += pod.total_milli()
+        samples.append((100 * arrived / capacity, 100 * used / capacity))
+    return discrete_curve(samples)
+
+
+def discrete_curve(samples: list[tuple[float, float]]) -> dict[int, float]:
+    """Mean allocated % per rounded arrived %, falling back to a +-1 window (the simulator's merge)."""
+    arrived = np.round(np.array([a for a, _ in samples]))
+    allocated = np.array([b for _, b in samples])
+    curve = {}
+    for x in CURVE_POINTS:
+        hit = arrived == x
+        if not hit.any():
+            hit = (arrived >= x - 1) & (arrived <= x + 1)
+        if hit.any():
+            curve[x] = float(allocated[hit].mean())
+    return curve
+
+
+def published() -> dict[str, dict[int, list[float]]]:
+    """Published allocation curves per policy: {policy: {arrived %: [allocated % per seed]}}."""
+    out: dict[str, dict[int, list[float]]] = {}
+    if not BASELINES.exists():
+        return out
+    with open(BASELINES, newline="") as f:
+        for row in csv.DictReader(f):
+            if row["workload"] != "openb_pod_list_default":
+                continue
+            curve = out.setdefault(row["sc_policy"], {})
+            for x in CURVE_POINTS:
+                if row.get(str(x)):
+                    curve.setdefault(x, []).append(float(row[str(x)]))
+    return out
+
+
+def _fmt(values: list[float]) -> str:
+    unallocated = [100 - v for v in values]
+    spread = statistics.stdev(unallocated) if len(unallocated) > 1 else 0.0
+    return f"{statistics.mean(unallocated):5.2f}±{spread:4.2f}"
+
+
+def parse_seeds(text: str) -> list[int]:
+    if "-" in text:
+        lo, hi = text.split("-")
+        return list(range(int(lo), int(hi) + 1))
+    return [int(s) for s in text.split(",")]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--nodes", type=Path, default=DEFAULT_NODES)
+    parser.add_argument("--pods", type=Path, default=DEFAULT_PODS)
+    parser.add_argument("--seeds", type=parse_seeds, default=parse_seeds("42-51"))
+    parser.add_argument("--policies", nargs="+", default=["first-fit", "best-fit", "fgd", DEFAULT_POLICY])
+    parser.add_argument("--jobs", type=int, default=None, help="worker processes (default: all cores)")
+    args = parser.parse_args()
+    unknown = set(args.policies) - set(POLICIES)
+    if unknown:
+        parser.error(f"unknown policies {sorted(unknown)}; choose from {sorted(POLICIES)}")
+
+    started = time.perf_counter()
+    runs = [(p, s) for p in args.policies for s in args.seeds]
+    with ProcessPoolExecutor(args.jobs) as pool:
+        futures = {run: pool.submit(replay, args.nodes, args.pods, *run) for run in runs}
+        curves = {run: f.result() for run, f in futures.items()}
+    elapsed = time.perf_counter() - started
+
+    seeds = f"{args.seeds[0]}..{args.seeds[-1]}"
+    print(f"pods={args.pods.name} nodes={args.nodes.name} seeds={seeds} ({elapsed:.0f}s)")
+    print("unallocated GPU % of capacity (mean±stdev over seeds) at arrived %:")
+    print(f"{'policy':<22}" + "".join(f"{x:>12}" for x in REPORT_POINTS))
+    for policy in args.policies:
+        cells = [
+            _fmt([curves[policy, s][x] for s in args.seeds if x in curves[policy, s]]) for x in REPORT_POINTS
+        ]
+        print(f"{policy:<22}" + "".join(f"{c:>12}" for c in cells))
+    if args.pods.resolve() == DEFAULT_PODS.resolve():
+        for name, curve in published().items():
+            cells = [_fmt(curve[x]) if x in curve else "-" for x in REPORT_POINTS]
+            print(f"{'published ' + name:<22}" + "".join(f"{c:>12}" for c in cells))
+
+
+if __name__ == "__main__":
+    main()
