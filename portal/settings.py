@@ -128,7 +128,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "staticfiles"
+# The embedded default serves static files straight from the apps (WHITENOISE_USE_FINDERS);
+# production serves what `collectstatic` gathered into STATIC_ROOT.
+STATIC_ROOT = env_str("STATIC_ROOT", "" if DEBUG else str(BASE_DIR / "staticfiles")) or None
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {

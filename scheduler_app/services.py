@@ -77,9 +77,7 @@ def _check_fits_some_gpu(request: GpuRequest) -> None:
     largest = gpus.aggregate(largest=Max("memory_mib"))["largest"]
     if request.gpu_memory_mib and largest is not None and request.gpu_memory_mib > largest:
         raise ValidationError(
-            {
-                "gpu_memory_mib": f"No GPU has {request.gpu_memory_mib} MiB; the largest has {largest} MiB."
-            }
+            {"gpu_memory_mib": f"No GPU has {request.gpu_memory_mib} MiB; the largest has {largest} MiB."}
         )
 
 
