@@ -111,6 +111,12 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"
 
+# How often a scheduling pass runs besides the ones that submits and releases ask for.
+SCHEDULER_INTERVAL_S = env_int("SCHEDULER_INTERVAL_S", 10, minimum=1)
+CELERY_BEAT_SCHEDULE = {
+    "scheduling-pass": {"task": "scheduler_app.scheduling_pass", "schedule": float(SCHEDULER_INTERVAL_S)},
+}
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

@@ -1,12 +1,14 @@
 """Writing the event log: one row per state change, published to the team's live stream."""
 
+from collections.abc import Sequence
+
 from django.contrib.contenttypes.models import ContentType
 
 from scheduler_app.live import publish_after_commit
 from scheduler_app.models import Event
 
 
-def log_event(
+def build_event(
     subject,
     to_state: str,
     *,
@@ -16,9 +18,9 @@ def log_event(
     reason: str = "",
     team=None,
 ) -> Event:
-    """Append an Event for `subject`; team defaults to the subject's own team, if it has one."""
+    """An unsaved Event for `subject`; team defaults to the subject's own team, if it has one."""
     team = team or getattr(subject, "team", None)
-    event = Event.objects.create(
+    return Event(
         content_type=ContentType.objects.get_for_model(subject),
         object_id=subject.pk,
         team=team,
@@ -28,17 +30,28 @@ def log_event(
         to_state=to_state,
         reason=reason[:500],
     )
-    if team is not None:
-        publish_after_commit(
-            team.pk,
-            {
-                "object": event.content_type.model,
-                "id": subject.pk,
-                "from": from_state,
-                "to": to_state,
-                "reason": event.reason,
-                "actor": event.actor_label,
-                "at": event.created_at.isoformat(),
-            },
-        )
-    return event
+
+
+def record_events(events: Sequence[Event]) -> list[Event]:
+    """Append the events in one insert, then publish each to its team once the transaction commits."""
+    saved = Event.objects.bulk_create(events)
+    for event in saved:
+        if event.team_id is not None:
+            publish_after_commit(
+                event.team_id,
+                {
+                    "object": event.content_type.model,
+                    "id": event.object_id,
+                    "from": event.from_state,
+                    "to": event.to_state,
+                    "reason": event.reason,
+                    "actor": event.actor_label,
+                    "at": event.created_at.isoformat(),
+                },
+            )
+    return saved
+
+
+def log_event(subject, to_state: str, **kwargs) -> Event:
+    """Append one Event (see build_event for the arguments)."""
+    return record_events([build_event(subject, to_state, **kwargs)])[0]

@@ -16,6 +16,7 @@ from django.utils import timezone
 from portal.models import Team
 from scheduler_app.choices import NodeStatus, RequestState
 from scheduler_app.constants import MILLI_PER_GPU
+from scheduler_app.dispatch import schedule_soon
 from scheduler_app.events import log_event
 from scheduler_app.lifecycle import check_transition
 from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, Pool
@@ -61,6 +62,7 @@ def submit_request(*, user, team: Team | None, pool_name: str = "", **fields) ->
     with transaction.atomic():
         request.save()
         log_event(request, RequestState.PENDING, actor=user, team=team, reason="submitted")
+        schedule_soon()
     return request
 
 
@@ -114,6 +116,7 @@ def cancel_request(request: GpuRequest, *, user, reason: str = "cancelled by use
         raise PermissionError("Only members of the request's team can cancel it.")
     with transaction.atomic():
         close_allocations(request)
+        schedule_soon()
         return transition_request(request, RequestState.CANCELLED, actor=user, reason=reason)
 
 

@@ -1,0 +1,11 @@
+"""Celery tasks: thin wrappers that call one service each. Passes are idempotent (claims under row locks)."""
+
+from celery import shared_task
+
+from scheduler_app.scheduling import run_scheduling_pass
+
+
+@shared_task(name="scheduler_app.scheduling_pass", ignore_result=True)
+def scheduling_pass() -> dict:
+    result = run_scheduling_pass()
+    return {"started": result.started, "preempted": result.preempted, "waiting": result.waiting}

@@ -1,0 +1,194 @@
+"""The database scheduling pass: the pure core's decisions applied to rows, under locks."""
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from portal.models import Team
+from scheduler_app.choices import CapacityType, NodeStatus, RequestState
+from scheduler_app.models import Allocation, Event, GpuRequest, TeamQuota
+from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.services import create_pool, set_node_status, submit_request
+from scheduler_app.tasks import scheduling_pass
+
+
+@pytest.fixture
+def submit(team, member):
+    def make(name="job", **fields):
+        values = {"name": name, "task_type": "training", "gpu_milli": 250} | fields
+        return submit_request(user=member, team=team, **values)
+
+    return make
+
+
+def refreshed(request):
+    request.refresh_from_db()
+    return request
+
+
+def test_pass_places_pending_request_and_logs_it(submit, make_node):
+    make_node(gpus=2)
+    request = submit(gpu_milli=500)
+
+    result = run_scheduling_pass()
+
+    request = refreshed(request)
+    assert result.started == 1
+    assert request.state == RequestState.SCHEDULED
+    allocation = request.allocations.get()
+    assert (allocation.milli, allocation.billing_mode, allocation.ended_at) == (500, "on-demand", None)
+    assert allocation.gpu_memory_mib == 81920 // 2
+    assert Event.objects.filter(
+        object_id=request.pk, to_state="scheduled", reason__startswith="placed on node-1/gpu"
+    )
+
+
+def test_gang_gets_whole_cards_on_one_node(submit, make_node):
+    make_node("node-1", gpus=2)
+    make_node("node-2", gpus=4)
+    gang = submit(gpu_milli=1000, num_gpus=4)
+
+    run_scheduling_pass()
+
+    nodes = set(refreshed(gang).allocations.values_list("gpu__node__name", flat=True))
+    assert nodes == {"node-2"}
+    assert gang.allocations.count() == 4
+
+
+def test_request_that_cannot_fit_waits_with_reason_and_estimate(submit, make_node):
+    make_node(gpus=1)
+    long_job = submit("long", gpu_milli=1000, max_duration_s=3600)
+    run_scheduling_pass()
+    waiting = submit("waiting", gpu_milli=500)
+
+    run_scheduling_pass()
+
+    waiting = refreshed(waiting)
+    assert waiting.state == RequestState.PENDING
+    assert "0 requests ahead of you" in waiting.pending_reason
+    started = refreshed(long_job).scheduled_at
+    assert abs(waiting.estimated_start_at - (started + dt.timedelta(seconds=3600))) < dt.timedelta(seconds=5)
+
+
+def test_request_no_node_could_hold_says_so(submit, make_node):
+    make_node(gpus=2)
+    impossible = submit(gpu_milli=1000, num_gpus=4)
+
+    run_scheduling_pass()
+
+    assert "4" in refreshed(impossible).pending_reason
+    assert impossible.state == RequestState.PENDING
+
+
+def test_on_demand_work_never_lands_on_spot_capacity(submit, make_node):
+    spot = create_pool(name="spot", gpu_model="A100-80GB", capacity_type=CapacityType.SPOT)
+    make_node("spot-node", pool=spot)
+    request = submit(gpu_milli=250)
+
+    run_scheduling_pass()
+
+    assert refreshed(request).state == RequestState.PENDING
+
+
+def test_spot_work_falls_back_to_on_demand_and_is_billed_so(submit, make_node):
+    make_node("od-node")
+    strict = submit("strict", billing_mode="spot", checkpoint_interval_s=600)
+    fallback = submit(
+        "fallback", billing_mode="spot", checkpoint_interval_s=600, allow_on_demand_fallback=True
+    )
+
+    run_scheduling_pass()
+
+    assert refreshed(strict).state == RequestState.PENDING
+    assert "no spot pool exists; allow on-demand fallback" in strict.pending_reason
+    assert refreshed(fallback).state == RequestState.SCHEDULED
+    assert fallback.allocations.get().billing_mode == "on-demand"
+
+
+def test_pool_granularity_rounds_the_share_up(submit, make_node, pool):
+    make_node()
+    request = submit(gpu_milli=300, pool_name=pool.name)
+
+    run_scheduling_pass()
+
+    assert refreshed(request).allocations.get().milli == 375
+
+
+def test_draining_node_gets_no_new_work(submit, make_node):
+    set_node_status(make_node(), NodeStatus.DRAINING)
+    request = submit()
+
+    run_scheduling_pass()
+
+    assert refreshed(request).state == RequestState.PENDING
+
+
+def test_owner_reclaims_borrowed_capacity_and_victim_is_requeued(
+    make_node, pool, member, outsider, team, other_team
+):
+    make_node(gpus=1)
+    TeamQuota.objects.create(team=team, pool=pool, guaranteed_milli=1000)
+    borrower = submit_request(
+        user=outsider, team=other_team, name="borrower", task_type="training", gpu_milli=1000
+    )
+    run_scheduling_pass()
+    assert refreshed(borrower).allocations.get().borrowed
+
+    owner = submit_request(user=member, team=team, name="owner", task_type="training", gpu_milli=1000)
+    result = run_scheduling_pass()
+
+    assert result.preempted == 1
+    borrower = refreshed(borrower)
+    assert borrower.state == RequestState.PENDING
+    assert "checkpoint and requeue" in borrower.pending_reason
+    assert borrower.allocations.get().ended_at is not None
+    assert refreshed(owner).state == RequestState.SCHEDULED
+    assert not owner.allocations.get().borrowed
+
+
+def test_pass_query_count_does_not_grow_with_the_queue(submit, make_node, django_assert_max_num_queries):
+    for n in range(4):
+        make_node(f"node-{n}", gpus=2)
+    for i in range(40):
+        submit(f"r{i}", gpu_milli=500)
+
+    with django_assert_max_num_queries(20):
+        result = run_scheduling_pass()
+
+    assert result.started == 16
+    assert result.waiting == 24
+
+
+def test_pass_is_idempotent(submit, make_node):
+    make_node(gpus=1)
+    submit(gpu_milli=500)
+    run_scheduling_pass()
+
+    second = run_scheduling_pass()
+
+    assert (second.started, second.preempted, second.conflicts) == (0, 0, 0)
+    assert Allocation.objects.count() == 1
+
+
+def test_celery_task_runs_a_pass(submit, make_node):
+    make_node()
+    request = submit()
+
+    summary = scheduling_pass()
+
+    assert summary["started"] == 1
+    assert refreshed(request).state == RequestState.SCHEDULED
+
+
+def test_scheduled_at_is_the_pass_time(submit, make_node):
+    make_node()
+    request = submit()
+    when = timezone.now() + dt.timedelta(minutes=1)
+
+    run_scheduling_pass(now=when)
+
+    assert refreshed(request).scheduled_at == when
+    assert request.allocations.get().started_at == when
+    assert Team.objects.count() >= 1
+    assert GpuRequest.objects.count() == 1
