@@ -1,0 +1,188 @@
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler_app.core.cluster import GpuState, NodeState, RequestSpec
+from scheduler_app.core.fragmentation import Shape, WorkloadMix
+from scheduler_app.core.placement import (
+    DEFAULT_POLICY,
+    POLICIES,
+    Placer,
+    choose_placement,
+    first_fit,
+)
+
+
+def make_node(name, free_milli, model="A100", pool="default", cpu=32_000, memory=131_072):
+    gpus = [GpuState(i, model, 40_960, free_milli=f) for i, f in enumerate(free_milli)]
+    for g in gpus:
+        g.free_memory_mib = g.memory_mib * g.free_milli // 1000
+    return NodeState(name, pool, cpu, memory, gpus)
+
+
+def req(milli=1000, num=1, **kw):
+    return RequestSpec(kw.pop("id", "r"), milli, num, **kw)
+
+
+def test_default_policy_is_registered():
+    assert DEFAULT_POLICY in POLICIES
+    assert {"first-fit", "best-fit", "fgd", "fgd-plus"} <= set(POLICIES)
+
+
+def test_unknown_policy_name_raises_value_error():
+    with pytest.raises(ValueError, match="unknown placement policy"):
+        choose_placement([make_node("a", [1000])], req(), policy="worst-fit")
+
+
+def test_first_fit_takes_the_first_node_and_lowest_cards():
+    nodes = [make_node("a", [200, 1000]), make_node("b", [1000, 1000])]
+    placement = choose_placement(nodes, req(500), "first-fit")
+    assert (placement.node, placement.gpus) == ("a", (1,))
+
+
+def test_first_fit_engine_agrees_with_the_plain_function():
+    nodes = [make_node("a", [200, 700]), make_node("b", [1000, 1000, 1000])]
+    for request in (req(500), req(1000, 2), req(0, 0, cpu_milli=1_000), req(900)):
+        assert choose_placement(nodes, request, "first-fit") == first_fit(nodes, request)
+
+
+def test_best_fit_takes_the_node_left_fullest_and_tightest_card():
+    nodes = [make_node("roomy", [1000, 1000]), make_node("tight", [1000, 600, 300])]
+    placement = choose_placement(nodes, req(300), "best-fit")
+    assert (placement.node, placement.gpus) == ("tight", (2,))
+
+
+def test_fgd_places_where_fragmentation_grows_least():
+    # given every future request is a 500-milli slice: a card with 800 free wastes
+    # 300 after taking one, while splitting a fresh card leaves two usable halves
+    mix = WorkloadMix((Shape(0, 500, 1),), (1.0,))
+    nodes = [make_node("a", [800]), make_node("b", [1000])]
+    # when
+    placement = choose_placement(nodes, req(500), "fgd", mix)
+    # then best-fit would pick the 800 card; fgd keeps both halves usable
+    assert placement.node == "b"
+    assert choose_placement(nodes, req(500), "best-fit").node == "a"
+
+
+def test_fgd_chooses_the_card_within_a_node_by_fragmentation():
+    # given 500-milli slices are typical: the 200 free on card 1 is already fragment
+    mix = WorkloadMix((Shape(0, 500, 1),), (1.0,))
+    nodes = [make_node("a", [1000, 200])]
+    # when a 150 slice comes, it goes there (fragment shrinks) rather than the lowest index
+    assert choose_placement(nodes, req(150), "fgd", mix).gpus == (1,)
+    assert choose_placement(nodes, req(150), "first-fit").gpus == (0,)
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_multi_gpu_request_takes_whole_cards_on_one_node_or_nothing(policy):
+    # given 4 free cards in total, but at most 2 on one node
+    nodes = [make_node("a", [1000, 1000, 300]), make_node("b", [1000, 1000])]
+    # then a 3-card gang fits nowhere, a 2-card gang lands on one node
+    assert choose_placement(nodes, req(1000, 3), policy) is None
+    placement = choose_placement(nodes, req(1000, 2), policy)
+    assert len(placement.gpus) == 2 and placement.milli == 1000
+    node = next(n for n in nodes if n.name == placement.node)
+    assert all(node.gpus[i].free_milli == 1000 for i in placement.gpus)
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_gpu_model_constraint_is_honoured(policy):
+    nodes = [make_node("a100", [1000], model="A100"), make_node("v100", [1000], model="V100")]
+    assert choose_placement(nodes, req(500, models=frozenset({"V100"})), policy).node == "v100"
+    assert choose_placement(nodes, req(500, models=frozenset({"H100"})), policy) is None
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_pool_constraint_is_honoured(policy):
+    nodes = [make_node("od", [1000], pool="on-demand"), make_node("sp", [1000], pool="spot")]
+    assert choose_placement(nodes, req(500, pools=frozenset({"spot"})), policy).node == "sp"
+    assert choose_placement(nodes, req(500, pools=frozenset({"gone"})), policy) is None
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_host_cpu_and_memory_must_fit(policy):
+    nodes = [make_node("small", [1000], cpu=4_000, memory=8_192), make_node("big", [1000], cpu=64_000)]
+    assert choose_placement(nodes, req(500, cpu_milli=8_000), policy).node == "big"
+    assert choose_placement(nodes, req(500, memory_mib=16_384), policy).node == "big"
+    assert choose_placement(nodes, req(500, cpu_milli=128_000), policy) is None
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_card_memory_must_fit(policy):
+    nodes = [make_node("a", [1000, 1000])]
+    nodes[0].gpus[0].free_memory_mib = 1_024
+    assert choose_placement(nodes, req(200, gpu_memory_mib=4_096), policy).gpus == (1,)
+
+
+def test_training_packs_onto_a_used_card():
+    nodes = [make_node("a", [1000, 500])]
+    assert choose_placement(nodes, req(300, task_type="training"), DEFAULT_POLICY).gpus == (1,)
+
+
+def test_inference_spreads_onto_an_unshared_card():
+    nodes = [make_node("a", [1000, 500])]
+    assert choose_placement(nodes, req(300, task_type="inference"), DEFAULT_POLICY).gpus == (0,)
+
+
+def test_inference_packs_when_that_is_the_only_way_to_fit():
+    nodes = [make_node("a", [600, 500])]
+    assert choose_placement(nodes, req(300, task_type="inference"), DEFAULT_POLICY).gpus == (1,)
+
+
+def test_training_packs_onto_the_fuller_node():
+    nodes = [make_node("empty", [1000, 1000]), make_node("used", [1000, 0])]
+    assert choose_placement(nodes, req(1000, task_type="training"), DEFAULT_POLICY).node == "used"
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_decisions_are_deterministic(policy):
+    mix = WorkloadMix((Shape(0, 1000, 1), Shape(0, 470, 1), Shape(0, 810, 1)), (0.5, 0.3, 0.2))
+    requests = [
+        req(m, id=i, task_type=t) for i, (m, t) in enumerate([(470, "training"), (810, "inference")] * 6)
+    ]
+
+    def run():
+        placer = Placer([make_node(f"n{k}", [1000] * 4) for k in range(3)], policy, mix)
+        return [placer.place(r) for r in requests]
+
+    assert run() == run()
+
+
+def test_placer_reflects_releases():
+    nodes = [make_node("a", [1000])]
+    placer = Placer(nodes, "fgd-plus")
+    first = placer.place(req(1000, id=1))
+    assert placer.place(req(1000, id=2)) is None
+    placer.release(req(1000, id=1), first)
+    assert placer.place(req(1000, id=2)).node == "a"
+
+
+operations = st.lists(
+    st.tuples(
+        st.booleans(),
+        st.sampled_from([50, 125, 250, 470, 500, 810, 1000]),
+        st.integers(0, 3),
+        st.sampled_from(["training", "inference"]),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=operations, policy=st.sampled_from(sorted(POLICIES)))
+def test_any_placements_and_releases_keep_free_milli_within_a_card(ops, policy):
+    # given a small cluster and a random stream of placements and releases
+    nodes = [make_node("a", [1000, 1000, 1000, 1000]), make_node("b", [1000, 1000])]
+    mix = WorkloadMix((Shape(0, 500, 1), Shape(0, 1000, 2)), (0.7, 0.3))
+    placer = Placer(nodes, policy, mix)
+    running = []
+    for i, (release, milli, num, task) in enumerate(ops):
+        if release and running:
+            placer.release(*running.pop(0))
+            continue
+        request = req(1000 if num > 1 else milli, num, id=i, task_type=task)
+        placement = placer.place(request)
+        if placement is not None:
+            running.append((request, placement))
+        # then no card is ever over-committed or over-released
+        assert all(0 <= g.free_milli <= 1000 for n in nodes for g in n.gpus)
