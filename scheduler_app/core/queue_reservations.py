@@ -15,8 +15,10 @@ behind a stream of small jobs, but its start estimate is reported as unknown.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .cluster import GpuState, NodeState, Placement, RequestSpec
@@ -89,28 +91,31 @@ class ReservationBook:
         self.policy = policy
         self.reservations: list[Reservation] = []
         self._holds: dict[str, list[_Hold]] = defaultdict(list)
+        self._timeline: list[tuple[float, int, str, _Hold]] = []  # (end, seq, node, hold), sorted
+        self._seq = itertools.count()
         self._claims: dict[str, _Claims] = {}
 
     def hold(self, request: RequestSpec, placement: Placement, started_at: float) -> None:
         """Record that `request` runs on its placement from `started_at`."""
         known = request.max_duration_s is not None
         runtime = request.max_duration_s if known else UNKNOWN_RUNTIME_S
-        self._holds[placement.node].append(
-            _Hold(
-                request.id,
-                started_at + runtime,
-                known,
-                placement.gpus,
-                placement.milli,
-                placement.gpu_memory_mib,
-                request.cpu_milli,
-                request.memory_mib,
-            )
+        hold = _Hold(
+            request.id,
+            started_at + runtime,
+            known,
+            placement.gpus,
+            placement.milli,
+            placement.gpu_memory_mib,
+            request.cpu_milli,
+            request.memory_mib,
         )
+        self._holds[placement.node].append(hold)
+        bisect.insort(self._timeline, (hold.end, next(self._seq), placement.node, hold))
 
     def drop(self, request_id: int | str, node: str) -> None:
         """Forget a hold (its allocation was preempted)."""
         self._holds[node] = [h for h in self._holds[node] if h.request_id != request_id]
+        self._timeline = [t for t in self._timeline if t[2] != node or t[3].request_id != request_id]
 
     def releases(self) -> list[tuple[str, _Hold]]:
         """(node, hold) for every hold on every node, for estimates."""
@@ -153,38 +158,43 @@ class ReservationBook:
 
     def reserve(self, request: RequestSpec, nodes: Sequence[NodeState]) -> Reservation | None:
         """Reserve the earliest cards the request could get; None if it never fits anywhere."""
-        best: tuple[float, bool, Placement] | None = None
-        for node in nodes:
-            found = self._earliest_on(request, node, best[0] if best else float("inf"))
-            if found and (best is None or found[0] < best[0]):
-                best = found
-        if best is None:
+        found = self._earliest(request, nodes)
+        if found is None:
             return None
-        start_at, firm, placement = best
+        start_at, firm, placement = found
         self._claim(request, placement, start_at)
         reservation = Reservation(request.id, placement.node, placement.gpus, start_at, firm)
         self.reservations.append(reservation)
         return reservation
 
-    def _earliest_on(
-        self, request: RequestSpec, node: NodeState, before: float
+    def _earliest(
+        self, request: RequestSpec, nodes: Sequence[NodeState]
     ) -> tuple[float, bool, Placement] | None:
-        """Walk this node's releases in time order until the request fits (claims held throughout)."""
-        future = self._future(node)
-        holds = sorted(self._holds[node.name], key=lambda h: h.end)
-        at, firm, i = self.now, True, 0
-        while at < before:
-            if fits(request, future):
-                placement = choose_placement([future], request, self.policy)
+        """Walk all releases in time order, claims held throughout, until the request fits a node.
+
+        Only the node that just released something can newly fit, so each step checks one node.
+        """
+        live = {n.name: n for n in nodes}
+        futures: dict[str, NodeState] = {}
+        firm: dict[str, bool] = {}
+        free: dict[str, int] = {}  # milli free on the future node: a cheap bound before the card check
+        need = request.total_milli()
+        steps = [(self.now, None, n.name, None) for n in nodes if fits(request, n)]  # a future <= live
+        for at, _, name, hold in [*steps, *self._timeline]:
+            if name not in live:
+                continue
+            if name not in futures:
+                futures[name] = self._future(live[name])
+                free[name] = _usable_milli(futures[name], range(len(live[name].gpus)))
+            if hold is not None:
+                before = _usable_milli(futures[name], hold.gpus)
+                _release(futures[name], hold)
+                firm[name] = firm.get(name, True) and hold.known
+                free[name] += _usable_milli(futures[name], hold.gpus) - before
+            if free[name] >= need and fits(request, futures[name]):
+                placement = choose_placement([futures[name]], request, self.policy)
                 if placement is not None:
-                    return at, firm, placement
-            if i == len(holds):
-                return None
-            at = max(at, holds[i].end)
-            while i < len(holds) and holds[i].end <= at:
-                firm = firm and holds[i].known
-                _release(future, holds[i])
-                i += 1
+                    return max(self.now, at), firm.get(name, True), placement
         return None
 
     def _future(self, node: NodeState) -> NodeState:
@@ -216,3 +226,8 @@ def _release(node: NodeState, hold: _Hold) -> None:
     for index in hold.gpus:
         node.gpus[index].free_milli += hold.milli
         node.gpus[index].free_memory_mib += hold.gpu_memory_mib
+
+
+def _usable_milli(node: NodeState, indices: Iterable[int]) -> int:
+    """Free milli on those cards, ignoring cards that claims pushed below zero."""
+    return sum(max(0, node.gpus[i].free_milli) for i in indices)
