@@ -211,6 +211,15 @@ class GpuRequest(models.Model):
                 errors["checkpoint_interval_s"] = (
                     f"Spot work must checkpoint at least every {limit // 60} minutes."
                 )
+        if self.pool_id and self.pool.is_spot() and self.billing_mode != BillingMode.SPOT:
+            errors["billing_mode"] = (
+                f"Pool {self.pool.name} is spot capacity: choose spot billing or another pool."
+            )
+        if self.pool_id and not self.pool.is_spot() and self.billing_mode == BillingMode.SPOT:
+            errors["billing_mode"] = (
+                f"Pool {self.pool.name} is on-demand: choose on-demand billing, or leave the pool open "
+                "and allow on-demand fallback."
+            )
         if self.pool_id and self.gpu_model and self.pool.gpu_model != self.gpu_model:
             errors["gpu_model"] = (
                 f"Pool {self.pool.name} has {self.pool.gpu_model} GPUs, not {self.gpu_model}."

@@ -118,6 +118,11 @@ def _apply(plan: PassPlan, snapshot: ClusterSnapshot, now: dt.datetime) -> PassR
     return PassResult(len(started), preempted, waiting, len(plan.starts) - len(started))
 
 
+def format_utc(timestamp: float) -> str:
+    """How a pending reason shows a time: minutes, UTC, unambiguous."""
+    return f"{dt.datetime.fromtimestamp(timestamp, tz=dt.UTC):%Y-%m-%d %H:%M} UTC"
+
+
 def _pieces(start: Start, snapshot: ClusterSnapshot) -> list[tuple[int, int, int]]:
     p = start.placement
     return [(snapshot.gpu_ids[(p.node, i)], p.milli, p.gpu_memory_mib) for i in p.gpus]

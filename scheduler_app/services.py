@@ -37,12 +37,8 @@ class Slice:
     gpu_memory_mib: int
 
 
-def actor_label(user) -> str:
-    return user.get_username() if user is not None else SYSTEM
-
-
-def submit_request(*, user, team: Team | None, pool_name: str = "", **fields) -> GpuRequest:
-    """Accept a request from a member of `team`; it starts pending. Fields as on GpuRequest."""
+def validated_request(*, user, team: Team | None, pool_name: str = "", **fields) -> GpuRequest:
+    """An unsaved request, checked as submit_request checks it (ValidationError naming the field)."""
     errors: dict[str, str] = {}
     if team is None:
         errors["team"] = "A request needs a team."
@@ -59,6 +55,12 @@ def submit_request(*, user, team: Team | None, pool_name: str = "", **fields) ->
     request = GpuRequest(team=team, user=user, pool=pool, state=RequestState.PENDING, **fields)
     request.full_clean(validate_constraints=False)
     _check_fits_some_gpu(request)
+    return request
+
+
+def submit_request(*, user, team: Team | None, pool_name: str = "", **fields) -> GpuRequest:
+    """Accept a request from a member of `team`; it starts pending. Fields as on GpuRequest."""
+    request = validated_request(user=user, team=team, pool_name=pool_name, **fields)
     with transaction.atomic():
         request.save()
         log_event(request, RequestState.PENDING, actor=user, team=team, reason="submitted")
@@ -108,6 +110,21 @@ def transition_request(
         log_event(locked, to_state, from_state=from_state, actor=actor, actor_name=actor_name, reason=reason)
     request.refresh_from_db()
     return request
+
+
+def release_request(request: GpuRequest, *, user) -> GpuRequest:
+    """The user is done with the capacity: running work ends succeeded, work not yet started cancelled."""
+    if not request.team.memberships.filter(user=user).exists():
+        raise PermissionError("Only members of the request's team can release it.")
+    if not request.is_active():
+        raise ValidationError(
+            {"state": f"A {request.state} request holds no GPU to release; cancel it instead."}
+        )
+    to_state = RequestState.SUCCEEDED if request.state == RequestState.RUNNING else RequestState.CANCELLED
+    with transaction.atomic():
+        close_allocations(request)
+        schedule_soon()
+        return transition_request(request, to_state, actor=user, reason="released by user")
 
 
 def cancel_request(request: GpuRequest, *, user, reason: str = "cancelled by user") -> GpuRequest:

@@ -192,3 +192,42 @@ def test_scheduled_at_is_the_pass_time(submit, make_node):
     assert request.allocations.get().started_at == when
     assert Team.objects.count() >= 1
     assert GpuRequest.objects.count() == 1
+
+
+def test_estimate_says_where_it_would_run_and_writes_nothing(team, member, make_node):
+    from scheduler_app.estimates import estimate_request
+
+    make_node(gpus=1)
+    before = (GpuRequest.objects.count(), Event.objects.count())
+
+    estimate = estimate_request(user=member, team=team, name="try", task_type="training", gpu_milli=500)
+
+    assert estimate.starts_now and estimate.where == "node-1/gpu0"
+    assert (GpuRequest.objects.count(), Event.objects.count()) == before
+
+
+def test_estimate_gives_start_time_behind_running_work(submit, team, member, make_node):
+    from scheduler_app.estimates import estimate_request
+
+    make_node(gpus=1)
+    submit("long", gpu_milli=1000, max_duration_s=7200)
+    run_scheduling_pass()
+
+    estimate = estimate_request(user=member, team=team, name="try", task_type="training", gpu_milli=500)
+
+    assert not estimate.starts_now
+    assert estimate.estimated_start_at is not None
+    assert (
+        dt.timedelta(minutes=110) < estimate.estimated_start_at - timezone.now() < dt.timedelta(minutes=121)
+    )
+    assert "estimated start" in estimate.reason
+
+
+def test_estimate_refuses_bad_input_like_submit(team, member, make_node):
+    from django.core.exceptions import ValidationError
+
+    from scheduler_app.estimates import estimate_request
+
+    with pytest.raises(ValidationError) as caught:
+        estimate_request(user=member, team=team, name="try", task_type="training", gpu_milli=1500)
+    assert "gpu_milli" in caught.value.message_dict

@@ -210,3 +210,43 @@ def test_agent_credential_is_stored_hashed_and_authenticates(pool):
     assert node_for_agent_token(token) == node
     assert node_for_agent_token(token + "x") is None
     assert node_for_agent_token("") is None
+
+
+def test_release_ends_running_work_succeeded(submit, make_node, member):
+    from scheduler_app.services import release_request, transition_request
+
+    gpu = make_node(gpus=1).gpus.get()
+    request = submit()
+    allocate(request, [Slice(gpu.id, 250, 1)])
+    transition_request(request, RequestState.RUNNING)
+
+    release_request(request, user=member)
+
+    assert request.state == RequestState.SUCCEEDED
+    assert gpu.committed() == (0, 0)
+
+
+def test_release_of_pending_request_is_refused(submit, member):
+    from scheduler_app.services import release_request
+
+    request = submit()
+    with pytest.raises(ValidationError, match="holds no GPU to release"):
+        release_request(request, user=member)
+
+
+@pytest.mark.parametrize(
+    ("capacity", "billing", "message"),
+    [("spot", "on-demand", "is spot capacity"), ("on-demand", "spot", "is on-demand")],
+)
+def test_billing_mode_must_match_the_named_pool(team, member, capacity, billing, message):
+    from scheduler_app.services import create_pool
+
+    create_pool(name="named", gpu_model="A100", capacity_type=capacity)
+    assert_refused(
+        "billing_mode",
+        message,
+        user=member,
+        team=team,
+        pool_name="named",
+        **(GOOD | {"billing_mode": billing, "checkpoint_interval_s": 600}),
+    )
