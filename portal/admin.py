@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from portal.models import Membership, Team
+from portal.models import ApiToken, Membership, Team
 
 
 class MembershipInline(admin.TabularInline):
@@ -27,3 +27,14 @@ class MembershipAdmin(admin.ModelAdmin):
     list_filter = ["role", "team"]
     search_fields = ["user__username", "user__email", "team__name"]
     autocomplete_fields = ["user", "team"]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ["name", "user", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at"]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter)]
+    search_fields = ["name", "prefix", "user__username"]
+    readonly_fields = ["user", "name", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at"]
+
+    def has_add_permission(self, request):
+        return False  # tokens are created by their users, who see the secret once

@@ -39,3 +39,32 @@ class Membership(models.Model):
 
     def is_team_admin(self) -> bool:
         return self.role == Role.TEAM_ADMIN
+
+
+class ApiTokenQuerySet(models.QuerySet):
+    def usable(self, now):
+        return self.filter(revoked_at__isnull=True, expires_at__gt=now)
+
+
+class ApiToken(models.Model):
+    """A personal API token: acts as its user until it expires or is revoked. Only its hash is stored."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=12, help_text="The first characters, to tell tokens apart.")
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…) of {self.user}"
+
+    def is_usable(self, now) -> bool:
+        return self.revoked_at is None and self.expires_at > now

@@ -4,8 +4,6 @@ Each one validates first (a ValidationError naming the field; nothing written),
 writes in one transaction, logs an Event and publishes the live update.
 """
 
-import hashlib
-import secrets
 from dataclasses import dataclass
 
 from django.core.exceptions import ValidationError
@@ -14,12 +12,13 @@ from django.db.models import Max, Sum
 from django.utils import timezone
 
 from portal.models import Team
+from portal.tokens import hash_token, new_token
 from scheduler_app.choices import NodeStatus, RequestState
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.dispatch import schedule_soon
 from scheduler_app.events import log_event
 from scheduler_app.lifecycle import check_transition
-from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, Pool
+from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, Pool, TeamQuota
 
 SYSTEM = "system"
 
@@ -251,18 +250,56 @@ def register_node(
 
 def issue_agent_credential(node: Node) -> str:
     """A fresh random credential for the node's agent; only its hash is stored."""
-    token = f"node_{secrets.token_urlsafe(32)}"
+    token = new_token("node")
     Node.objects.filter(pk=node.pk).update(agent_token_hash=hash_token(token))
     node.agent_token_hash = hash_token(token)
     return token
-
-
-def hash_token(token: str) -> str:
-    """SHA-256 is enough here: tokens are 256 random bits, not guessable passwords."""
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def node_for_agent_token(token: str) -> Node | None:
     if not token:
         return None
     return Node.objects.filter(agent_token_hash=hash_token(token)).first()
+
+
+def set_team_quota(*, team: Team, pool: Pool, guaranteed_milli: int, actor) -> TeamQuota:
+    """Operators set a team's guaranteed milli-GPU in a pool (0 removes the guarantee)."""
+    if not actor.is_staff:
+        raise PermissionError("Only platform operators set quotas.")
+    if guaranteed_milli < 0:
+        raise ValidationError({"guaranteed_milli": "A quota cannot be negative."})
+    with transaction.atomic():
+        quota, _ = TeamQuota.objects.select_for_update().get_or_create(
+            team=team, pool=pool, defaults={"guaranteed_milli": 0}
+        )
+        before, quota.guaranteed_milli = quota.guaranteed_milli, guaranteed_milli
+        quota.save(update_fields=["guaranteed_milli"])
+        log_event(
+            quota,
+            str(guaranteed_milli),
+            from_state=str(before),
+            actor=actor,
+            team=team,
+            reason=f"quota on {pool.name} in milli-GPU",
+        )
+        schedule_soon()
+    return quota
+
+
+def update_pool(pool: Pool, *, actor, **fields) -> Pool:
+    """Operators change a pool's description, granularity or capacity type; logged with the old values."""
+    if not actor.is_staff:
+        raise PermissionError("Only platform operators change pools.")
+    allowed = {"description", "granularity_milli", "capacity_type", "gpu_model"}
+    if unknown := set(fields) - allowed:
+        raise ValidationError({name: "This field cannot be changed here." for name in unknown})
+    with transaction.atomic():
+        locked = Pool.objects.select_for_update().get(pk=pool.pk)
+        before = {name: getattr(locked, name) for name in fields}
+        for name, value in fields.items():
+            setattr(locked, name, value)
+        locked.full_clean()
+        locked.save(update_fields=list(fields))
+        change = ", ".join(f"{name}: {before[name]} → {value}" for name, value in fields.items())
+        log_event(locked, "updated", actor=actor, reason=change)
+    return locked

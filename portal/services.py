@@ -1,0 +1,122 @@
+"""Writes for teams, membership and API tokens; each checks who may act and logs an Event."""
+
+import datetime as dt
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from portal.choices import Role
+from portal.models import ApiToken, Membership, Team
+from portal.tokens import hash_token, new_token
+from scheduler_app.events import log_event
+
+MAX_TOKEN_LIFETIME = dt.timedelta(days=365)
+# Writing last_used_at on every API call would turn each read into a write.
+LAST_USED_RESOLUTION = dt.timedelta(minutes=1)
+
+
+def can_manage_team(user, team: Team) -> bool:
+    return user.is_staff or Membership.objects.filter(team=team, user=user, role=Role.TEAM_ADMIN).exists()
+
+
+def _require_manager(user, team: Team) -> None:
+    if not can_manage_team(user, team):
+        raise PermissionError(f"Only team admins of {team.name} (or operators) can manage its members.")
+
+
+def add_member(team: Team, *, username: str, role: str = Role.MEMBER, actor) -> Membership:
+    _require_manager(actor, team)
+    if role not in Role.values:
+        raise ValidationError({"role": f"{role!r} is not a role; choose from {', '.join(Role.values)}."})
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        raise ValidationError({"username": f"No user named {username!r}."})
+    if Membership.objects.filter(team=team, user=user).exists():
+        raise ValidationError({"username": f"{username} is already a member of {team.name}."})
+    with transaction.atomic():
+        membership = Membership.objects.create(team=team, user=user, role=role)
+        log_event(membership, role, actor=actor, team=team, reason=f"{username} added")
+    return membership
+
+
+def change_role(membership: Membership, *, role: str, actor) -> Membership:
+    _require_manager(actor, membership.team)
+    if role not in Role.values:
+        raise ValidationError({"role": f"{role!r} is not a role; choose from {', '.join(Role.values)}."})
+    with transaction.atomic():
+        locked = Membership.objects.select_for_update().get(pk=membership.pk)
+        if locked.role == Role.TEAM_ADMIN and role != Role.TEAM_ADMIN:
+            _keep_one_admin(locked)
+        from_role, locked.role = locked.role, role
+        locked.save(update_fields=["role"])
+        log_event(
+            locked, role, from_state=from_role, actor=actor, team=locked.team, reason=f"{locked.user} role"
+        )
+    return locked
+
+
+def remove_member(membership: Membership, *, actor) -> None:
+    _require_manager(actor, membership.team)
+    with transaction.atomic():
+        if membership.role == Role.TEAM_ADMIN:
+            _keep_one_admin(membership)
+        log_event(
+            membership,
+            "removed",
+            from_state=membership.role,
+            actor=actor,
+            team=membership.team,
+            reason=f"{membership.user} removed",
+        )
+        membership.delete()
+
+
+def _keep_one_admin(membership: Membership) -> None:
+    admins = Membership.objects.filter(team=membership.team, role=Role.TEAM_ADMIN).exclude(pk=membership.pk)
+    if not admins.exists():
+        raise ValidationError({"role": f"{membership.team.name} must keep at least one team admin."})
+
+
+def create_api_token(user, *, name: str, expires_at: dt.datetime) -> tuple[ApiToken, str]:
+    """A new token for `user`; the returned secret is shown once and never stored."""
+    now = timezone.now()
+    errors = {}
+    if not name.strip():
+        errors["name"] = "Give the token a name, to recognise it later."
+    if expires_at <= now:
+        errors["expires_at"] = "The expiry must be in the future."
+    elif expires_at > now + MAX_TOKEN_LIFETIME:
+        errors["expires_at"] = "Tokens live at most 365 days."
+    if errors:
+        raise ValidationError(errors)
+    secret = new_token("gpp")
+    token = ApiToken.objects.create(
+        user=user,
+        name=name.strip()[:100],
+        prefix=secret[:10],
+        token_hash=hash_token(secret),
+        expires_at=expires_at,
+    )
+    return token, secret
+
+
+def revoke_api_token(token: ApiToken, *, user) -> ApiToken:
+    if token.user_id != user.pk:
+        raise PermissionError("You can revoke only your own tokens.")
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+    return token
+
+
+def user_for_api_token(secret: str):
+    """The user a token acts as, or None when it is unknown, expired or revoked."""
+    now = timezone.now()
+    token = ApiToken.objects.usable(now).select_related("user").filter(token_hash=hash_token(secret)).first()
+    if token is None or not token.user.is_active:
+        return None
+    if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return token.user
