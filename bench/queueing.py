@@ -1,6 +1,6 @@
 """Queueing benchmark: whole-GPU strict FIFO against the portal's scheduler.
 
-    python -m bench.queueing [--seed 1] [--jobs 3000] [--nodes 16] [--load 0.9]
+    python -m bench.queueing [--seed 1] [--jobs 4000] [--nodes 16] [--load 0.9]
 
 An event-driven simulation (arrivals, completions) calls the pure core's
 `plan_pass` at every event time, exactly as the database scheduler does, and
@@ -206,7 +206,7 @@ def outcome_mean(outcome: Outcome) -> float:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--jobs", type=int, default=3000)
+    parser.add_argument("--jobs", type=int, default=4000)
     parser.add_argument("--nodes", type=int, default=16, help="8-card nodes")
     parser.add_argument("--load", type=float, default=0.9, help="offered milli-GPU load / capacity")
     parser.add_argument("--policy", default=DEFAULT_POLICY)

@@ -136,13 +136,11 @@ def plan_pass(
     within quota), or waits, the first `reservation_depth` of them with a reservation
     that later starts must not delay.
     """
-    state = _Pass(nodes, running, quotas, now, policy, mode)
-    queue = FairQueue(pending, state.ledger, now, mode.fair_share, mode.aging_s)
-    state.queue = queue
+    state = _Pass(nodes, pending, running, quotas, now, policy, mode)
     first_blocked: RequestSpec | None = None
-    while (request := queue.pop()) is not None:
+    while (request := state.queue.pop()) is not None:
         if (first_blocked is None or mode.backfill) and state.try_start(request):
-            queue.touch(request.team)
+            state.queue.touch(request.team)
             continue
         state.wait(request, first_blocked)
         first_blocked = first_blocked or request
@@ -155,6 +153,7 @@ class _Pass:
     def __init__(
         self,
         nodes: Sequence[NodeState],
+        pending: Sequence[RequestSpec],
         running: Sequence[RunningAllocation],
         quotas: Sequence[TeamQuota],
         now: float,
@@ -174,8 +173,8 @@ class _Pass:
                 self.book.hold(allocation.request, allocation.placement, allocation.started_at)
                 if allocation.preemptible:
                     self.victims[node].append(allocation)
+        self.queue = FairQueue(pending, self.ledger, now, mode.fair_share, mode.aging_s)
         self.plan = PassPlan()
-        self.queue: FairQueue | None = None
         self._version = 0  # bumped whenever free capacity changes
         self._fit_memo: dict[tuple, tuple[int, bool]] = {}
         self._never_memo: dict[tuple, str] = {}
@@ -289,8 +288,7 @@ class _Pass:
         kind = "borrowed capacity" if victim.borrowed else "spot capacity"
         reason = f"{kind} reclaimed for request {request.id} of team {request.team or '-'} within its quota"
         self.plan.preemptions.append(Preemption(victim, request.id, reason))
-        if self.queue is not None:
-            self.queue.touch(victim.request.team)
+        self.queue.touch(victim.request.team)
 
     def _start(self, request: RequestSpec, placement: Placement) -> None:
         borrowed = self.ledger.is_borrowed(request, placement.node)
