@@ -1,3 +1,6 @@
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+
 from portal.models import Membership, Team
 
 
@@ -12,3 +15,33 @@ def membership(user, team: Team) -> Membership | None:
     if user is None or not user.is_authenticated:
         return None
     return Membership.objects.filter(user=user, team=team).first()
+
+
+def team_for_submit(user, slug: str) -> Team:
+    """The team a request is for: the named one among the user's, or their only team.
+
+    Raises ValidationError naming `team` otherwise, so the API and pages say the same.
+    """
+    teams = Team.objects.filter(memberships__user=user)
+    if slug:
+        team = teams.filter(slug=slug).first()
+        if team is None:
+            raise ValidationError({"team": f"You are in no team {slug!r}."})
+        return team
+    mine = list(teams[:2])
+    if len(mine) != 1:
+        raise ValidationError(
+            {"team": "Name the team: you are in several." if mine else "You are in no team."}
+        )
+    return mine[0]
+
+
+def teams_visible_to(user) -> QuerySet[Team]:
+    """The user's teams; operators (staff) see every team."""
+    if user.is_staff:
+        return Team.objects.all()
+    return Team.objects.filter(memberships__user=user)
+
+
+def team_members(team: Team) -> QuerySet[Membership]:
+    return team.memberships.select_related("user").order_by("user__username")

@@ -8,6 +8,7 @@ layer, in-process worker). Production sets DATABASE_URL, REDIS_URL, SECRET_KEY
 from pathlib import Path
 
 import dj_database_url
+import plotly
 from django.core.exceptions import ImproperlyConfigured
 
 from portal.env import env_bool, env_int, env_list, env_secret, env_str
@@ -133,7 +134,8 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+# plotly.js comes from the pinned plotly package, served as our own static file: no CDN, works offline.
+STATICFILES_DIRS = [BASE_DIR / "static", ("vendor/plotly", Path(plotly.__file__).parent / "package_data")]
 # The embedded default serves static files straight from the apps (WHITENOISE_USE_FINDERS);
 # production serves what `collectstatic` gathered into STATIC_ROOT.
 STATIC_ROOT = env_str("STATIC_ROOT", "" if DEBUG else str(BASE_DIR / "staticfiles")) or None
@@ -149,7 +151,22 @@ WHITENOISE_USE_FINDERS = DEBUG
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "portal.api.authentication.ApiTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_THROTTLE_CLASSES": ["portal.api.throttling.PerTokenRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"api": env_str("API_THROTTLE_RATE", "600/min")},
+    "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.Pagination",
+    "EXCEPTION_HANDLER": "portal.api.errors.api_exception_handler",
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
 }
+
+# Throttle counters must be shared by every process in production.
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU Portal API",
     "VERSION": "1.0.0",

@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import include, path
 
 from portal import views
 
@@ -12,4 +12,5 @@ urlpatterns = [
     path("accounts/password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
     path("healthz", views.healthz, name="healthz"),
     path("admin/", admin.site.urls),
+    path("api/v1/", include(("portal.api.urls", "api"))),
 ]

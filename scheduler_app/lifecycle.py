@@ -8,6 +8,8 @@ to give capacity back to its owner), and it keeps its place in the log.
 `preempted` is terminal: stopped by the platform and not requeued.
 """
 
+from django.core.exceptions import ValidationError
+
 from scheduler_app.choices import RequestState as S
 
 TRANSITIONS: dict[str, frozenset[str]] = {
@@ -25,13 +27,13 @@ TERMINAL_STATES = frozenset(state for state, targets in TRANSITIONS.items() if n
 ACTIVE_STATES = frozenset({S.SCHEDULED, S.RUNNING, S.MIGRATING})
 
 
-class IllegalTransition(Exception):
-    """A state change the lifecycle does not allow; nothing was written."""
+class IllegalTransition(ValidationError):
+    """A state change the lifecycle does not allow; nothing was written. Reported on the `state` field."""
 
     def __init__(self, from_state: str, to_state: str):
         allowed = ", ".join(sorted(TRANSITIONS[from_state])) or "none (terminal state)"
         super().__init__(
-            f"A request cannot go from {from_state} to {to_state}; from {from_state}: {allowed}."
+            {"state": f"A request cannot go from {from_state} to {to_state}; from {from_state}: {allowed}."}
         )
         self.from_state = from_state
         self.to_state = to_state

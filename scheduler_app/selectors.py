@@ -1,13 +1,15 @@
 """Reads that need more than one line, always scoped to what the user may see."""
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 
-from django.db.models import Count, QuerySet
+from django.contrib.contenttypes.models import ContentType
+from django.db.models import Count, Prefetch, QuerySet
 
-from portal.models import Team
+from portal.models import Membership, Team
 from scheduler_app.choices import RequestState
 from scheduler_app.constants import MILLI_PER_GPU
-from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, Pool, TeamQuota
+from scheduler_app.models import Allocation, Event, Gpu, GpuRequest, Node, Pool, TeamQuota
 
 
 def requests_visible_to(user) -> QuerySet[GpuRequest]:
@@ -102,3 +104,163 @@ def quota_usage(team: Team) -> list[dict]:
         }
         for pool in Pool.objects.filter(pk__in=set(guaranteed) | set(used)).order_by("name")
     ]
+
+
+def request_list(
+    user, *, state: str = "", team_id: int | None = None, task_type: str = "", search: str = ""
+) -> QuerySet[GpuRequest]:
+    """The user's visible requests, filtered, with team, pool and open segments (GPU, node, pool) loaded."""
+    requests = requests_visible_to(user)
+    if state:
+        requests = requests.filter(state=state)
+    if team_id:
+        requests = requests.filter(team_id=team_id)
+    if task_type:
+        requests = requests.filter(task_type=task_type)
+    if search:
+        requests = requests.filter(name__icontains=search)
+    return requests.select_related("team", "pool").prefetch_related(
+        Prefetch(
+            "allocations",
+            queryset=Allocation.objects.filter(ended_at__isnull=True)
+            .select_related("gpu__node__pool")
+            .order_by("gpu__node__name", "gpu__index"),
+            to_attr="open_allocations",
+        )
+    )
+
+
+def request_events(request: GpuRequest) -> QuerySet[Event]:
+    """The request's event log, oldest first."""
+    return Event.objects.filter(
+        content_type=ContentType.objects.get_for_model(GpuRequest), object_id=request.pk
+    ).order_by("created_at", "id")
+
+
+def request_segments(request: GpuRequest) -> QuerySet[Allocation]:
+    """Every allocation segment of the request, oldest first, with its card, node and pool."""
+    return request.allocations.select_related("gpu__node__pool").order_by("started_at", "id")
+
+
+@dataclass
+class SliceView:
+    """One open segment on a card as a viewer may see it: names only for the viewer's own teams."""
+
+    milli: int
+    label: str
+    colour: str  # "team-N" for a visible team, "other" otherwise
+    request_id: int | None
+
+
+@dataclass
+class GpuView:
+    gpu: Gpu
+    slices: list[SliceView] = field(default_factory=list)
+
+    def used_milli(self) -> int:
+        return sum(s.milli for s in self.slices)
+
+    def free_milli(self) -> int:
+        return max(0, MILLI_PER_GPU - self.used_milli())
+
+
+@dataclass
+class NodeView:
+    node: Node
+    gpus: list[GpuView] = field(default_factory=list)
+
+
+@dataclass
+class PoolView:
+    """A pool's nodes and its capacity in milli-GPU; free counts only cards on ready nodes."""
+
+    pool: Pool
+    nodes: list[NodeView] = field(default_factory=list)
+    total_milli: int = 0
+    allocated_milli: int = 0
+    free_milli: int = 0
+
+
+@dataclass
+class TeamQueue:
+    team: Team
+    pending: int
+    names: list[str] | None  # None: not the viewer's team, only the count is shown
+
+
+@dataclass
+class ClusterPicture:
+    pools: list[PoolView]
+    queues: list[TeamQueue]
+    legend: list[tuple[str, str]]  # (colour class, team name) for the viewer's visible teams
+
+
+def cluster_picture(user) -> ClusterPicture:
+    """Pools, nodes, cards and their slices, and the queue per team, scoped to what `user` may see.
+
+    Another team's slices and pending requests show as "other team" and a count,
+    never their names. A fixed number of queries whatever the cluster size.
+    """
+    visible_teams = list(Team.objects.all() if user.is_staff else Team.objects.filter(memberships__user=user))
+    colours = {t.pk: f"team-{i % 6}" for i, t in enumerate(visible_teams)}
+
+    pools = {p.pk: PoolView(p) for p in Pool.objects.all()}
+    nodes = {}
+    for node in Node.objects.order_by("name"):
+        nodes[node.pk] = NodeView(node)
+        pools[node.pool_id].nodes.append(nodes[node.pk])
+    gpus = {}
+    for gpu in Gpu.objects.order_by("node__name", "index"):
+        gpus[gpu.pk] = GpuView(gpu)
+        nodes[gpu.node_id].gpus.append(gpus[gpu.pk])
+    open_segments = (
+        Allocation.objects.filter(ended_at__isnull=True)
+        .select_related("request")
+        .order_by("gpu_id", "started_at", "id")
+    )
+    for segment in open_segments:
+        request = segment.request
+        if request.team_id in colours:
+            view = SliceView(segment.milli, request.name, colours[request.team_id], request.pk)
+        else:
+            view = SliceView(segment.milli, "other team", "other", None)
+        gpus[segment.gpu_id].slices.append(view)
+
+    for pool_view in pools.values():
+        for node_view in pool_view.nodes:
+            for gpu_view in node_view.gpus:
+                pool_view.total_milli += MILLI_PER_GPU
+                pool_view.allocated_milli += gpu_view.used_milli()
+                if node_view.node.is_schedulable():
+                    pool_view.free_milli += gpu_view.free_milli()
+
+    counts = dict(
+        GpuRequest.objects.filter(state=RequestState.PENDING)
+        .values("team_id")
+        .annotate(n=Count("id"))
+        .values_list("team_id", "n")
+    )
+    names = defaultdict(list)
+    for team_id, name in (
+        GpuRequest.objects.filter(state=RequestState.PENDING, team_id__in=colours)
+        .order_by("created_at", "id")
+        .values_list("team_id", "name")
+    ):
+        names[team_id].append(name)
+    queues = [
+        TeamQueue(team, counts[team.pk], names[team.pk] if team.pk in colours else None)
+        for team in Team.objects.filter(pk__in=counts)
+    ]
+    legend = [(colours[t.pk], t.name) for t in visible_teams]
+    return ClusterPicture(list(pools.values()), queues, legend)
+
+
+def recent_audit_events(limit: int = 50) -> list[Event]:
+    """The latest operator-side changes (nodes, pools, quotas, memberships), newest first."""
+    kinds = ContentType.objects.get_for_models(Node, Pool, TeamQuota, Membership).values()
+    return list(
+        Event.objects.filter(content_type__in=kinds)
+        .select_related("content_type")
+        .prefetch_related("subject")
+        .order_by("-created_at", "-id")[:limit]
+    )

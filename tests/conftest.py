@@ -103,3 +103,30 @@ def make_node(pool):
 @pytest.fixture(autouse=True)
 def _fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_throttle_counters():
+    from django.core.cache import cache
+
+    cache.clear()
+
+
+@pytest.fixture
+def api_client():
+    """api_client(user) -> a DRF client authenticated with a fresh personal API token of that user."""
+    import datetime as dt
+
+    from django.utils import timezone
+    from rest_framework.test import APIClient
+
+    from portal.services import create_api_token
+
+    def make(user=None):
+        client = APIClient()
+        if user is not None:
+            _, secret = create_api_token(user, name="tests", expires_at=timezone.now() + dt.timedelta(days=1))
+            client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+        return client
+
+    return make

@@ -1,0 +1,35 @@
+import datetime as dt
+
+from rest_framework import serializers
+
+from portal.models import ApiToken, Membership
+
+
+class TeamSerializer(serializers.ModelSerializer):
+    slug = serializers.CharField(source="team.slug")
+    name = serializers.CharField(source="team.name")
+
+    class Meta:
+        model = Membership
+        fields = ["slug", "name", "role"]
+
+
+class ApiTokenSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at"]
+
+
+class NewApiTokenSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100)
+    expires_in_days = serializers.IntegerField(min_value=1, max_value=365, default=90)
+
+    def expiry(self, now: dt.datetime) -> dt.datetime:
+        return now + dt.timedelta(days=self.validated_data["expires_in_days"])
+
+
+class CreatedApiTokenSerializer(ApiTokenSerializer):
+    token = serializers.CharField(help_text="The secret: shown this once, never again.")
+
+    class Meta(ApiTokenSerializer.Meta):
+        fields = [*ApiTokenSerializer.Meta.fields, "token"]

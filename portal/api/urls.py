@@ -1,0 +1,18 @@
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import SimpleRouter
+
+from portal.api.views import ApiTokenViewSet, TeamViewSet
+from scheduler_app.api.views import ClusterView, GpuRequestViewSet
+
+router = SimpleRouter(use_regex_path=False)
+router.register("requests", GpuRequestViewSet, basename="request")
+router.register("teams", TeamViewSet, basename="team")
+router.register("tokens", ApiTokenViewSet, basename="token")
+
+urlpatterns = [
+    *router.urls,
+    path("cluster/", ClusterView.as_view(), name="cluster"),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+]

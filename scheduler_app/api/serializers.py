@@ -1,0 +1,162 @@
+"""API shapes for requests, allocations, events, estimates and the cluster. Serializers only check
+types and ranges; the services decide what is allowed."""
+
+from rest_framework import serializers
+
+from scheduler_app.choices import BillingMode, TaskType
+from scheduler_app.constants import MAX_GPUS_PER_REQUEST, MILLI_PER_GPU
+from scheduler_app.models import Allocation, Event, GpuRequest
+
+
+class AllocationSerializer(serializers.ModelSerializer):
+    node = serializers.CharField(source="gpu.node.name")
+    gpu_index = serializers.IntegerField(source="gpu.index")
+    gpu_uuid = serializers.CharField(source="gpu.uuid")
+
+    class Meta:
+        model = Allocation
+        fields = [
+            "id",
+            "node",
+            "gpu_index",
+            "gpu_uuid",
+            "milli",
+            "gpu_memory_mib",
+            "billing_mode",
+            "borrowed",
+            "started_at",
+            "ended_at",
+        ]
+
+
+class EventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Event
+        fields = ["created_at", "actor_label", "from_state", "to_state", "reason"]
+
+
+class GpuRequestSerializer(serializers.ModelSerializer):
+    team = serializers.CharField(source="team.slug")
+    user = serializers.CharField(source="user.username")
+    pool = serializers.CharField(source="pool.name", allow_null=True, default=None)
+    share = serializers.CharField(source="share_label")
+    allocations = serializers.SerializerMethodField()
+
+    class Meta:
+        model = GpuRequest
+        fields = [
+            "id",
+            "name",
+            "team",
+            "user",
+            "task_type",
+            "share",
+            "gpu_milli",
+            "num_gpus",
+            "pool",
+            "gpu_model",
+            "gpu_memory_mib",
+            "cpu_milli",
+            "memory_mib",
+            "billing_mode",
+            "allow_on_demand_fallback",
+            "checkpoint_interval_s",
+            "priority",
+            "max_duration_s",
+            "command",
+            "state",
+            "pending_reason",
+            "estimated_start_at",
+            "created_at",
+            "scheduled_at",
+            "started_at",
+            "ended_at",
+            "allocations",
+        ]
+
+    def get_allocations(self, request) -> list[dict]:
+        """Open segments: where the request runs now."""
+        return AllocationSerializer(
+            [a for a in request.allocations.all() if a.ended_at is None], many=True
+        ).data
+
+
+class GpuRequestDetailSerializer(GpuRequestSerializer):
+    segments = AllocationSerializer(source="allocations", many=True)
+    events = serializers.SerializerMethodField()
+
+    class Meta(GpuRequestSerializer.Meta):
+        fields = [*GpuRequestSerializer.Meta.fields, "segments", "events"]
+
+    def get_events(self, request) -> list[dict]:
+        return EventSerializer(self.context["events"], many=True).data
+
+
+class SubmitSerializer(serializers.Serializer):
+    """What a user may ask for; `team` may be left out by members of one team only."""
+
+    team = serializers.SlugField(required=False, help_text="Team slug; optional when you are in one team.")
+    name = serializers.CharField(max_length=100)
+    task_type = serializers.ChoiceField(choices=TaskType.choices, default=TaskType.TRAINING)
+    gpu_milli = serializers.IntegerField(min_value=1, max_value=MILLI_PER_GPU, help_text="Per card, 1..1000.")
+    num_gpus = serializers.IntegerField(min_value=1, max_value=MAX_GPUS_PER_REQUEST, default=1)
+    pool = serializers.SlugField(required=False, allow_blank=True, default="")
+    gpu_model = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
+    gpu_memory_mib = serializers.IntegerField(
+        min_value=1, max_value=2**31 - 1, required=False, allow_null=True
+    )
+    cpu_milli = serializers.IntegerField(min_value=0, max_value=2**31 - 1, default=1000)
+    memory_mib = serializers.IntegerField(min_value=0, max_value=2**31 - 1, default=4096)
+    billing_mode = serializers.ChoiceField(choices=BillingMode.choices, default=BillingMode.ON_DEMAND)
+    allow_on_demand_fallback = serializers.BooleanField(default=False)
+    checkpoint_interval_s = serializers.IntegerField(
+        min_value=1, max_value=2**31 - 1, required=False, allow_null=True
+    )
+    priority = serializers.IntegerField(min_value=-100, max_value=100, default=0)
+    max_duration_s = serializers.IntegerField(
+        min_value=1, max_value=2**31 - 1, required=False, allow_null=True
+    )
+    command = serializers.CharField(required=False, allow_blank=True, default="", max_length=10_000)
+
+
+class EstimateSerializer(serializers.Serializer):
+    starts_now = serializers.BooleanField()
+    where = serializers.CharField()
+    estimated_start_at = serializers.DateTimeField(allow_null=True)
+    reason = serializers.CharField()
+
+
+class GpuSliceSerializer(serializers.Serializer):
+    index = serializers.IntegerField()
+    uuid = serializers.CharField()
+    model = serializers.CharField()
+    memory_mib = serializers.IntegerField()
+    allocated_milli = serializers.IntegerField()
+    allocated_memory_mib = serializers.IntegerField()
+    yours_milli = serializers.IntegerField(help_text="Of allocated_milli, what your teams hold.")
+
+
+class NodeSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    status = serializers.CharField()
+    last_heartbeat_at = serializers.DateTimeField(allow_null=True)
+    gpus = GpuSliceSerializer(many=True)
+
+
+class PoolSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    gpu_model = serializers.CharField()
+    capacity_type = serializers.CharField()
+    granularity_milli = serializers.IntegerField()
+    capacity_milli = serializers.IntegerField()
+    allocated_milli = serializers.IntegerField()
+    free_milli = serializers.IntegerField()
+    pending_requests = serializers.IntegerField()
+    nodes = NodeSerializer(many=True)
+
+
+class QuotaSerializer(serializers.Serializer):
+    pool = serializers.CharField()
+    guaranteed_milli = serializers.IntegerField()
+    used_milli = serializers.IntegerField()
+    borrowed_milli = serializers.IntegerField()

@@ -1,0 +1,130 @@
+"""Requests, estimates and the cluster over REST: parse, authorize, call one service, serialize."""
+
+from django.db.models import Prefetch
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.selectors import team_for_submit
+from scheduler_app.api.serializers import (
+    EstimateSerializer,
+    GpuRequestDetailSerializer,
+    GpuRequestSerializer,
+    PoolSerializer,
+    SubmitSerializer,
+)
+from scheduler_app.choices import RequestState, TaskType
+from scheduler_app.estimates import estimate_request
+from scheduler_app.models import Allocation, Event
+from scheduler_app.selectors import cluster_overview, requests_visible_to
+from scheduler_app.services import cancel_request, release_request, submit_request
+
+FILTERS = [
+    OpenApiParameter("state", str, enum=RequestState.values, description="Only requests in this state."),
+    OpenApiParameter("team", str, description="Only this team's requests (slug)."),
+    OpenApiParameter("task_type", str, enum=TaskType.values),
+    OpenApiParameter("search", str, description="Part of the request name."),
+]
+
+
+class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    serializer_class = GpuRequestSerializer
+    lookup_value_converter = "int"
+
+    def get_queryset(self):
+        segments = Allocation.objects.select_related("gpu__node").order_by("started_at", "id")
+        queryset = (
+            requests_visible_to(self.request.user)
+            .select_related("team", "user", "pool")
+            .prefetch_related(Prefetch("allocations", queryset=segments))
+            .order_by("-created_at", "-id")
+        )
+        return self._filtered(queryset) if self.action == "list" else queryset
+
+    def _filtered(self, queryset):
+        params = self.request.query_params
+        errors = {}
+        for name, allowed in (("state", RequestState.values), ("task_type", TaskType.values)):
+            value = params.get(name)
+            if value and value not in allowed:
+                errors[name] = [f"{value!r} is not one of {', '.join(allowed)}."]
+            elif value:
+                queryset = queryset.filter(**{name: value})
+        if errors:
+            raise ValidationError(errors)
+        if team := params.get("team"):
+            queryset = queryset.filter(team__slug=team)
+        if search := params.get("search"):
+            queryset = queryset.filter(name__icontains=search)
+        return queryset
+
+    @extend_schema(parameters=FILTERS)
+    def list(self, request, *args, **kwargs):
+        return super().list(request, *args, **kwargs)
+
+    @extend_schema(responses=GpuRequestDetailSerializer)
+    def retrieve(self, request, *args, **kwargs):
+        gpu_request = self.get_object()
+        events = Event.objects.filter(content_type__model="gpurequest", object_id=gpu_request.pk)
+        return Response(GpuRequestDetailSerializer(gpu_request, context={"events": events}).data)
+
+    @extend_schema(request=SubmitSerializer, responses={201: GpuRequestSerializer})
+    def create(self, request):
+        fields = _submitted(request)
+        gpu_request = submit_request(
+            user=request.user,
+            team=team_for_submit(request.user, fields.pop("team")),
+            pool_name=fields.pop("pool"),
+            **fields,
+        )
+        return Response(
+            self.get_serializer(self.get_queryset().get(pk=gpu_request.pk)).data, status.HTTP_201_CREATED
+        )
+
+    @extend_schema(request=None, responses=GpuRequestSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        cancel_request(self.get_object(), user=request.user)
+        return Response(self.get_serializer(self.get_queryset().get(pk=pk)).data)
+
+    @extend_schema(request=None, responses=GpuRequestSerializer)
+    @action(detail=True, methods=["post"])
+    def release(self, request, pk=None):
+        release_request(self.get_object(), user=request.user)
+        return Response(self.get_serializer(self.get_queryset().get(pk=pk)).data)
+
+    @extend_schema(request=SubmitSerializer, responses=EstimateSerializer)
+    @action(detail=False, methods=["post"])
+    def estimate(self, request):
+        """Where the request would run now, or when it would start; nothing is submitted."""
+        fields = _submitted(request)
+        estimate = estimate_request(
+            user=request.user,
+            team=team_for_submit(request.user, fields.pop("team")),
+            pool_name=fields.pop("pool"),
+            **fields,
+        )
+        return Response(EstimateSerializer(estimate).data)
+
+    def get_object(self):
+        return get_object_or_404(self.get_queryset(), pk=self.kwargs["pk"])
+
+
+def _submitted(request) -> dict:
+    serializer = SubmitSerializer(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    fields = dict(serializer.validated_data)
+    fields.setdefault("team", "")
+    return fields
+
+
+class ClusterView(APIView):
+    """Pools, nodes and GPUs with their allocated slices; other teams' work shows only as used capacity."""
+
+    @extend_schema(responses=PoolSerializer(many=True))
+    def get(self, request):
+        return Response(PoolSerializer(cluster_overview(request.user), many=True).data)

@@ -1,0 +1,179 @@
+"""/api/v1/requests/ and /api/v1/cluster/: every page action, for the three users, in one error format."""
+
+import pytest
+
+from scheduler_app.models import Event, GpuRequest
+from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.services import submit_request
+
+URL = "/api/v1/requests/"
+GOOD = {"name": "train", "task_type": "training", "gpu_milli": 250}
+
+
+@pytest.fixture
+def cluster(make_node):
+    return make_node(gpus=2)
+
+
+@pytest.fixture
+def theirs(other_team, outsider, cluster):
+    return submit_request(
+        user=outsider, team=other_team, name="secret-project", task_type="training", gpu_milli=500
+    )
+
+
+def test_anonymous_gets_401_in_the_error_format(db, api_client):
+    response = api_client().get(URL)
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "not_authenticated"
+    assert response["WWW-Authenticate"] == "Bearer"
+
+
+def test_member_submits_with_a_token(api_client, member, team, cluster):
+    response = api_client(member).post(URL, GOOD, format="json")
+
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert (body["state"], body["team"], body["share"], body["user"]) == (
+        "pending",
+        "vision",
+        "1/4 GPU",
+        "bob",
+    )
+    assert GpuRequest.objects.get().name == "train"
+
+
+@pytest.mark.parametrize(
+    ("payload", "field", "message"),
+    [
+        ({"gpu_milli": -5}, "gpu_milli", "greater than or equal to 1"),
+        ({"gpu_milli": 1001}, "gpu_milli", "less than or equal to 1000"),
+        ({"gpu_milli": "half"}, "gpu_milli", "A valid integer is required"),
+        ({"gpu_milli": 500, "num_gpus": 2}, "gpu_milli", "whole cards"),
+        ({"pool": "h100"}, "pool", "No pool named 'h100'"),
+        ({"team": "language"}, "team", "You are in no team 'language'"),
+        ({"billing_mode": "spot"}, "checkpoint_interval_s", "must declare a checkpoint interval"),
+        ({"task_type": "mining"}, "task_type", "is not a valid choice"),
+        ({"name": ""}, "name", "may not be blank"),
+    ],
+)
+def test_bad_input_is_a_400_naming_the_field_and_writes_nothing(
+    api_client, member, cluster, payload, field, message
+):
+    events = Event.objects.count()
+
+    response = api_client(member).post(URL, GOOD | payload, format="json")
+
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "validation_error"
+    assert message in " ".join(error["fields"][field])
+    assert error["message"].startswith(f"{field}: ")
+    assert not GpuRequest.objects.exists()
+    assert Event.objects.count() == events
+
+
+def test_member_of_several_teams_must_name_one(api_client, member, other_team, cluster):
+    from portal.models import Membership
+
+    Membership.objects.create(team=other_team, user=member)
+    response = api_client(member).post(URL, GOOD, format="json")
+    assert response.status_code == 400
+    assert "several" in response.json()["error"]["fields"]["team"][0]
+
+
+def test_list_shows_only_own_teams_requests_with_constant_queries(
+    api_client, member, team, theirs, django_assert_max_num_queries
+):
+    for i in range(5):
+        submit_request(user=member, team=team, name=f"mine-{i}", task_type="training", gpu_milli=125)
+    run_scheduling_pass()
+    client = api_client(member)
+
+    with django_assert_max_num_queries(8):
+        response = client.get(URL)
+
+    names = [r["name"] for r in response.json()["results"]]
+    assert sorted(names) == [f"mine-{i}" for i in range(5)]
+    assert all(r["allocations"] for r in response.json()["results"])
+
+
+def test_list_filters_and_search(api_client, member, team, cluster):
+    for name, gpu_milli in (("alpha", 125), ("beta", 125), ("gamma", 1000)):
+        submit_request(user=member, team=team, name=name, task_type="inference", gpu_milli=gpu_milli)
+    client = api_client(member)
+
+    assert [r["name"] for r in client.get(URL, {"search": "ph"}).json()["results"]] == ["alpha"]
+    assert client.get(URL, {"state": "pending", "task_type": "inference"}).json()["count"] == 3
+    assert client.get(URL, {"state": "running"}).json()["count"] == 0
+    bad = client.get(URL, {"state": "sleeping"})
+    assert bad.status_code == 400 and "state" in bad.json()["error"]["fields"]
+
+
+def test_detail_has_segments_and_event_timeline(api_client, member, team, cluster):
+    request = submit_request(user=member, team=team, **GOOD)
+    run_scheduling_pass()
+
+    body = api_client(member).get(f"{URL}{request.pk}/").json()
+
+    assert [e["to_state"] for e in body["events"]] == ["pending", "scheduled"]
+    assert body["segments"][0]["node"] == "node-1"
+    assert body["allocations"] == body["segments"]
+
+
+@pytest.mark.parametrize(("method", "suffix"), [("get", ""), ("post", "cancel/"), ("post", "release/")])
+def test_outsider_gets_404_for_another_teams_request(
+    api_client, member, team, outsider, cluster, method, suffix
+):
+    request = submit_request(user=member, team=team, **GOOD)
+
+    response = getattr(api_client(outsider), method)(f"{URL}{request.pk}/{suffix}")
+
+    assert response.status_code == 404
+    request.refresh_from_db()
+    assert request.state == "pending"
+
+
+def test_member_cancels_and_releases(api_client, member, team, cluster):
+    from scheduler_app.services import transition_request
+
+    client = api_client(member)
+    pending = submit_request(user=member, team=team, **GOOD)
+    running = submit_request(user=member, team=team, **(GOOD | {"name": "run"}))
+    run_scheduling_pass()
+    transition_request(running, "running")
+
+    assert client.post(f"{URL}{pending.pk}/cancel/").json()["state"] == "cancelled"
+    assert client.post(f"{URL}{running.pk}/release/").json()["state"] == "succeeded"
+    again = client.post(f"{URL}{running.pk}/release/")
+    assert again.status_code == 400
+    assert "holds no GPU to release" in again.json()["error"]["message"]
+    illegal = client.post(f"{URL}{pending.pk}/cancel/")
+    assert illegal.status_code == 400
+
+
+def test_estimate_tells_where_and_writes_nothing(api_client, member, cluster):
+    response = api_client(member).post(f"{URL}estimate/", GOOD, format="json")
+
+    assert response.status_code == 200
+    assert response.json()["starts_now"] is True
+    assert response.json()["where"].startswith("node-1/gpu")
+    assert not GpuRequest.objects.exists()
+
+
+def test_cluster_shows_capacity_but_not_other_teams_work(api_client, member, team, theirs):
+    mine = submit_request(user=member, team=team, name="mine", task_type="training", gpu_milli=250)
+    run_scheduling_pass()
+
+    response = api_client(member).get("/api/v1/cluster/")
+
+    assert "secret-project" not in response.content.decode()
+    (pool,) = response.json()
+    assert (pool["capacity_milli"], pool["allocated_milli"], pool["free_milli"]) == (2000, 750, 1250)
+    gpus = [g for n in pool["nodes"] for g in n["gpus"]]
+    assert sum(g["yours_milli"] for g in gpus) == mine.gpu_milli
+
+
+def test_session_login_works_for_the_browser(client, member, cluster):
+    client.force_login(member)
+    assert client.get(URL).status_code == 200
