@@ -27,13 +27,20 @@ TERMINAL_STATES = frozenset(state for state, targets in TRANSITIONS.items() if n
 ACTIVE_STATES = frozenset({S.SCHEDULED, S.RUNNING, S.MIGRATING})
 
 
-class IllegalTransition(ValidationError):
+class StateConflict(ValidationError):
+    """The object is not in a state that allows this; reported on `state` (HTTP 409 in the API)."""
+
+    def __init__(self, message: str):
+        super().__init__({"state": message})
+
+
+class IllegalTransition(StateConflict):
     """A state change the lifecycle does not allow; nothing was written. Reported on the `state` field."""
 
     def __init__(self, from_state: str, to_state: str):
         allowed = ", ".join(sorted(TRANSITIONS[from_state])) or "none (terminal state)"
         super().__init__(
-            {"state": f"A request cannot go from {from_state} to {to_state}; from {from_state}: {allowed}."}
+            f"A request cannot go from {from_state} to {to_state}; from {from_state}: {allowed}."
         )
         self.from_state = from_state
         self.to_state = to_state

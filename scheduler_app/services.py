@@ -17,7 +17,7 @@ from scheduler_app.choices import NodeStatus, RequestState
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.dispatch import schedule_soon
 from scheduler_app.events import log_event
-from scheduler_app.lifecycle import check_transition
+from scheduler_app.lifecycle import StateConflict, check_transition
 from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, Pool, TeamQuota
 
 SYSTEM = "system"
@@ -116,9 +116,7 @@ def release_request(request: GpuRequest, *, user) -> GpuRequest:
     if not request.team.memberships.filter(user=user).exists():
         raise PermissionError("Only members of the request's team can release it.")
     if not request.is_active():
-        raise ValidationError(
-            {"state": f"A {request.state} request holds no GPU to release; cancel it instead."}
-        )
+        raise StateConflict(f"A {request.state} request holds no GPU to release; cancel it instead.")
     to_state = RequestState.SUCCEEDED if request.state == RequestState.RUNNING else RequestState.CANCELLED
     with transaction.atomic():
         close_allocations(request)

@@ -12,9 +12,18 @@ from django.http import Http404
 from rest_framework import exceptions
 from rest_framework.views import exception_handler
 
+from scheduler_app.lifecycle import StateConflict
+
+
+class Conflict(exceptions.APIException):
+    status_code = 409
+    default_code = "conflict"
+
 
 def api_exception_handler(exc, context):
-    if isinstance(exc, DjangoValidationError):
+    if isinstance(exc, StateConflict):
+        exc = Conflict(exc.message_dict)
+    elif isinstance(exc, DjangoValidationError):
         fields = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
         exc = exceptions.ValidationError(fields)
     elif isinstance(exc, PermissionError | PermissionDenied):
@@ -34,6 +43,8 @@ def _body(exc, data) -> dict:
         first = next(iter(fields.items()))
         message = f"{first[0]}: {_first_text(first[1])}"
         return {"code": "validation_error", "message": message, "fields": fields}
+    if isinstance(exc, Conflict):
+        return {"code": "conflict", "message": _first_text(data), "fields": data}
     detail = data.get("detail", "") if isinstance(data, dict) else str(data)
     code = getattr(exc, "default_code", "error")
     return {"code": code, "message": str(detail)}
@@ -43,3 +54,41 @@ def _first_text(value) -> str:
     while isinstance(value, list | dict):
         value = next(iter(value.values())) if isinstance(value, dict) else value[0] if value else ""
     return str(value)
+
+
+ERROR_RESPONSES = {
+    "400": "Bad input: `fields` names each field and what is wrong with it.",
+    "401": "No credentials, or an unknown, expired or revoked API token.",
+    "403": "Authenticated, but not allowed.",
+    "404": "No such object among those you may see.",
+    "409": "The object's state does not allow this (for example cancelling a finished request).",
+    "429": "Too many requests for this token; wait for Retry-After seconds.",
+}
+
+
+def document_errors(result, generator, request, public):
+    """drf-spectacular postprocessing hook: every operation may answer with the error format."""
+    result["components"]["schemas"]["Error"] = {
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["code", "message"],
+                "properties": {
+                    "code": {"type": "string"},
+                    "message": {"type": "string"},
+                    "fields": {
+                        "type": "object",
+                        "additionalProperties": {"type": "array", "items": {"type": "string"}},
+                    },
+                },
+            }
+        },
+    }
+    body = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    for path in result["paths"].values():
+        for operation in path.values():
+            for code, description in ERROR_RESPONSES.items():
+                operation["responses"].setdefault(code, {"description": description, "content": body})
+    return result

@@ -2,6 +2,7 @@ import datetime as dt
 
 from rest_framework import serializers
 
+from portal.api.fields import StrictCharField, StrictIntegerField
 from portal.models import ApiToken, Membership
 
 
@@ -21,8 +22,8 @@ class ApiTokenSerializer(serializers.ModelSerializer):
 
 
 class NewApiTokenSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=100)
-    expires_in_days = serializers.IntegerField(min_value=1, max_value=365, default=90)
+    name = StrictCharField(min_length=1, max_length=100)
+    expires_in_days = StrictIntegerField(min_value=1, max_value=365, default=90)
 
     def expiry(self, now: dt.datetime) -> dt.datetime:
         return now + dt.timedelta(days=self.validated_data["expires_in_days"])

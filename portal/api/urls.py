@@ -1,8 +1,8 @@
-from django.urls import path
+from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
-from portal.api.views import ApiTokenViewSet, TeamViewSet
+from portal.api.views import ApiTokenViewSet, TeamViewSet, not_found
 from scheduler_app.api.views import ClusterView, GpuRequestViewSet
 
 router = SimpleRouter(use_regex_path=False)
@@ -15,4 +15,5 @@ urlpatterns = [
     path("cluster/", ClusterView.as_view(), name="cluster"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+    re_path(r"^", not_found),  # any other path under /api/v1/ answers in the API's error format
 ]

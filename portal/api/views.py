@@ -4,7 +4,8 @@ from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
-from rest_framework.decorators import action
+from rest_framework.decorators import action, api_view, permission_classes
+from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 
 from portal.api.serializers import (
@@ -62,3 +63,10 @@ class ApiTokenViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     def revoke(self, request, pk=None):
         token = revoke_api_token(get_object_or_404(self.get_queryset(), pk=pk), user=request.user)
         return Response(self.get_serializer(token).data)
+
+
+@extend_schema(exclude=True)
+@api_view(["GET", "POST", "PUT", "PATCH", "DELETE"])
+@permission_classes([])
+def not_found(request):
+    raise NotFound("No such API endpoint; see /api/v1/docs/.")

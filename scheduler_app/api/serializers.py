@@ -3,6 +3,7 @@ types and ranges; the services decide what is allowed."""
 
 from rest_framework import serializers
 
+from portal.api.fields import StrictBooleanField, StrictCharField, StrictIntegerField, StrictSlugField
 from scheduler_app.choices import BillingMode, TaskType
 from scheduler_app.constants import MAX_GPUS_PER_REQUEST, MILLI_PER_GPU
 from scheduler_app.models import Allocation, Event, GpuRequest
@@ -12,6 +13,8 @@ class AllocationSerializer(serializers.ModelSerializer):
     node = serializers.CharField(source="gpu.node.name")
     gpu_index = serializers.IntegerField(source="gpu.index")
     gpu_uuid = serializers.CharField(source="gpu.uuid")
+    node_status = serializers.CharField(source="gpu.node.status", help_text="ready, draining, suspect, lost …")
+    node_last_heartbeat_at = serializers.DateTimeField(source="gpu.node.last_heartbeat_at", allow_null=True)
 
     class Meta:
         model = Allocation
@@ -20,6 +23,8 @@ class AllocationSerializer(serializers.ModelSerializer):
             "node",
             "gpu_index",
             "gpu_uuid",
+            "node_status",
+            "node_last_heartbeat_at",
             "milli",
             "gpu_memory_mib",
             "billing_mode",
@@ -95,28 +100,24 @@ class GpuRequestDetailSerializer(GpuRequestSerializer):
 class SubmitSerializer(serializers.Serializer):
     """What a user may ask for; `team` may be left out by members of one team only."""
 
-    team = serializers.SlugField(required=False, help_text="Team slug; optional when you are in one team.")
-    name = serializers.CharField(max_length=100)
+    team = StrictSlugField(required=False, help_text="Team slug; optional when you are in one team.")
+    name = StrictCharField(min_length=1, max_length=100)
     task_type = serializers.ChoiceField(choices=TaskType.choices, default=TaskType.TRAINING)
-    gpu_milli = serializers.IntegerField(min_value=1, max_value=MILLI_PER_GPU, help_text="Per card, 1..1000.")
-    num_gpus = serializers.IntegerField(min_value=1, max_value=MAX_GPUS_PER_REQUEST, default=1)
-    pool = serializers.SlugField(required=False, allow_blank=True, default="")
-    gpu_model = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
-    gpu_memory_mib = serializers.IntegerField(
-        min_value=1, max_value=2**31 - 1, required=False, allow_null=True
-    )
-    cpu_milli = serializers.IntegerField(min_value=0, max_value=2**31 - 1, default=1000)
-    memory_mib = serializers.IntegerField(min_value=0, max_value=2**31 - 1, default=4096)
+    gpu_milli = StrictIntegerField(min_value=1, max_value=MILLI_PER_GPU, help_text="Per card, 1..1000.")
+    num_gpus = StrictIntegerField(min_value=1, max_value=MAX_GPUS_PER_REQUEST, default=1)
+    pool = StrictSlugField(required=False, allow_blank=True, default="")
+    gpu_model = StrictCharField(max_length=64, required=False, allow_blank=True, default="")
+    gpu_memory_mib = StrictIntegerField(min_value=1, max_value=2**31 - 1, required=False, allow_null=True)
+    cpu_milli = StrictIntegerField(min_value=0, max_value=2**31 - 1, default=1000)
+    memory_mib = StrictIntegerField(min_value=0, max_value=2**31 - 1, default=4096)
     billing_mode = serializers.ChoiceField(choices=BillingMode.choices, default=BillingMode.ON_DEMAND)
-    allow_on_demand_fallback = serializers.BooleanField(default=False)
-    checkpoint_interval_s = serializers.IntegerField(
+    allow_on_demand_fallback = StrictBooleanField(default=False)
+    checkpoint_interval_s = StrictIntegerField(
         min_value=1, max_value=2**31 - 1, required=False, allow_null=True
     )
-    priority = serializers.IntegerField(min_value=-100, max_value=100, default=0)
-    max_duration_s = serializers.IntegerField(
-        min_value=1, max_value=2**31 - 1, required=False, allow_null=True
-    )
-    command = serializers.CharField(required=False, allow_blank=True, default="", max_length=10_000)
+    priority = StrictIntegerField(min_value=-100, max_value=100, default=0)
+    max_duration_s = StrictIntegerField(min_value=1, max_value=2**31 - 1, required=False, allow_null=True)
+    command = StrictCharField(required=False, allow_blank=True, default="", max_length=10_000)
 
 
 class EstimateSerializer(serializers.Serializer):

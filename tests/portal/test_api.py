@@ -88,3 +88,20 @@ def test_openapi_schema_and_swagger_ui_are_served_locally(client, member):
     assert docs.status_code == 200
     assert "/static/drf_spectacular_sidecar/swagger-ui-dist/" in docs.text
     assert "cdn" not in docs.text.lower()
+
+
+def test_schema_documents_the_error_format_on_every_operation(client, member):
+    client.force_login(member)
+    schema = client.get("/api/v1/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+
+    for path in schema["paths"].values():
+        for operation in path.values():
+            assert {"400", "401", "404", "409", "429"} <= set(operation["responses"])
+    assert "Error" in schema["components"]["schemas"]
+
+
+def test_unknown_api_path_answers_in_the_error_format(client, member):
+    client.force_login(member)
+    response = client.get("/api/v1/requests/null,null/")
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"

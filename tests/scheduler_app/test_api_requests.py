@@ -55,6 +55,9 @@ def test_member_submits_with_a_token(api_client, member, team, cluster):
         ({"billing_mode": "spot"}, "checkpoint_interval_s", "must declare a checkpoint interval"),
         ({"task_type": "mining"}, "task_type", "is not a valid choice"),
         ({"name": ""}, "name", "may not be blank"),
+        ({"name": 7}, "name", "Not a valid string"),
+        ({"gpu_milli": "250"}, "gpu_milli", "A valid integer is required"),
+        ({"allow_on_demand_fallback": "yes"}, "allow_on_demand_fallback", "Must be a valid boolean"),
     ],
 )
 def test_bad_input_is_a_400_naming_the_field_and_writes_nothing(
@@ -108,6 +111,8 @@ def test_list_filters_and_search(api_client, member, team, cluster):
     assert client.get(URL, {"state": "running"}).json()["count"] == 0
     bad = client.get(URL, {"state": "sleeping"})
     assert bad.status_code == 400 and "state" in bad.json()["error"]["fields"]
+    bad_size = client.get(URL, {"page_size": "null"})
+    assert bad_size.status_code == 400 and "page_size" in bad_size.json()["error"]["fields"]
 
 
 def test_detail_has_segments_and_event_timeline(api_client, member, team, cluster):
@@ -146,10 +151,12 @@ def test_member_cancels_and_releases(api_client, member, team, cluster):
     assert client.post(f"{URL}{pending.pk}/cancel/").json()["state"] == "cancelled"
     assert client.post(f"{URL}{running.pk}/release/").json()["state"] == "succeeded"
     again = client.post(f"{URL}{running.pk}/release/")
-    assert again.status_code == 400
+    assert again.status_code == 409
+    assert again.json()["error"]["code"] == "conflict"
     assert "holds no GPU to release" in again.json()["error"]["message"]
     illegal = client.post(f"{URL}{pending.pk}/cancel/")
-    assert illegal.status_code == 400
+    assert illegal.status_code == 409
+    assert "cannot go from cancelled to cancelled" in illegal.json()["error"]["fields"]["state"][0]
 
 
 def test_estimate_tells_where_and_writes_nothing(api_client, member, cluster):
