@@ -114,8 +114,15 @@ CELERY_TIMEZONE = "UTC"
 
 # How often a scheduling pass runs besides the ones that submits and releases ask for.
 SCHEDULER_INTERVAL_S = env_int("SCHEDULER_INTERVAL_S", 10, minimum=1)
+# A ready node silent this long becomes suspect (no new work); this long, lost (its work is requeued).
+NODE_SUSPECT_AFTER_S = env_int("NODE_SUSPECT_AFTER_S", 60, minimum=5)
+NODE_LOST_AFTER_S = env_int("NODE_LOST_AFTER_S", 300, minimum=10)
 CELERY_BEAT_SCHEDULE = {
     "scheduling-pass": {"task": "scheduler_app.scheduling_pass", "schedule": float(SCHEDULER_INTERVAL_S)},
+    "heartbeat-watchdog": {
+        "task": "scheduler_app.heartbeat_watchdog",
+        "schedule": float(NODE_SUSPECT_AFTER_S) / 2,
+    },
 }
 
 AUTH_PASSWORD_VALIDATORS = [

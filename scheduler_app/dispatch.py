@@ -24,7 +24,8 @@ def _wake() -> None:
 
 
 class EmbeddedWorker:
-    """The embedded default's background worker: a thread that runs a pass when woken, and every interval."""
+    """The embedded default's background worker: a thread that runs the heartbeat watchdog and a
+    scheduling pass when woken, and every interval (what Celery beat and workers do in production)."""
 
     def __init__(self, interval_s: float):
         self.interval_s = interval_s
@@ -46,6 +47,7 @@ class EmbeddedWorker:
             self._thread.join(timeout=10)
 
     def _run(self) -> None:
+        from scheduler_app.node_health import check_heartbeats
         from scheduler_app.scheduling import run_scheduling_pass
 
         while not self._stop.is_set():
@@ -55,6 +57,7 @@ class EmbeddedWorker:
                 break
             close_old_connections()
             try:
+                check_heartbeats()
                 run_scheduling_pass()
             except Exception:  # a failed pass must not kill the worker; the next one retries
                 log.exception("scheduling pass failed")

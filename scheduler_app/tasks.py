@@ -2,6 +2,7 @@
 
 from celery import shared_task
 
+from scheduler_app.node_health import check_heartbeats
 from scheduler_app.scheduling import run_scheduling_pass
 
 
@@ -9,3 +10,8 @@ from scheduler_app.scheduling import run_scheduling_pass
 def scheduling_pass() -> dict:
     result = run_scheduling_pass()
     return {"started": result.started, "preempted": result.preempted, "waiting": result.waiting}
+
+
+@shared_task(name="scheduler_app.heartbeat_watchdog", ignore_result=True)
+def heartbeat_watchdog() -> dict:
+    return check_heartbeats()
