@@ -13,7 +13,9 @@ class AllocationSerializer(serializers.ModelSerializer):
     node = serializers.CharField(source="gpu.node.name")
     gpu_index = serializers.IntegerField(source="gpu.index")
     gpu_uuid = serializers.CharField(source="gpu.uuid")
-    node_status = serializers.CharField(source="gpu.node.status", help_text="ready, draining, suspect, lost …")
+    node_status = serializers.CharField(
+        source="gpu.node.status", help_text="ready, draining, suspect, lost …"
+    )
     node_last_heartbeat_at = serializers.DateTimeField(source="gpu.node.last_heartbeat_at", allow_null=True)
 
     class Meta:

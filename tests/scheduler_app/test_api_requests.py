@@ -1,8 +1,10 @@
 """/api/v1/requests/ and /api/v1/cluster/: every page action, for the three users, in one error format."""
 
+import datetime as dt
+
 import pytest
 
-from scheduler_app.models import Event, GpuRequest
+from scheduler_app.models import Event, GpuRequest, Node
 from scheduler_app.scheduling import run_scheduling_pass
 from scheduler_app.services import submit_request
 
@@ -184,3 +186,16 @@ def test_cluster_shows_capacity_but_not_other_teams_work(api_client, member, tea
 def test_session_login_works_for_the_browser(client, member, cluster):
     client.force_login(member)
     assert client.get(URL).status_code == 200
+
+
+def test_allocations_tell_their_nodes_status_and_last_heartbeat(api_client, member, team, cluster):
+    request = submit_request(user=member, team=team, **GOOD)
+    run_scheduling_pass()
+    Node.objects.update(status="suspect", last_heartbeat_at=dt.datetime(2026, 5, 1, 12, 0, tzinfo=dt.UTC))
+
+    (allocation,) = api_client(member).get(f"{URL}{request.pk}/").json()["allocations"]
+
+    assert (allocation["node_status"], allocation["node_last_heartbeat_at"]) == (
+        "suspect",
+        "2026-05-01T12:00:00Z",
+    )
