@@ -1,0 +1,197 @@
+"""`gpu-portal`: the SDK from a shell. Exit codes are part of the interface (see EXIT_CODES)."""
+
+import argparse
+import os
+import shlex
+import sys
+
+from gpu_portal_sdk import errors, output
+from gpu_portal_sdk.client import ResourceManager
+
+OK, FAILED, USAGE, AUTH, NOT_FOUND, INVALID, BUSY, UNAVAILABLE, RATE_LIMITED, NOT_OFFERED = range(10)
+
+EXIT_CODES: list[tuple[type[errors.PortalError], int]] = [
+    (errors.AuthenticationError, AUTH),
+    (errors.PermissionDeniedError, AUTH),
+    (errors.NotFoundError, NOT_FOUND),
+    (errors.ValidationError, INVALID),
+    (errors.ConflictError, INVALID),
+    (errors.ResourceBusyError, BUSY),
+    (errors.ServiceUnavailableError, UNAVAILABLE),
+    (errors.ConnectionFailedError, UNAVAILABLE),
+    (errors.RateLimitedError, RATE_LIMITED),
+]
+STATES = ["pending", "scheduled", "running", "migrating", "succeeded", "failed", "cancelled", "preempted"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; returns the exit code. Everything after `--` is the job's command line."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = []
+    if "--" in argv:
+        split = argv.index("--")
+        argv, command = argv[:split], argv[split + 1 :]
+    parser = _parser()
+    args = parser.parse_args(argv)
+    url = getattr(args, "url", None) or os.environ.get("GPU_PORTAL_URL")
+    token = getattr(args, "token", None) or os.environ.get("GPU_PORTAL_TOKEN")
+    if not url or not token:
+        parser.error(
+            "give the portal's address and your API token: --url/--token or GPU_PORTAL_URL/GPU_PORTAL_TOKEN"
+        )
+    if command and args.command not in ("request", "estimate"):
+        parser.error(f"{args.command} takes no command after --")
+    portal = ResourceManager(
+        url, token, timeout=getattr(args, "http_timeout", 10.0), max_retries=getattr(args, "retries", 3)
+    )
+    as_json = getattr(args, "json", False)
+    try:
+        return args.run(portal, args, shlex.join(command), as_json)
+    except errors.PortalError as error:
+        print(f"gpu-portal: {error.message}", file=sys.stderr)
+        for field, messages in error.fields.items():
+            print(f"  {field}: {' '.join(map(str, messages))}", file=sys.stderr)
+        return next((code for cls, code in EXIT_CODES if isinstance(error, cls)), FAILED)
+
+
+def _show(value, as_json: bool, human) -> int:
+    print(output.to_json(value) if as_json else human(value))
+    return OK
+
+
+def _request(portal, args, command, as_json):
+    resource = portal.request_allocation(**_spec(args, command), wait=args.wait, timeout_s=args.wait_timeout)
+    return _show(resource, as_json, output.summary)
+
+
+def _estimate(portal, args, command, as_json):
+    return _show(portal.estimate(**_spec(args, command)), as_json, output.estimate)
+
+
+def _list(portal, args, command, as_json):
+    items = portal.list(state=args.state, team=args.team, search=args.search)
+    return _show(items, as_json, output.resources)
+
+
+def _prices(portal, args, command, as_json):
+    try:
+        prices = portal.prices()
+    except errors.NotFoundError:
+        print("gpu-portal: prices are not available on this portal yet.", file=sys.stderr)
+        return NOT_OFFERED
+    rows = [[p.gpu_model, p.capacity_type, p.usd_per_gpu_hour] for p in prices]
+    return _show(prices, as_json, lambda _: output.table(["GPU_MODEL", "CAPACITY", "USD_PER_GPU_HOUR"], rows))
+
+
+def _by_id(method: str, human):
+    def run(portal, args, command, as_json):
+        return _show(getattr(portal, method)(args.id), as_json, human)
+
+    return run
+
+
+def _spec(args, command: str) -> dict:
+    return {
+        "task_type": args.task,
+        "min_gpu": args.gpu,
+        "prefer_spot": args.spot,
+        "allow_on_demand_fallback": args.fallback,
+        "name": args.name,
+        "team": args.team,
+        "num_gpus": args.gpus,
+        "pool": args.pool,
+        "gpu_model": args.gpu_model,
+        "gpu_memory_mib": args.gpu_memory,
+        "max_duration_s": args.max_duration,
+        "checkpoint_interval_s": args.checkpoint_interval,
+        "priority": args.priority,
+        "command": command,
+    }
+
+
+def _parser() -> argparse.ArgumentParser:
+    # Connection and output options work before or after the command (SUPPRESS: the later one wins).
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", default=argparse.SUPPRESS, help="portal address (env GPU_PORTAL_URL)")
+    common.add_argument(
+        "--token", default=argparse.SUPPRESS, help="personal API token (env GPU_PORTAL_TOKEN)"
+    )
+    common.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts"
+    )
+    common.add_argument(
+        "--http-timeout", type=float, default=argparse.SUPPRESS, metavar="S", help="per HTTP call (10 s)"
+    )
+    common.add_argument(
+        "--retries",
+        type=int,
+        default=argparse.SUPPRESS,
+        metavar="N",
+        help="after 429/5xx/connection errors (3)",
+    )
+    parser = argparse.ArgumentParser(
+        prog="gpu-portal",
+        parents=[common],
+        description="Rent fractions of GPUs from the GPU Portal.",
+        epilog="exit codes: 0 ok, 1 other failure, 2 usage, 3 auth, 4 not found, 5 invalid, "
+        "6 busy/timeout, 7 server or connection, 8 rate limited, 9 not offered by this portal",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name, run, help):
+        sub = commands.add_parser(name, parents=[common], help=help, description=help)
+        sub.set_defaults(run=run)
+        return sub
+
+    request = add("request", _request, "submit a request: gpu-portal request --gpu 0.25 -- python train.py")
+    _add_spec(request)
+    request.add_argument("--wait", action="store_true", help="wait until it is scheduled or running")
+    request.add_argument(
+        "--wait-timeout", type=float, metavar="S", help="with --wait: give up (and cancel) after S seconds"
+    )
+    _add_spec(add("estimate", _estimate, "where a request would run now, or when it would start"))
+
+    listing = add("list", _list, "your teams' requests, newest first")
+    listing.add_argument("--state", choices=STATES)
+    listing.add_argument("--team", help="team slug")
+    listing.add_argument("--search", help="part of the name")
+
+    add("show", _by_id("get", output.detail), "one request with its slices and timeline").add_argument(
+        "id", type=int
+    )
+    add("cancel", _by_id("cancel", output.summary), "withdraw a request").add_argument("id", type=int)
+    add("release", _by_id("release", output.summary), "done with the GPU: free it").add_argument(
+        "id", type=int
+    )
+    add("health", _by_id("check_health", output.health), "is it placed, are its nodes alive").add_argument(
+        "id", type=int
+    )
+    add("prices", _prices, "price per GPU hour by model and capacity type")
+    return parser
+
+
+def _add_spec(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--gpu", type=float, default=0.5, metavar="SHARE", help="share of a card (0.5), or cards if >1"
+    )
+    sub.add_argument("--gpus", type=int, default=1, metavar="N", help="whole cards (with --gpu 1)")
+    sub.add_argument("--task", choices=["training", "inference"], default="training")
+    billing = sub.add_mutually_exclusive_group()
+    billing.add_argument(
+        "--spot", dest="spot", action="store_true", default=True, help="spot pricing (default)"
+    )
+    billing.add_argument("--on-demand", dest="spot", action="store_false", help="on-demand pricing")
+    sub.add_argument(
+        "--no-fallback",
+        dest="fallback",
+        action="store_false",
+        help="with --spot: never fall back to on-demand",
+    )
+    sub.add_argument("--name")
+    sub.add_argument("--team", help="team slug (needed when you are in several)")
+    sub.add_argument("--pool")
+    sub.add_argument("--gpu-model", metavar="MODEL")
+    sub.add_argument("--gpu-memory", type=int, metavar="MIB")
+    sub.add_argument("--max-duration", type=int, metavar="S")
+    sub.add_argument("--checkpoint-interval", type=int, metavar="S", help="(spot default 900)")
+    sub.add_argument("--priority", type=int, default=0)

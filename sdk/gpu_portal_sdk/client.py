@@ -1,0 +1,307 @@
+"""ResourceManager: the portal's REST API (/api/v1/) as Python calls, with retries and typed errors."""
+
+from __future__ import annotations  # the `list` method would shadow the builtin in annotations
+
+import datetime as dt
+import email.utils
+import math
+import random as _random
+import secrets
+import time
+from collections.abc import Callable
+from urllib.parse import parse_qs, urlsplit
+
+import requests
+
+from gpu_portal_sdk.errors import (
+    ConnectionFailedError,
+    PortalError,
+    RateLimitedError,
+    RequestFailedError,
+    ResourceBusyError,
+    ValidationError,
+    error_for_status,
+)
+from gpu_portal_sdk.models import Estimate, Health, NodeHealth, Price, Resource
+from gpu_portal_sdk.retry import RetryPolicy, parse_retry_after
+from gpu_portal_sdk.version import __version__
+
+MILLI_PER_GPU = 1000
+DEFAULT_CHECKPOINT_INTERVAL_S = 900
+
+
+class ResourceManager:
+    """A client for one portal, acting as the user whose personal API token (gpp_…) it holds.
+
+    `timeout` bounds each HTTP call in seconds; `max_retries` bounds the extra tries after a
+    429, 5xx or connection failure (see gpu_portal_sdk.retry for which failures are retried).
+    `sleep`, `random` and `clock` are there so tests can run without real waiting.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        timeout: float = 10.0,
+        max_retries: int = 3,
+        backoff_base_s: float = 0.5,
+        backoff_cap_s: float = 30.0,
+        session: requests.Session | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        random: Callable[[], float] = _random.random,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.api_url = url.rstrip("/").removesuffix("/api/v1") + "/api/v1/"
+        self.timeout = timeout
+        self.retry = RetryPolicy(max_retries, backoff_base_s, backoff_cap_s, sleep=sleep, random=random)
+        self.clock = clock
+        self.session = session or requests.Session()
+        self.session.headers.update(
+            {"Authorization": f"Bearer {token}", "User-Agent": f"gpu-portal-sdk/{__version__}"}
+        )
+
+    # Requests
+
+    def request_allocation(
+        self,
+        task_type: str = "training",
+        min_gpu: float = 0.5,
+        prefer_spot: bool = True,
+        name: str | None = None,
+        num_gpus: int = 1,
+        pool: str | None = None,
+        gpu_model: str | None = None,
+        gpu_memory_mib: int | None = None,
+        max_duration_s: int | None = None,
+        checkpoint_interval_s: int | None = None,
+        priority: int = 0,
+        command: str = "",
+        team: str | None = None,
+        allow_on_demand_fallback: bool = True,
+        wait: bool = False,
+        timeout_s: float | None = None,
+    ) -> Resource:
+        """Submit a request for GPU capacity; it starts pending and the scheduler places it.
+
+        `min_gpu` is a share of one card: 0.5 asks for 500 milli-GPU. Above 1 it counts whole
+        cards, rounded up (1.5 asks for two whole cards); then leave `num_gpus` at 1.
+        `prefer_spot` bills at the cheaper, reclaimable spot rate, falls back to on-demand capacity
+        when `allow_on_demand_fallback`, and declares a checkpoint every 15 minutes unless
+        `checkpoint_interval_s` says otherwise (spot work must checkpoint).
+
+        With `wait`, returns once the request is scheduled or running. If it is not placed within
+        `timeout_s` (None waits without limit) the SDK cancels the request it made, so nothing is
+        left queued, and raises ResourceBusyError; RequestFailedError if it ended otherwise.
+        """
+        body = self._request_body(locals())  # every argument, by name: one mapping for submit and estimate
+        resource = Resource.from_api(self._call("POST", "requests/", json=body))
+        if not wait:
+            return resource
+        try:
+            return self.wait_until_running(resource.id, timeout_s=timeout_s)
+        except ResourceBusyError as busy:
+            raise self._withdrawn(busy) from None
+
+    def estimate(
+        self,
+        task_type: str = "training",
+        min_gpu: float = 0.5,
+        prefer_spot: bool = True,
+        name: str | None = None,
+        num_gpus: int = 1,
+        pool: str | None = None,
+        gpu_model: str | None = None,
+        gpu_memory_mib: int | None = None,
+        max_duration_s: int | None = None,
+        checkpoint_interval_s: int | None = None,
+        priority: int = 0,
+        command: str = "",
+        team: str | None = None,
+        allow_on_demand_fallback: bool = True,
+    ) -> Estimate:
+        """Where the same request_allocation(...) would run now, or why and until when it would wait.
+        Checked like a submit (same errors); nothing is submitted."""
+        body = self._request_body(locals())
+        return Estimate.from_api(self._call("POST", "requests/estimate/", json=body))
+
+    def get(self, resource_id: int) -> Resource:
+        """One request with its segments and event timeline; NotFoundError for another team's."""
+        return Resource.from_api(self._call("GET", f"requests/{int(resource_id)}/"))
+
+    def list(self, state: str | None = None, team: str | None = None, search: str | None = None):
+        """Your teams' requests, newest first, following every page."""
+        params = {k: v for k, v in {"state": state, "team": team, "search": search}.items() if v}
+        resources = []
+        while True:
+            page = self._call("GET", "requests/", params=params)
+            resources.extend(Resource.from_api(r) for r in page["results"])
+            if not page.get("next"):
+                return resources
+            # Keep only the query of `next`: behind a proxy its host may not be the one we reach.
+            params = {k: v[-1] for k, v in parse_qs(urlsplit(page["next"]).query).items()}
+
+    def cancel(self, resource_id: int) -> Resource:
+        """Withdraw a request in any live state; its slices are freed and it ends cancelled."""
+        return Resource.from_api(self._call("POST", f"requests/{int(resource_id)}/cancel/"))
+
+    def release(self, resource_id: int) -> Resource:
+        """Done with the capacity: running work ends succeeded, work not yet started cancelled."""
+        return Resource.from_api(self._call("POST", f"requests/{int(resource_id)}/release/"))
+
+    def wait_until_running(self, resource_id: int, timeout_s: float | None = None, poll_s: float = 2.0):
+        """Poll until the request is scheduled or running (both mean its capacity is held).
+
+        ResourceBusyError when `timeout_s` passes first (the request stays queued: cancel it if
+        you no longer want it); RequestFailedError when it ends failed, cancelled or preempted.
+        """
+        deadline = None if timeout_s is None else self.clock() + timeout_s
+        while True:
+            resource = self.get(resource_id)
+            if resource.is_placed:
+                return resource
+            if resource.state != "pending":
+                raise RequestFailedError(
+                    f"Request {resource.id} is {resource.state}, not running.",
+                    request_id=resource.id,
+                    state=resource.state,
+                )
+            left = math.inf if deadline is None else deadline - self.clock()
+            if left <= 0:
+                reason = resource.pending_reason or "no capacity free"
+                raise ResourceBusyError(
+                    f"Request {resource.id} still pending after {timeout_s:g} s: {reason}",
+                    request_id=resource.id,
+                    code="busy",
+                )
+            self.retry.sleep(min(poll_s, left))
+
+    def check_health(self, resource_id: int, max_heartbeat_age_s: float = 60.0) -> Health:
+        """The request's state and, for each node it runs on, whether the node is ready and sent a
+        heartbeat within `max_heartbeat_age_s` (judged by the portal's clock, so local skew does
+        not matter)."""
+        response = self._send("GET", f"requests/{int(resource_id)}/")
+        resource = Resource.from_api(response.json())
+        now = _server_time(response)
+        nodes = {}
+        for allocation in resource.allocations:
+            beat = allocation.node_last_heartbeat_at
+            age = None if beat is None else max(0.0, (now - beat).total_seconds())
+            nodes[allocation.node] = NodeHealth(
+                name=allocation.node,
+                status=allocation.node_status,
+                last_heartbeat_at=beat,
+                heartbeat_age_s=age,
+                heartbeating=age is not None and age <= max_heartbeat_age_s,
+            )
+        return Health(request_id=resource.id, state=resource.state, nodes=tuple(nodes.values()))
+
+    def prices(self) -> list[Price]:
+        """The price catalog: per whole card and hour, by GPU model and capacity type.
+        NotFoundError from a portal that has no price catalog yet."""
+        return [Price.from_api(p) for p in _results(self._call("GET", "prices/"))]
+
+    # HTTP
+
+    def _request_body(self, args: dict) -> dict:
+        min_gpu, num_gpus = args["min_gpu"], args["num_gpus"]
+        if min_gpu > 1:
+            if num_gpus != 1:
+                message = "Give min_gpu above 1 (whole cards) or num_gpus, not both."
+                raise ValidationError(message, code="validation_error", fields={"min_gpu": [message]})
+            gpu_milli, num_gpus = MILLI_PER_GPU, math.ceil(min_gpu)
+        else:
+            gpu_milli = round(min_gpu * MILLI_PER_GPU)
+        spot = args["prefer_spot"]
+        checkpoint = args["checkpoint_interval_s"]
+        body = {
+            "team": args["team"],
+            "name": args["name"] or f"{args['task_type']}-{secrets.token_hex(3)}",
+            "task_type": args["task_type"],
+            "gpu_milli": gpu_milli,
+            "num_gpus": num_gpus,
+            "pool": args["pool"],
+            "gpu_model": args["gpu_model"],
+            "gpu_memory_mib": args["gpu_memory_mib"],
+            "max_duration_s": args["max_duration_s"],
+            "priority": args["priority"],
+            "command": args["command"],
+            "billing_mode": "spot" if spot else "on-demand",
+            "allow_on_demand_fallback": spot and args["allow_on_demand_fallback"],
+            "checkpoint_interval_s": DEFAULT_CHECKPOINT_INTERVAL_S
+            if spot and checkpoint is None
+            else checkpoint,
+        }
+        return {k: v for k, v in body.items() if v is not None}
+
+    def _withdrawn(self, busy: ResourceBusyError) -> ResourceBusyError:
+        """The busy error after cancelling the request that request_allocation(wait=True) made."""
+        try:
+            self.cancel(busy.request_id)
+        except PortalError as error:
+            return ResourceBusyError(
+                f"{busy.message}; cancelling it failed, it may still be queued: {error.message}",
+                request_id=busy.request_id,
+                code=busy.code,
+            )
+        return ResourceBusyError(
+            f"{busy.message}; the request was cancelled.",
+            request_id=busy.request_id,
+            cancelled=True,
+            code=busy.code,
+        )
+
+    def _call(self, method: str, path: str, **kwargs):
+        response = self._send(method, path, **kwargs)
+        return response.json() if response.content else None
+
+    def _send(self, method: str, path: str, **kwargs) -> requests.Response:
+        """One API call: retried per RetryPolicy, a typed PortalError for anything but 2xx."""
+        url = self.api_url + path
+        attempt = 0
+        while True:
+            may_retry = attempt < self.retry.max_retries
+            try:
+                response = self.session.request(method, url, timeout=self.timeout, **kwargs)
+            except requests.RequestException as error:
+                if not (may_retry and self.retry.retries_error(method, error)):
+                    raise ConnectionFailedError(
+                        f"{method} {url}: no answer from the portal ({error})", code="connection_failed"
+                    ) from error
+                delay = self.retry.delay(attempt)
+            else:
+                if response.ok:
+                    return response
+                if not (may_retry and self.retry.retries_status(method, response.status_code)):
+                    raise _error(response)
+                retry_after = parse_retry_after(response.headers.get("Retry-After"), _server_time(response))
+                delay = self.retry.delay(attempt, retry_after)
+            self.retry.sleep(delay)
+            attempt += 1
+
+
+def _error(response: requests.Response) -> PortalError:
+    try:
+        body = response.json()["error"]
+    except (ValueError, KeyError, TypeError):
+        body = {"code": f"http_{response.status_code}", "message": response.reason or "no message"}
+    cls = error_for_status(response.status_code)
+    kwargs = {
+        "status": response.status_code,
+        "code": body.get("code", "error"),
+        "fields": body.get("fields") or {},
+    }
+    if cls is RateLimitedError:
+        kwargs["retry_after"] = parse_retry_after(response.headers.get("Retry-After"), _server_time(response))
+    return cls(body.get("message") or response.reason, **kwargs)
+
+
+def _results(data):
+    """A list endpoint's items, whether the portal pages it or not."""
+    return data["results"] if isinstance(data, dict) else data
+
+
+def _server_time(response: requests.Response) -> dt.datetime:
+    """The portal's clock from the Date header (the local one when absent)."""
+    date = response.headers.get("Date")
+    return email.utils.parsedate_to_datetime(date) if date else dt.datetime.now(dt.UTC)

@@ -1,0 +1,182 @@
+"""What the portal answers, as frozen dataclasses. Unknown fields from a newer portal are ignored;
+fields an older portal lacks take their defaults. Shares are in milli-GPU (1000 = one card)."""
+
+import dataclasses
+import datetime as dt
+from dataclasses import dataclass
+from decimal import Decimal
+
+PLACED_STATES = frozenset({"scheduled", "running"})
+TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled", "preempted"})
+
+
+def parse_time(value: str | None) -> dt.datetime | None:
+    if not value:
+        return None
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def _known(cls, data: dict, **converted) -> dict:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in data.items() if k in names} | converted
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """One slice of one card that a request holds (a segment): `milli` of GPU `gpu_index` on `node`."""
+
+    id: int
+    node: str
+    gpu_index: int
+    gpu_uuid: str
+    milli: int
+    gpu_memory_mib: int
+    billing_mode: str
+    borrowed: bool = False
+    started_at: dt.datetime | None = None
+    ended_at: dt.datetime | None = None
+    node_status: str = ""
+    node_last_heartbeat_at: dt.datetime | None = None
+
+    @classmethod
+    def from_api(cls, data: dict) -> "Allocation":
+        return cls(
+            **_known(
+                cls,
+                data,
+                started_at=parse_time(data.get("started_at")),
+                ended_at=parse_time(data.get("ended_at")),
+                node_last_heartbeat_at=parse_time(data.get("node_last_heartbeat_at")),
+            )
+        )
+
+
+@dataclass(frozen=True)
+class Event:
+    """One state change in a request's timeline."""
+
+    created_at: dt.datetime | None
+    actor_label: str
+    from_state: str
+    to_state: str
+    reason: str
+
+    @classmethod
+    def from_api(cls, data: dict) -> "Event":
+        return cls(**_known(cls, data, created_at=parse_time(data.get("created_at"))))
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A GPU request and what it holds. `allocations` are the open slices (where it runs now);
+    `segments` (every slice it ever held) and `events` come only from `get()`."""
+
+    id: int
+    name: str
+    team: str
+    state: str
+    share: str
+    gpu_milli: int
+    num_gpus: int
+    task_type: str = "training"
+    user: str = ""
+    pool: str | None = None
+    gpu_model: str = ""
+    gpu_memory_mib: int | None = None
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    billing_mode: str = "on-demand"
+    allow_on_demand_fallback: bool = False
+    checkpoint_interval_s: int | None = None
+    priority: int = 0
+    max_duration_s: int | None = None
+    command: str = ""
+    pending_reason: str = ""
+    estimated_start_at: dt.datetime | None = None
+    created_at: dt.datetime | None = None
+    scheduled_at: dt.datetime | None = None
+    started_at: dt.datetime | None = None
+    ended_at: dt.datetime | None = None
+    allocations: tuple[Allocation, ...] = ()
+    segments: tuple[Allocation, ...] | None = None
+    events: tuple[Event, ...] | None = None
+
+    @property
+    def is_placed(self) -> bool:
+        """Scheduled or running: the capacity is reserved for it."""
+        return self.state in PLACED_STATES
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @classmethod
+    def from_api(cls, data: dict) -> "Resource":
+        times = ("estimated_start_at", "created_at", "scheduled_at", "started_at", "ended_at")
+        converted = {name: parse_time(data.get(name)) for name in times}
+        converted["allocations"] = tuple(Allocation.from_api(a) for a in data.get("allocations", ()))
+        if "segments" in data:
+            converted["segments"] = tuple(Allocation.from_api(a) for a in data["segments"])
+        if "events" in data:
+            converted["events"] = tuple(Event.from_api(e) for e in data["events"])
+        return cls(**_known(cls, data, **converted))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Where a request would run if submitted now (`where`, "node/gpuN, ..."), or why it would wait."""
+
+    starts_now: bool
+    where: str
+    estimated_start_at: dt.datetime | None
+    reason: str
+
+    @classmethod
+    def from_api(cls, data: dict) -> "Estimate":
+        return cls(**_known(cls, data, estimated_start_at=parse_time(data.get("estimated_start_at"))))
+
+
+@dataclass(frozen=True)
+class NodeHealth:
+    """A node the request runs on: its status as the portal sees it, and the age of its last heartbeat
+    measured against the portal's clock (None when the node never sent one)."""
+
+    name: str
+    status: str
+    last_heartbeat_at: dt.datetime | None
+    heartbeat_age_s: float | None
+    heartbeating: bool
+
+    @property
+    def ready(self) -> bool:
+        return self.status == "ready"
+
+
+@dataclass(frozen=True)
+class Health:
+    """A request's state and its nodes; healthy when placed and every node is ready and heartbeating."""
+
+    request_id: int
+    state: str
+    nodes: tuple[NodeHealth, ...]
+
+    @property
+    def placed(self) -> bool:
+        return self.state in PLACED_STATES
+
+    @property
+    def healthy(self) -> bool:
+        return self.placed and bool(self.nodes) and all(n.ready and n.heartbeating for n in self.nodes)
+
+
+@dataclass(frozen=True)
+class Price:
+    """The price of one whole card for an hour, in US dollars (a Decimal, never a float)."""
+
+    gpu_model: str
+    capacity_type: str
+    usd_per_gpu_hour: Decimal
+
+    @classmethod
+    def from_api(cls, data: dict) -> "Price":
+        return cls(**_known(cls, data, usd_per_gpu_hour=Decimal(str(data["usd_per_gpu_hour"]))))

@@ -1,0 +1,121 @@
+"""How the CLI shows things: aligned tables for people, JSON for scripts."""
+
+import dataclasses
+import datetime as dt
+import json
+from decimal import Decimal
+
+from gpu_portal_sdk.models import Estimate, Health, Resource
+
+
+def to_json(value) -> str:
+    if dataclasses.is_dataclass(value):
+        value = dataclasses.asdict(value)
+    elif isinstance(value, list):
+        value = [dataclasses.asdict(v) for v in value]
+    return json.dumps(value, indent=2, default=_jsonable)
+
+
+def _jsonable(value):
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def table(header: list[str], rows: list[list]) -> str:
+    cells = [header, *[["-" if c is None or c == "" else str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    )
+
+
+def when(value: dt.datetime | None) -> str:
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC") if value else "-"
+
+
+def where(resource: Resource) -> str:
+    return ", ".join(f"{a.node}/gpu{a.gpu_index}" for a in resource.allocations)
+
+
+def resources(items: list[Resource]) -> str:
+    rows = [
+        [
+            r.id,
+            r.name,
+            r.team,
+            r.task_type,
+            r.share,
+            r.billing_mode,
+            r.state,
+            where(r) or r.pool,
+            when(r.created_at),
+        ]
+        for r in items
+    ]
+    return table(["ID", "NAME", "TEAM", "TASK", "SHARE", "BILLING", "STATE", "WHERE", "CREATED"], rows)
+
+
+def summary(r: Resource) -> str:
+    line = f"Request {r.id} {r.name!r} ({r.team}): {r.share} {r.task_type}, {r.billing_mode}, {r.state}"
+    if r.allocations:
+        return f"{line} on {where(r)}"
+    if r.pending_reason:
+        return f"{line}: {r.pending_reason}"
+    return line
+
+
+def detail(r: Resource) -> str:
+    lines = [
+        summary(r),
+        f"  submitted by {r.user} at {when(r.created_at)}; priority {r.priority}",
+        f"  pool {r.pool or 'any'}; GPU model {r.gpu_model or 'any'}; checkpoint every "
+        f"{r.checkpoint_interval_s or '-'} s; max duration {r.max_duration_s or '-'} s",
+    ]
+    if r.estimated_start_at:
+        lines.append(f"  estimated start {when(r.estimated_start_at)}")
+    if r.command:
+        lines.append(f"  command: {r.command}")
+    if r.segments:
+        rows = [
+            [
+                f"{a.node}/gpu{a.gpu_index}",
+                a.milli,
+                a.gpu_memory_mib,
+                a.billing_mode,
+                when(a.started_at),
+                when(a.ended_at),
+            ]
+            for a in r.segments
+        ]
+        lines += ["", table(["GPU", "MILLI", "MEMORY_MIB", "BILLING", "STARTED", "ENDED"], rows)]
+    if r.events:
+        rows = [[when(e.created_at), e.from_state, e.to_state, e.actor_label, e.reason] for e in r.events]
+        lines += ["", table(["AT", "FROM", "TO", "BY", "WHY"], rows)]
+    return "\n".join(lines)
+
+
+def estimate(e: Estimate) -> str:
+    if e.starts_now:
+        return f"Would start now on {e.where}."
+    start = f" Estimated start {when(e.estimated_start_at)}." if e.estimated_start_at else ""
+    return f"Would wait: {e.reason}.{start}"
+
+
+def health(h: Health) -> str:
+    verdict = "healthy" if h.healthy else "not healthy"
+    rows = [
+        [
+            n.name,
+            n.status,
+            when(n.last_heartbeat_at),
+            "-" if n.heartbeat_age_s is None else f"{n.heartbeat_age_s:.0f}",
+        ]
+        for n in h.nodes
+    ]
+    lines = [f"Request {h.request_id} {h.state}: {verdict}"]
+    if rows:
+        lines.append(table(["NODE", "STATUS", "LAST_HEARTBEAT", "AGE_S"], rows))
+    return "\n".join(lines)
