@@ -1,0 +1,163 @@
+"""`gpu-portal` end to end against the live portal: output and the exit codes scripts rely on."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from django.core.cache import cache
+from gpu_portal_sdk.cli import main
+
+from portal.api.throttling import PerTokenRateThrottle
+from scheduler_app.models import GpuRequest
+from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.services import submit_request
+
+
+@pytest.fixture
+def as_user(live_server, transactional_db, token, monkeypatch):
+    """as_user(user): GPU_PORTAL_URL and GPU_PORTAL_TOKEN point at the live portal as that user."""
+
+    def login(user):
+        monkeypatch.setenv("GPU_PORTAL_URL", live_server.url)
+        monkeypatch.setenv("GPU_PORTAL_TOKEN", token(user))
+
+    return login
+
+
+def test_request_list_show_and_cancel(as_user, member, cluster, capsys):
+    as_user(member)
+
+    code = main(
+        [
+            "request",
+            "--gpu",
+            "0.25",
+            "--name",
+            "cli-train",
+            "--on-demand",
+            "--",
+            "python",
+            "train.py",
+            "--lr",
+            "3e-4",
+        ]
+    )
+    out = capsys.readouterr().out
+
+    assert code == 0
+    request = GpuRequest.objects.get()
+    assert f"Request {request.pk} 'cli-train' (vision): 1/4 GPU training, on-demand, pending" in out
+    assert (request.command, request.gpu_milli, request.billing_mode) == (
+        "python train.py --lr 3e-4",
+        250,
+        "on-demand",
+    )
+
+    run_scheduling_pass()
+    assert main(["list", "--json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert (listed["id"], listed["state"], listed["allocations"][0]["node"]) == (
+        request.pk,
+        "scheduled",
+        "node-1",
+    )
+
+    assert main(["list", "--state", "pending"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "ID  NAME  TEAM  TASK  SHARE  BILLING  STATE  WHERE  CREATED"
+    ]
+
+    assert main(["show", str(request.pk)]) == 0
+    shown = capsys.readouterr().out
+    assert "command: python train.py --lr 3e-4" in shown
+    assert "node-1/gpu" in shown and "scheduled" in shown
+
+    assert main(["cancel", str(request.pk)]) == 0
+    assert "cancelled" in capsys.readouterr().out
+
+
+def test_estimate_and_wait_on_a_full_cluster(as_user, member, team_admin, team, make_node, capsys):
+    make_node(gpus=1)
+    submit_request(user=team_admin, team=team, name="hog", task_type="training", gpu_milli=1000)
+    run_scheduling_pass()
+    as_user(member)
+
+    assert main(["estimate", "--gpu", "0.5", "--on-demand"]) == 0
+    assert capsys.readouterr().out.startswith("Would wait: ")
+
+    code = main(["request", "--gpu", "0.5", "--on-demand", "--wait", "--wait-timeout", "0"])
+
+    assert code == 6
+    assert "the request was cancelled" in capsys.readouterr().err
+    assert GpuRequest.objects.get(name__startswith="training-").state == "cancelled"
+
+
+def test_placed_request_reports_health(as_user, member, team, cluster, capsys):
+    request = submit_request(user=member, team=team, name="train", task_type="training", gpu_milli=250)
+    run_scheduling_pass()
+    as_user(member)
+
+    assert main(["health", str(request.pk), "--json"]) == 0
+    health = json.loads(capsys.readouterr().out)
+
+    assert (health["state"], health["nodes"][0]["name"], health["nodes"][0]["heartbeating"]) == (
+        "scheduled",
+        "node-1",
+        False,  # no agent has sent a heartbeat yet
+    )
+
+
+def test_exit_codes(as_user, member, outsider, team, cluster, closed_port, monkeypatch, capsys):
+    theirs = submit_request(user=member, team=team, name="mine", task_type="training", gpu_milli=250)
+    as_user(outsider)
+
+    assert main(["show", str(theirs.pk)]) == 4
+    assert main(["request", "--gpu", "-1"]) == 5
+    assert "gpu_milli: Ensure this value is greater than or equal to 1." in capsys.readouterr().err
+    assert main(["request", "--gpu", "2", "--gpus", "2"]) == 5
+    assert main(["list", "--token", "gpp_wrong"]) == 3
+    assert main(["list", "--retries", "0", "--url", f"http://127.0.0.1:{closed_port}"]) == 7
+
+    monkeypatch.setattr(PerTokenRateThrottle, "THROTTLE_RATES", {"api": "1/min"})
+    cache.clear()
+    assert main(["list"]) == 0
+    assert main(["list", "--retries", "0"]) == 8
+
+
+def test_usage_errors_exit_2(monkeypatch, capsys):
+    monkeypatch.delenv("GPU_PORTAL_URL", raising=False)
+    monkeypatch.delenv("GPU_PORTAL_TOKEN", raising=False)
+
+    for argv in (["list"], ["frobnicate"], ["show", "--url", "http://x", "--token", "t", "--", "ls"]):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        assert exited.value.code == 2
+    assert "GPU_PORTAL_TOKEN" in capsys.readouterr().err
+
+
+def test_prices_says_not_available_until_the_portal_has_them(as_user, member, capsys):
+    as_user(member)
+
+    assert main(["prices"]) == 9
+    assert "not available on this portal yet" in capsys.readouterr().err
+
+
+def test_the_package_imports_no_django():
+    check = "import gpu_portal_sdk, gpu_portal_sdk.cli, sys; assert 'django' not in sys.modules"
+
+    subprocess.run([sys.executable, "-c", check], check=True, timeout=60)
+
+
+def test_python_m_gpu_portal_sdk_lists_as_a_script_would(
+    live_server, transactional_db, token, member, team, cluster
+):
+    submit_request(user=member, team=team, name="seen", task_type="training", gpu_milli=250)
+    argv = ["--url", live_server.url, "--token", token(member), "--json", "list"]
+
+    done = subprocess.run(
+        [sys.executable, "-m", "gpu_portal_sdk", *argv], capture_output=True, text=True, timeout=60
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert [r["name"] for r in json.loads(done.stdout)] == ["seen"]
