@@ -49,10 +49,12 @@ class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
         params = self.request.query_params
         errors = {}
         for name, allowed in (("state", RequestState.values), ("task_type", TaskType.values)):
-            value = params.get(name)
-            if value and value not in allowed:
+            if name not in params:
+                continue
+            value = params[name]
+            if value not in allowed:
                 errors[name] = [f"{value!r} is not one of {', '.join(allowed)}."]
-            elif value:
+            else:
                 queryset = queryset.filter(**{name: value})
         if errors:
             raise ValidationError(errors)

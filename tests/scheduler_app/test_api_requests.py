@@ -113,6 +113,8 @@ def test_list_filters_and_search(api_client, member, team, cluster):
     assert client.get(URL, {"state": "running"}).json()["count"] == 0
     bad = client.get(URL, {"state": "sleeping"})
     assert bad.status_code == 400 and "state" in bad.json()["error"]["fields"]
+    empty = client.get(URL, {"task_type": ""})
+    assert empty.status_code == 400 and "task_type" in empty.json()["error"]["fields"]
     bad_size = client.get(URL, {"page_size": "null"})
     assert bad_size.status_code == 400 and "page_size" in bad_size.json()["error"]["fields"]
 
