@@ -18,7 +18,9 @@ ensure_venv() {
   [ -x .venv/bin/python ] || "$(python_311)" -m venv .venv
   local stamp=".venv/.installed-$(basename "$requirements")"
   local digest
-  digest=$(cat requirements*.txt | sha256sum | cut -d' ' -f1)
+  # sdk/pyproject.toml too: requirements.txt installs the SDK editable, and its metadata
+  # (dependencies, console script) is only rebuilt by a reinstall.
+  digest=$(cat requirements*.txt sdk/pyproject.toml | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$digest" ]; then
     .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$requirements"
