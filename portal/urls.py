@@ -2,15 +2,35 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from portal import views
+from portal.views import cluster, general, operator, requests, teams, tokens
 
 urlpatterns = [
-    path("", views.home, name="home"),
+    path("", general.home, name="home"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/password/", auth_views.PasswordChangeView.as_view(), name="password_change"),
     path("accounts/password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
-    path("healthz", views.healthz, name="healthz"),
+    path("healthz", general.healthz, name="healthz"),
+    path("accounts/tokens/", tokens.token_index, name="tokens"),
+    path("accounts/tokens/<int:pk>/revoke/", tokens.token_revoke, name="token_revoke"),
+    path("requests/", requests.request_index, name="requests"),
+    path("requests/new/", requests.request_new, name="request_new"),
+    path("requests/estimate/", requests.request_estimate, name="request_estimate"),
+    path("requests/<int:pk>/", requests.request_detail, name="request_detail"),
+    path("requests/<int:pk>/cancel/", requests.request_cancel, name="request_cancel"),
+    path("requests/<int:pk>/release/", requests.request_release, name="request_release"),
+    path("cluster/", cluster.cluster, name="cluster"),
+    path("teams/", teams.team_index, name="teams"),
+    path("teams/<slug:slug>/", teams.team_detail, name="team_detail"),
+    path("teams/<slug:slug>/members/", teams.member_add, name="member_add"),
+    path("teams/<slug:slug>/members/<int:membership_id>/role/", teams.member_role, name="member_role"),
+    path("teams/<slug:slug>/members/<int:membership_id>/remove/", teams.member_remove, name="member_remove"),
+    path("operator/", operator.overview, name="operator"),
+    path("operator/nodes/", operator.node_index, name="operator_nodes"),
+    path("operator/nodes/<int:pk>/", operator.node_status, name="operator_node"),
+    path("operator/pools/", operator.pool_index, name="operator_pools"),
+    path("operator/pools/<int:pk>/", operator.pool_edit, name="operator_pool"),
+    path("operator/quotas/", operator.quota_index, name="operator_quotas"),
     path("admin/", admin.site.urls),
     path("api/v1/", include(("portal.api.urls", "api"))),
 ]

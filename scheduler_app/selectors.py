@@ -4,7 +4,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from django.contrib.contenttypes.models import ContentType
-from django.db.models import Count, Prefetch, QuerySet
+from django.db.models import Count, Prefetch, Q, QuerySet, Sum
 
 from portal.models import Membership, Team
 from scheduler_app.choices import RequestState
@@ -210,7 +210,7 @@ def cluster_picture(user) -> ClusterPicture:
         nodes[node.pk] = NodeView(node)
         pools[node.pool_id].nodes.append(nodes[node.pk])
     gpus = {}
-    for gpu in Gpu.objects.order_by("node__name", "index"):
+    for gpu in Gpu.objects.select_related("node").order_by("node__name", "index"):
         gpus[gpu.pk] = GpuView(gpu)
         nodes[gpu.node_id].gpus.append(gpus[gpu.pk])
     open_segments = (
@@ -263,4 +263,12 @@ def recent_audit_events(limit: int = 50) -> list[Event]:
         .select_related("content_type")
         .prefetch_related("subject")
         .order_by("-created_at", "-id")[:limit]
+    )
+
+
+def nodes_for_operators() -> QuerySet[Node]:
+    """Every node with its pool, card count and the milli-GPU its open segments hold."""
+    return Node.objects.select_related("pool").annotate(
+        gpu_count=Count("gpus", distinct=True),
+        allocated_milli=Sum("gpus__allocations__milli", filter=Q(gpus__allocations__ended_at__isnull=True)),
     )

@@ -1,0 +1,214 @@
+"""Forms of the pages: they parse what people type into what the services take.
+
+The services validate (ranges, spot rules, who may act); a form only turns
+text into values and attaches the service's ValidationError to its own fields,
+so the message a user reads is the one the API gives.
+"""
+
+import datetime as dt
+from decimal import Decimal
+
+from django import forms
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+
+from portal.choices import Role
+from portal.models import Team
+from scheduler_app.choices import BillingMode, NodeStatus, RequestState, TaskType
+from scheduler_app.constants import MILLI_PER_GPU
+from scheduler_app.models import Gpu, Pool
+
+MIB_PER_GIB = 1024
+
+# The portal offers eighths of a card, or whole cards for gangs; the value is the total milli-GPU.
+SHARE_CHOICES = [
+    (125, "1/8 GPU"),
+    (250, "1/4 GPU"),
+    (375, "3/8 GPU"),
+    (500, "1/2 GPU"),
+    (625, "5/8 GPU"),
+    (750, "3/4 GPU"),
+    (875, "7/8 GPU"),
+    (1000, "1 GPU"),
+    (2000, "2 GPUs"),
+    (4000, "4 GPUs"),
+    (8000, "8 GPUs"),
+]
+
+
+class ServiceErrorsMixin:
+    """Attach a service's ValidationError to this form: its field names map through `service_fields`."""
+
+    service_fields: dict[str, str] = {}
+
+    def add_service_errors(self, error: ValidationError) -> None:
+        if not hasattr(error, "error_dict"):
+            self.add_error(None, error)
+            return
+        for name, messages in error.message_dict.items():
+            field = self.service_fields.get(name, name)
+            self.add_error(field if field in self.fields else None, messages)
+
+    def service_error_dict(self) -> dict[str, list[str]]:
+        """The form's errors keyed by field ('__all__' for the rest), for JSON answers."""
+        return {name: list(messages) for name, messages in self.errors.items()}
+
+
+class RequestForm(ServiceErrorsMixin, forms.Form):
+    """What to run and on which share of which GPUs; units as people say them (GiB, minutes, hours)."""
+
+    service_fields = {
+        "gpu_milli": "share",
+        "num_gpus": "share",
+        "gpu_memory_mib": "gpu_memory_gib",
+        "checkpoint_interval_s": "checkpoint_interval_min",
+        "max_duration_s": "max_duration_h",
+    }
+
+    team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label=None)
+    name = forms.CharField(max_length=100, required=False, help_text="To recognise it in lists.")
+    task_type = forms.ChoiceField(
+        choices=TaskType.choices,
+        initial=TaskType.TRAINING,
+        widget=forms.RadioSelect,
+        help_text="Training packs onto few cards; inference spreads out for isolation.",
+    )
+    share = forms.TypedChoiceField(
+        choices=SHARE_CHOICES,
+        coerce=int,
+        initial=250,
+        label="GPU share",
+        help_text="Eighths of one card, or whole cards together on one node.",
+    )
+    pool = forms.ChoiceField(required=False, label="Pool")
+    gpu_model = forms.ChoiceField(required=False, label="GPU model")
+    gpu_memory_gib = forms.IntegerField(
+        required=False, label="GPU memory (GiB per card)", help_text="Empty: in proportion to the share."
+    )
+    billing_mode = forms.ChoiceField(
+        choices=BillingMode.choices, initial=BillingMode.ON_DEMAND, widget=forms.RadioSelect, label="Billing"
+    )
+    allow_on_demand_fallback = forms.BooleanField(
+        required=False, label="Fall back to on-demand when no spot capacity is free"
+    )
+    checkpoint_interval_min = forms.IntegerField(required=False, label="Checkpoint interval (minutes)")
+    max_duration_h = forms.DecimalField(
+        required=False, max_digits=6, decimal_places=2, label="Max duration (hours)"
+    )
+    priority = forms.IntegerField(initial=0, help_text="-100..100; higher goes first within your team.")
+    command = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}))
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        teams = Team.objects.filter(memberships__user=user)
+        self.fields["team"].queryset = teams
+        if len(teams) == 1:
+            self.fields["team"].initial = teams[0].pk
+            self.fields["team"].widget = forms.HiddenInput()
+        pools = list(Pool.objects.all())
+        self.fields["pool"].choices = [("", "Any pool that matches the billing")] + [
+            (p.name, f"{p.name} — {p.gpu_model}, {p.get_capacity_type_display().lower()}") for p in pools
+        ]
+        models = Gpu.objects.order_by("model").values_list("model", flat=True).distinct()
+        self.fields["gpu_model"].choices = [("", "Any model")] + [(m, m) for m in models]
+        limit = settings.SPOT_MAX_CHECKPOINT_INTERVAL_S // 60
+        self.fields["checkpoint_interval_min"].help_text = f"Required for spot work: at most {limit} minutes."
+        self.fields["checkpoint_interval_min"].widget.attrs["min"] = 1
+        self.fields["priority"].widget.attrs.update(min=-100, max=100)
+
+    def service_kwargs(self) -> dict:
+        """The keyword arguments of submit_request / estimate_request, from the cleaned data."""
+        data = self.cleaned_data
+        share = data["share"]
+        whole = share > MILLI_PER_GPU
+        memory = data["gpu_memory_gib"]
+        interval = data["checkpoint_interval_min"]
+        duration = data["max_duration_h"]
+        return {
+            "team": data["team"],
+            "pool_name": data["pool"],
+            "name": data["name"].strip(),
+            "task_type": data["task_type"],
+            "gpu_milli": MILLI_PER_GPU if whole else share,
+            "num_gpus": share // MILLI_PER_GPU if whole else 1,
+            "gpu_model": data["gpu_model"],
+            "gpu_memory_mib": None if memory is None else memory * MIB_PER_GIB,
+            "billing_mode": data["billing_mode"],
+            "allow_on_demand_fallback": data["allow_on_demand_fallback"],
+            "checkpoint_interval_s": None if interval is None else interval * 60,
+            "max_duration_s": None if duration is None else int(duration * Decimal(3600)),
+            "priority": data["priority"],
+            "command": data["command"],
+        }
+
+
+class RequestFilterForm(forms.Form):
+    """The filters of the request list; a value that does not parse is ignored, not an error page."""
+
+    q = forms.CharField(required=False, label="Name contains")
+    state = forms.ChoiceField(required=False, choices=[("", "Any state"), *RequestState.choices])
+    team = forms.ModelChoiceField(required=False, queryset=Team.objects.none(), empty_label="Any team")
+    task_type = forms.ChoiceField(required=False, choices=[("", "Any task"), *TaskType.choices])
+
+    def __init__(self, *args, teams, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["team"].queryset = teams
+
+    def filters(self) -> dict:
+        self.is_valid()
+        data = {name: value for name, value in self.cleaned_data.items() if value}
+        return {
+            "search": data.get("q", "").strip(),
+            "state": data.get("state", ""),
+            "team_id": data["team"].pk if "team" in data else None,
+            "task_type": data.get("task_type", ""),
+        }
+
+
+class ApiTokenForm(ServiceErrorsMixin, forms.Form):
+    service_fields = {"expires_at": "days"}
+
+    name = forms.CharField(max_length=100, required=False, help_text="Where it is used, e.g. “laptop CLI”.")
+    days = forms.IntegerField(initial=30, label="Expires in (days)", help_text="At most 365.")
+
+    def service_kwargs(self) -> dict:
+        expires_at = timezone.now() + dt.timedelta(days=self.cleaned_data["days"])
+        return {"name": self.cleaned_data["name"], "expires_at": expires_at}
+
+
+class AddMemberForm(ServiceErrorsMixin, forms.Form):
+    username = forms.CharField(max_length=150)
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
+
+
+class RoleForm(ServiceErrorsMixin, forms.Form):
+    role = forms.ChoiceField(choices=Role.choices)
+
+
+class NodeStatusForm(ServiceErrorsMixin, forms.Form):
+    """Operators drain a node (no new work lands there) or put it back in service."""
+
+    status = forms.ChoiceField(
+        choices=[(NodeStatus.DRAINING, "Drain"), (NodeStatus.READY, "Undrain (ready)")],
+        widget=forms.RadioSelect,
+    )
+    reason = forms.CharField(max_length=500, help_text="Kept in the audit log.")
+
+
+class PoolForm(ServiceErrorsMixin, forms.Form):
+    description = forms.CharField(max_length=200, required=False)
+    granularity_milli = forms.IntegerField(
+        min_value=1,
+        max_value=MILLI_PER_GPU,
+        label="Granularity (milli-GPU)",
+        help_text="Shares are rounded up to this step; 125 = eighths.",
+    )
+
+
+class QuotaForm(ServiceErrorsMixin, forms.Form):
+    team = forms.ModelChoiceField(queryset=Team.objects.all())
+    pool = forms.ModelChoiceField(queryset=Pool.objects.all())
+    guaranteed_milli = forms.IntegerField(
+        label="Guaranteed (milli-GPU)", help_text="1000 = one GPU; 0 removes the guarantee."
+    )

@@ -1,0 +1,93 @@
+"""Operator pages (staff only): drain nodes, edit pools, set quotas; each change is audited by its service."""
+
+from functools import wraps
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.shortcuts import get_object_or_404, redirect, render
+
+from portal.forms import NodeStatusForm, PoolForm, QuotaForm
+from scheduler_app.models import Node, Pool, TeamQuota
+from scheduler_app.selectors import nodes_for_operators, recent_audit_events
+from scheduler_app.services import set_node_status, set_team_quota, update_pool
+
+
+def staff_required(view):
+    """Logged-in staff only: anonymous users go to the login page, everyone else gets 403."""
+
+    @login_required
+    @wraps(view)
+    def guarded(request, *args, **kwargs):
+        if not request.user.is_staff:
+            raise PermissionDenied("Operator pages are for platform operators.")
+        return view(request, *args, **kwargs)
+
+    return guarded
+
+
+@staff_required
+def overview(request):
+    return render(request, "portal/operator/overview.html", {"events": recent_audit_events()})
+
+
+@staff_required
+def node_index(request):
+    return render(request, "portal/operator/nodes.html", {"nodes": nodes_for_operators()})
+
+
+@staff_required
+def node_status(request, pk):
+    node = get_object_or_404(Node.objects.select_related("pool"), pk=pk)
+    form = NodeStatusForm(request.POST or None, initial={"status": node.status})
+    if request.method == "POST" and form.is_valid():
+        try:
+            set_node_status(node, actor=request.user, **form.cleaned_data)
+        except ValidationError as error:
+            form.add_service_errors(error)
+        else:
+            messages.success(request, f"{node.name} is now {node.get_status_display().lower()}.")
+            return redirect("operator_nodes")
+    return render(request, "portal/operator/node_form.html", {"node": node, "form": form})
+
+
+@staff_required
+def pool_index(request):
+    return render(request, "portal/operator/pools.html", {"pools": Pool.objects.all()})
+
+
+@staff_required
+def pool_edit(request, pk):
+    pool = get_object_or_404(Pool, pk=pk)
+    initial = {"description": pool.description, "granularity_milli": pool.granularity_milli}
+    form = PoolForm(request.POST or None, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        changes = {name: form.cleaned_data[name] for name in form.changed_data}
+        if not changes:
+            messages.info(request, f"Nothing changed on {pool.name}.")
+            return redirect("operator_pools")
+        try:
+            update_pool(pool, actor=request.user, **changes)
+        except ValidationError as error:
+            form.add_service_errors(error)
+        else:
+            messages.success(request, f"Pool {pool.name} updated.")
+            return redirect("operator_pools")
+    return render(request, "portal/operator/pool_form.html", {"pool": pool, "form": form})
+
+
+@staff_required
+def quota_index(request):
+    form = QuotaForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            quota = set_team_quota(actor=request.user, **form.cleaned_data)
+        except ValidationError as error:
+            form.add_service_errors(error)
+        else:
+            said = f"{quota.team.name} is guaranteed {quota.guaranteed_milli} milli-GPU on {quota.pool.name}."
+            messages.success(request, said)
+            return redirect("operator_quotas")
+    quotas = TeamQuota.objects.select_related("team", "pool")
+    status = 400 if form.errors else 200
+    return render(request, "portal/operator/quotas.html", {"form": form, "quotas": quotas}, status=status)

@@ -1,0 +1,96 @@
+"""A team's quota and use per pool and its members; team admins manage the members."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from portal.forms import AddMemberForm, RoleForm
+from portal.selectors import team_members, teams_visible_to
+from portal.services import add_member, can_manage_team, change_role, remove_member
+from scheduler_app.selectors import quota_usage
+
+
+def _visible_team(request, slug):
+    """The team if the user is in it (or operates the platform); 404 otherwise, whether it exists or not."""
+    return get_object_or_404(teams_visible_to(request.user), slug=slug)
+
+
+def _render_team(request, team, add_form=None, status=200):
+    context = {
+        "team": team,
+        "usage": quota_usage(team),
+        "members": team_members(team),
+        "can_manage": can_manage_team(request.user, team),
+        "add_form": add_form or AddMemberForm(),
+        "roles": RoleForm.base_fields["role"].choices,
+    }
+    return render(request, "portal/teams/detail.html", context, status=status)
+
+
+@login_required
+def team_index(request):
+    teams = list(teams_visible_to(request.user))
+    if len(teams) == 1 and not request.user.is_staff:
+        return redirect("team_detail", slug=teams[0].slug)
+    return render(request, "portal/teams/index.html", {"teams": teams})
+
+
+@login_required
+def team_detail(request, slug):
+    return _render_team(request, _visible_team(request, slug))
+
+
+@login_required
+@require_POST
+def member_add(request, slug):
+    team = _visible_team(request, slug)
+    form = AddMemberForm(request.POST)
+    if form.is_valid():
+        try:
+            add_member(team, actor=request.user, **form.cleaned_data)
+        except PermissionError as refusal:
+            raise PermissionDenied(str(refusal)) from refusal
+        except ValidationError as error:
+            form.add_service_errors(error)
+        else:
+            messages.success(request, f"{form.cleaned_data['username']} added to {team.name}.")
+            return redirect("team_detail", slug=slug)
+    return _render_team(request, team, add_form=form, status=400)
+
+
+@login_required
+@require_POST
+def member_role(request, slug, membership_id):
+    team = _visible_team(request, slug)
+    membership = get_object_or_404(team.memberships.select_related("user"), pk=membership_id)
+    form = RoleForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, f"Role not changed: {' '.join(form.errors['role'])}")
+        return redirect("team_detail", slug=slug)
+    try:
+        changed = change_role(membership, actor=request.user, **form.cleaned_data)
+    except PermissionError as refusal:
+        raise PermissionDenied(str(refusal)) from refusal
+    except ValidationError as error:
+        messages.error(request, f"Role not changed: {' '.join(error.messages)}")
+    else:
+        messages.success(request, f"{membership.user} is now {changed.get_role_display().lower()}.")
+    return redirect("team_detail", slug=slug)
+
+
+@login_required
+@require_POST
+def member_remove(request, slug, membership_id):
+    team = _visible_team(request, slug)
+    membership = get_object_or_404(team.memberships.select_related("user"), pk=membership_id)
+    try:
+        remove_member(membership, actor=request.user)
+    except PermissionError as refusal:
+        raise PermissionDenied(str(refusal)) from refusal
+    except ValidationError as error:
+        messages.error(request, f"Not removed: {' '.join(error.messages)}")
+    else:
+        messages.success(request, f"{membership.user} removed from {team.name}.")
+    return redirect("team_detail", slug=slug)

@@ -1,0 +1,192 @@
+"""Operator pages, staff only: drain and undrain nodes, edit pools, set quotas; each change is audited."""
+
+import pytest
+from django.urls import reverse
+
+from scheduler_app.choices import NodeStatus
+from scheduler_app.models import Event, Pool, TeamQuota
+from scheduler_app.services import set_node_status
+
+PAGES = ["operator", "operator_nodes", "operator_pools", "operator_quotas"]
+
+
+@pytest.fixture
+def node(make_node):
+    return make_node("node-1", gpus=2)
+
+
+@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("user", ["team_admin", "member", "outsider"])
+def test_operator_pages_are_forbidden_to_non_staff(client, node, page, user, request):
+    client.force_login(request.getfixturevalue(user))
+
+    assert client.get(reverse(page)).status_code == 403
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_operator_pages_send_anonymous_users_to_log_in(client, db, page):
+    response = client.get(reverse(page))
+
+    assert response.status_code == 302 and response.url.startswith(reverse("login"))
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_operator_sees_each_page(client, operator, node, page):
+    client.force_login(operator)
+
+    assert client.get(reverse(page)).status_code == 200
+
+
+def test_operator_drains_a_node_with_a_reason_and_it_is_audited(client, operator, node):
+    client.force_login(operator)
+
+    response = client.post(
+        reverse("operator_node", args=[node.pk]), {"status": "draining", "reason": "swap PSU"}, follow=True
+    )
+
+    node.refresh_from_db()
+    assert node.status == NodeStatus.DRAINING
+    assert "node-1 is now draining." in response.text
+    audit = client.get(reverse("operator")).text
+    assert "swap PSU" in audit and "ready → draining" in audit and "ops" in audit
+
+
+def test_operator_undrains_a_node(client, operator, node):
+    set_node_status(node, NodeStatus.DRAINING, reason="maintenance")
+    client.force_login(operator)
+
+    client.post(reverse("operator_node", args=[node.pk]), {"status": "ready", "reason": "fixed"})
+
+    node.refresh_from_db()
+    assert node.status == NodeStatus.READY
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "message"),
+    [
+        ({"status": "draining", "reason": ""}, "reason", "This field is required."),
+        ({"status": "lost", "reason": "why not"}, "status", "Select a valid choice"),
+    ],
+)
+def test_bad_node_status_input_is_shown_inline_and_changes_nothing(
+    client, operator, node, data, field, message
+):
+    client.force_login(operator)
+    events_before = Event.objects.count()
+
+    response = client.post(reverse("operator_node", args=[node.pk]), data)
+
+    assert message in response.text.split(f'id="field-{field}"')[1].split('<div class="field')[0]
+    node.refresh_from_db()
+    assert node.status == NodeStatus.READY and Event.objects.count() == events_before
+
+
+def test_member_cannot_drain_a_node(client, member, node):
+    client.force_login(member)
+
+    response = client.post(reverse("operator_node", args=[node.pk]), {"status": "draining", "reason": "x"})
+
+    assert response.status_code == 403
+    node.refresh_from_db()
+    assert node.status == NodeStatus.READY
+
+
+def test_operator_edits_a_pool_and_only_changed_fields_are_logged(client, operator, pool):
+    client.force_login(operator)
+
+    client.post(
+        reverse("operator_pool", args=[pool.pk]), {"description": "big cards", "granularity_milli": "125"}
+    )
+
+    pool.refresh_from_db()
+    assert pool.description == "big cards"
+    assert Event.objects.get(to_state="updated").reason == "description:  → big cards"
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "message"),
+    [
+        ({"description": "", "granularity_milli": "0"}, "granularity_milli", "greater than or equal to 1"),
+        ({"description": "", "granularity_milli": "2000"}, "granularity_milli", "less than or equal to 1000"),
+        ({"description": "x" * 201, "granularity_milli": "125"}, "description", "at most 200 characters"),
+    ],
+)
+def test_bad_pool_input_is_shown_inline_and_changes_nothing(client, operator, pool, data, field, message):
+    client.force_login(operator)
+
+    response = client.post(reverse("operator_pool", args=[pool.pk]), data)
+
+    assert message in response.text.split(f'id="field-{field}"')[1].split('<div class="field')[0]
+    assert Pool.objects.get(pk=pool.pk).granularity_milli == 125
+    assert not Event.objects.filter(to_state="updated").exists()
+
+
+def test_member_cannot_edit_a_pool(client, member, pool):
+    client.force_login(member)
+
+    response = client.post(
+        reverse("operator_pool", args=[pool.pk]), {"description": "mine", "granularity_milli": "125"}
+    )
+
+    assert response.status_code == 403
+    assert Pool.objects.get(pk=pool.pk).description == ""
+
+
+def test_operator_sets_a_team_quota_and_it_is_audited(client, operator, team, pool):
+    client.force_login(operator)
+
+    response = client.post(
+        reverse("operator_quotas"),
+        {"team": team.pk, "pool": pool.pk, "guaranteed_milli": "4000"},
+        follow=True,
+    )
+
+    assert TeamQuota.objects.get(team=team, pool=pool).guaranteed_milli == 4000
+    assert "Vision is guaranteed 4000 milli-GPU on a100." in response.text
+    assert "quota on a100 in milli-GPU" in client.get(reverse("operator")).text
+
+
+def test_negative_quota_is_refused_by_the_service_inline(client, operator, team, pool):
+    client.force_login(operator)
+
+    response = client.post(
+        reverse("operator_quotas"), {"team": team.pk, "pool": pool.pk, "guaranteed_milli": "-5"}
+    )
+
+    assert response.status_code == 400
+    group = response.text.split('id="field-guaranteed_milli"')[1].split("</form>")[0]
+    assert "A quota cannot be negative." in group
+    assert not TeamQuota.objects.exists()
+
+
+def test_team_admin_cannot_set_quotas(client, team_admin, team, pool):
+    client.force_login(team_admin)
+
+    response = client.post(
+        reverse("operator_quotas"), {"team": team.pk, "pool": pool.pk, "guaranteed_milli": "9000"}
+    )
+
+    assert response.status_code == 403
+    assert not TeamQuota.objects.exists()
+
+
+def test_nodes_page_queries_do_not_grow(client, operator, make_node, django_assert_max_num_queries):
+    for i in range(8):
+        make_node(f"node-{i}", gpus=4)
+    client.force_login(operator)
+
+    with django_assert_max_num_queries(4):
+        response = client.get(reverse("operator_nodes"))
+
+    assert response.text.count("Drain…") == 8
+
+
+def test_audit_page_queries_do_not_grow(client, operator, make_node, django_assert_max_num_queries):
+    for i in range(8):
+        set_node_status(make_node(f"node-{i}", gpus=1), NodeStatus.DRAINING, actor=operator, reason=f"r{i}")
+    client.force_login(operator)
+
+    with django_assert_max_num_queries(6):
+        response = client.get(reverse("operator"))
+
+    assert response.text.count("ready → draining") == 8
