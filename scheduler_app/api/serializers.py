@@ -129,33 +129,52 @@ class EstimateSerializer(serializers.Serializer):
     reason = serializers.CharField()
 
 
-class GpuSliceSerializer(serializers.Serializer):
-    index = serializers.IntegerField()
-    uuid = serializers.CharField()
-    model = serializers.CharField()
-    memory_mib = serializers.IntegerField()
-    allocated_milli = serializers.IntegerField()
-    allocated_memory_mib = serializers.IntegerField()
-    yours_milli = serializers.IntegerField(help_text="Of allocated_milli, what your teams hold.")
+class SliceSerializer(serializers.Serializer):
+    milli = serializers.IntegerField()
+    label = serializers.CharField(help_text="The request's name, or 'other team' for work you may not see.")
+    request_id = serializers.IntegerField(allow_null=True)
+
+
+class GpuSerializer(serializers.Serializer):
+    index = serializers.IntegerField(source="gpu.index")
+    uuid = serializers.CharField(source="gpu.uuid")
+    model = serializers.CharField(source="gpu.model")
+    memory_mib = serializers.IntegerField(source="gpu.memory_mib")
+    allocated_milli = serializers.IntegerField(source="used_milli")
+    slices = SliceSerializer(many=True)
 
 
 class NodeSerializer(serializers.Serializer):
-    name = serializers.CharField()
-    status = serializers.CharField()
-    last_heartbeat_at = serializers.DateTimeField(allow_null=True)
-    gpus = GpuSliceSerializer(many=True)
+    name = serializers.CharField(source="node.name")
+    status = serializers.CharField(source="node.status")
+    last_heartbeat_at = serializers.DateTimeField(source="node.last_heartbeat_at", allow_null=True)
+    gpus = GpuSerializer(many=True)
 
 
 class PoolSerializer(serializers.Serializer):
-    name = serializers.CharField()
-    gpu_model = serializers.CharField()
-    capacity_type = serializers.CharField()
-    granularity_milli = serializers.IntegerField()
-    capacity_milli = serializers.IntegerField()
+    name = serializers.CharField(source="pool.name")
+    gpu_model = serializers.CharField(source="pool.gpu_model")
+    capacity_type = serializers.CharField(source="pool.capacity_type")
+    granularity_milli = serializers.IntegerField(source="pool.granularity_milli")
+    capacity_milli = serializers.IntegerField(source="total_milli")
     allocated_milli = serializers.IntegerField()
-    free_milli = serializers.IntegerField()
-    pending_requests = serializers.IntegerField()
+    free_milli = serializers.IntegerField(help_text="Free on ready nodes only: what new work can use.")
     nodes = NodeSerializer(many=True)
+
+
+class TeamQueueSerializer(serializers.Serializer):
+    team = serializers.CharField(source="team.slug")
+    pending = serializers.IntegerField()
+    names = serializers.ListField(
+        child=serializers.CharField(),
+        allow_null=True,
+        help_text="Pending request names; null for teams you are not in.",
+    )
+
+
+class ClusterSerializer(serializers.Serializer):
+    pools = PoolSerializer(many=True)
+    queues = TeamQueueSerializer(many=True)
 
 
 class QuotaSerializer(serializers.Serializer):

@@ -11,16 +11,16 @@ from rest_framework.views import APIView
 
 from portal.selectors import team_for_submit
 from scheduler_app.api.serializers import (
+    ClusterSerializer,
     EstimateSerializer,
     GpuRequestDetailSerializer,
     GpuRequestSerializer,
-    PoolSerializer,
     SubmitSerializer,
 )
 from scheduler_app.choices import RequestState, TaskType
 from scheduler_app.estimates import estimate_request
 from scheduler_app.models import Allocation, Event
-from scheduler_app.selectors import cluster_overview, requests_visible_to
+from scheduler_app.selectors import cluster_picture, requests_visible_to
 from scheduler_app.services import cancel_request, release_request, submit_request
 
 FILTERS = [
@@ -127,6 +127,6 @@ def _submitted(request) -> dict:
 class ClusterView(APIView):
     """Pools, nodes and GPUs with their allocated slices; other teams' work shows only as used capacity."""
 
-    @extend_schema(responses=PoolSerializer(many=True))
+    @extend_schema(responses=ClusterSerializer)
     def get(self, request):
-        return Response(PoolSerializer(cluster_overview(request.user), many=True).data)
+        return Response(ClusterSerializer(cluster_picture(request.user)).data)

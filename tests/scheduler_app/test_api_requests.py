@@ -172,17 +172,24 @@ def test_estimate_tells_where_and_writes_nothing(api_client, member, cluster):
     assert not GpuRequest.objects.exists()
 
 
-def test_cluster_shows_capacity_but_not_other_teams_work(api_client, member, team, theirs):
+def test_cluster_shows_capacity_but_not_other_teams_work(
+    api_client, member, team, theirs, outsider, other_team
+):
     mine = submit_request(user=member, team=team, name="mine", task_type="training", gpu_milli=250)
     run_scheduling_pass()
+    submit_request(
+        user=outsider, team=other_team, name="secret-queue", task_type="training", gpu_milli=1000, num_gpus=4
+    )
 
     response = api_client(member).get("/api/v1/cluster/")
 
     assert "secret-project" not in response.content.decode()
-    (pool,) = response.json()
+    (pool,) = response.json()["pools"]
     assert (pool["capacity_milli"], pool["allocated_milli"], pool["free_milli"]) == (2000, 750, 1250)
-    gpus = [g for n in pool["nodes"] for g in n["gpus"]]
-    assert sum(g["yours_milli"] for g in gpus) == mine.gpu_milli
+    slices = [s for n in pool["nodes"] for g in n["gpus"] for s in g["slices"]]
+    assert sorted((s["label"], s["request_id"]) for s in slices) == [("mine", mine.pk), ("other team", None)]
+    assert "secret-queue" not in response.content.decode()
+    assert response.json()["queues"] == [{"team": "language", "pending": 1, "names": None}]
 
 
 def test_session_login_works_for_the_browser(client, member, cluster):
