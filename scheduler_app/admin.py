@@ -1,7 +1,7 @@
 from django.contrib import admin, messages
 
 from scheduler_app.choices import NodeStatus
-from scheduler_app.models import Allocation, Event, Gpu, GpuRequest, Node, Pool, TeamQuota
+from scheduler_app.models import Allocation, Event, Gpu, GpuRequest, GpuSample, Node, Pool, TeamQuota
 from scheduler_app.services import set_node_status
 
 
@@ -135,6 +135,34 @@ class EventAdmin(admin.ModelAdmin):
     list_filter = ["content_type", "to_state", "team"]
     search_fields = ["actor_label", "reason"]
     date_hierarchy = "created_at"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(GpuSample)
+class GpuSampleAdmin(admin.ModelAdmin):
+    """Agent readings, read-only: they are what the node measured."""
+
+    list_display = [
+        "gpu",
+        "sampled_at",
+        "gpu_util_percent",
+        "memory_used_mib",
+        "power_mw",
+        "temperature_c",
+        "received_at",
+    ]
+    list_filter = ["gpu__node__pool", "gpu__node"]
+    search_fields = ["gpu__uuid", "gpu__node__name"]
+    date_hierarchy = "sampled_at"
+    list_select_related = ["gpu__node"]
 
     def has_add_permission(self, request):
         return False

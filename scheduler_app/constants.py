@@ -1,3 +1,13 @@
 MILLI_PER_GPU = 1000
 DEFAULT_GRANULARITY_MILLI = 125  # eighths of a card
 MAX_GPUS_PER_REQUEST = 8
+
+# Telemetry from node agents (GpuSample). Power is in milliwatts, as NVML reports it.
+MAX_POWER_MW = 5_000_000  # 5 kW: above any card, so a larger reading is a broken sensor or unit
+MAX_TEMPERATURE_C = 150  # NVML reports unsigned whole degrees; no working card is hotter
+SAMPLE_MAX_FUTURE_SKEW_S = 60  # a node's clock may run this far ahead of the portal's
+SAMPLE_MAX_AGE_S = 3600  # older batches (an agent replaying a backlog) are refused, not stored
+MAX_GPUS_PER_SAMPLE_BATCH = 64
+UTILIZATION_WINDOW_S = 900  # what the utilization endpoint summarizes: the last 15 minutes
+UTILIZATION_MAX_POINTS = 60  # the window's series is downsampled to at most this many points
+UTIL_STDDEV_TARGET_PERCENT = 15  # DESIGN: steady work keeps util std-dev under 15 %

@@ -14,7 +14,13 @@ from django.db.models import Q, Sum
 from django.utils import timezone
 
 from scheduler_app.choices import BillingMode, CapacityType, NodeStatus, RequestState, TaskType
-from scheduler_app.constants import DEFAULT_GRANULARITY_MILLI, MAX_GPUS_PER_REQUEST, MILLI_PER_GPU
+from scheduler_app.constants import (
+    DEFAULT_GRANULARITY_MILLI,
+    MAX_GPUS_PER_REQUEST,
+    MAX_POWER_MW,
+    MAX_TEMPERATURE_C,
+    MILLI_PER_GPU,
+)
 from scheduler_app.lifecycle import ACTIVE_STATES, TERMINAL_STATES
 
 
@@ -296,6 +302,45 @@ class Allocation(models.Model):
 
     def is_preemptible(self) -> bool:
         return self.borrowed or self.billing_mode == BillingMode.SPOT
+
+
+class GpuSample(models.Model):
+    """One agent reading of a card: util 0..100 %, memory used in MiB, power in milliwatts, temperature °C.
+
+    sampled_at is the node's clock (aware UTC), received_at the portal's. At most
+    one row per card and sampled_at, so an agent may resend a batch safely.
+    """
+
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="samples")
+    sampled_at = models.DateTimeField()
+    gpu_util_percent = models.PositiveSmallIntegerField()
+    memory_used_mib = models.PositiveIntegerField()
+    power_mw = models.PositiveIntegerField(help_text="Milliwatts, as NVML reports them.")
+    temperature_c = models.SmallIntegerField()
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["gpu", "sampled_at"]
+        # The unique constraint's index on (gpu, sampled_at) serves every read: a card's recent
+        # window and its latest sample.
+        constraints = [
+            models.UniqueConstraint(fields=["gpu", "sampled_at"], name="gpusample_one_per_gpu_and_time"),
+            models.CheckConstraint(
+                condition=Q(gpu_util_percent__gte=0, gpu_util_percent__lte=100),
+                name="gpusample_util_0_to_100",
+            ),
+            models.CheckConstraint(condition=Q(memory_used_mib__gte=0), name="gpusample_memory_not_negative"),
+            models.CheckConstraint(
+                condition=Q(power_mw__gte=0, power_mw__lte=MAX_POWER_MW), name="gpusample_power_range"
+            ),
+            models.CheckConstraint(
+                condition=Q(temperature_c__gte=0, temperature_c__lte=MAX_TEMPERATURE_C),
+                name="gpusample_temperature_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu} at {self.sampled_at:%Y-%m-%d %H:%M:%S}: {self.gpu_util_percent} %"
 
 
 class EventQuerySet(models.QuerySet):
