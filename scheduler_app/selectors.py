@@ -1,15 +1,18 @@
 """Reads that need more than one line, always scoped to what the user may see."""
 
+import datetime as dt
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from django.contrib.contenttypes.models import ContentType
-from django.db.models import Count, Prefetch, Q, QuerySet, Sum
+from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
+from django.utils import timezone
 
 from portal.models import Membership, Team
 from scheduler_app.choices import RequestState
-from scheduler_app.constants import MILLI_PER_GPU
-from scheduler_app.models import Allocation, Event, Gpu, GpuRequest, Node, Pool, TeamQuota
+from scheduler_app.constants import MILLI_PER_GPU, UTILIZATION_MAX_POINTS, UTILIZATION_WINDOW_S
+from scheduler_app.models import Allocation, Event, Gpu, GpuRequest, GpuSample, Node, Pool, TeamQuota
+from scheduler_app.telemetry import Point, Summary, downsample, summarize
 
 
 def requests_visible_to(user) -> QuerySet[GpuRequest]:
@@ -209,3 +212,65 @@ def nodes_for_operators() -> QuerySet[Node]:
         gpu_count=Count("gpus", distinct=True),
         allocated_milli=Sum("gpus__allocations__milli", filter=Q(gpus__allocations__ended_at__isnull=True)),
     )
+
+
+@dataclass
+class CardUtilization:
+    """A card the request holds now (an open segment) and that card's readings."""
+
+    segment: Allocation
+    latest: GpuSample | None
+    series: list[Point]
+    summary: Summary
+
+
+@dataclass
+class RequestUtilization:
+    request: GpuRequest
+    generated_at: dt.datetime
+    window_start: dt.datetime
+    window_s: int
+    cards: list[CardUtilization]
+
+
+def request_utilization(
+    request: GpuRequest,
+    *,
+    now: dt.datetime | None = None,
+    window_s: int = UTILIZATION_WINDOW_S,
+    max_points: int = UTILIZATION_MAX_POINTS,
+) -> RequestUtilization:
+    """Per open segment's card: the latest sample, the window downsampled, util mean and std-dev.
+
+    Readings are the whole card's (NVML reads cards, not slices). Three queries
+    whatever the number of cards or samples.
+    """
+    now = now or timezone.now()
+    start = now - dt.timedelta(seconds=window_s)
+    latest_id = GpuSample.objects.filter(gpu=OuterRef("gpu")).order_by("-sampled_at").values("pk")[:1]
+    segments = list(
+        Allocation.objects.filter(request=request, ended_at__isnull=True)
+        .select_related("gpu__node")
+        .annotate(latest_sample_id=Subquery(latest_id))
+        .order_by("gpu__node__name", "gpu__index")
+    )
+    in_window: dict[int, list[GpuSample]] = defaultdict(list)
+    if segments:
+        # No upper bound: a node whose clock runs a little ahead still lands in the last bucket.
+        for sample in GpuSample.objects.filter(
+            gpu_id__in=[s.gpu_id for s in segments], sampled_at__gte=start
+        ).order_by("gpu_id", "sampled_at"):
+            in_window[sample.gpu_id].append(sample)
+    latest = GpuSample.objects.in_bulk([s.latest_sample_id for s in segments if s.latest_sample_id])
+    cards = [
+        CardUtilization(
+            segment=segment,
+            latest=latest.get(segment.latest_sample_id),
+            series=downsample(
+                in_window[segment.gpu_id], start=start, window_s=window_s, max_points=max_points
+            ),
+            summary=summarize(in_window[segment.gpu_id]),
+        )
+        for segment in segments
+    ]
+    return RequestUtilization(request, now, start, window_s, cards)

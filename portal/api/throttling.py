@@ -16,3 +16,14 @@ class PerTokenRateThrottle(SimpleRateThrottle):
         else:
             ident = f"user-{request.user.pk}"
         return self.cache_format % {"scope": self.scope, "ident": ident}
+
+
+class PerNodeRateThrottle(SimpleRateThrottle):
+    """The same budget per node agent credential as per API token (the agent posts every few seconds)."""
+
+    scope = "api"
+
+    def get_cache_key(self, request, view):
+        node_id = getattr(request.auth, "pk", None)
+        ident = f"node-{node_id}" if node_id is not None else self.get_ident(request)
+        return self.cache_format % {"scope": self.scope, "ident": ident}

@@ -3,7 +3,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
 from portal.api.views import ApiTokenViewSet, TeamViewSet, not_found
-from scheduler_app.api.views import ClusterView, GpuRequestViewSet
+from scheduler_app.api.views import ClusterView, GpuRequestViewSet, GpuSampleIngestView
 
 router = SimpleRouter(use_regex_path=False)
 router.register("requests", GpuRequestViewSet, basename="request")
@@ -13,6 +13,7 @@ router.register("tokens", ApiTokenViewSet, basename="token")
 urlpatterns = [
     *router.urls,
     path("cluster/", ClusterView.as_view(), name="cluster"),
+    path("agent/samples/", GpuSampleIngestView.as_view(), name="agent-samples"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
     re_path(r"^", not_found),  # any other path under /api/v1/ answers in the API's error format

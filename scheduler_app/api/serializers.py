@@ -1,12 +1,19 @@
 """API shapes for requests, allocations, events, estimates and the cluster. Serializers only check
 types and ranges; the services decide what is allowed."""
 
+from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
 
 from portal.api.fields import StrictBooleanField, StrictCharField, StrictIntegerField, StrictSlugField
-from scheduler_app.choices import BillingMode, TaskType
-from scheduler_app.constants import MAX_GPUS_PER_REQUEST, MILLI_PER_GPU
-from scheduler_app.models import Allocation, Event, GpuRequest
+from scheduler_app.choices import BillingMode, RequestState, TaskType
+from scheduler_app.constants import (
+    MAX_GPUS_PER_REQUEST,
+    MAX_GPUS_PER_SAMPLE_BATCH,
+    MAX_POWER_MW,
+    MAX_TEMPERATURE_C,
+    MILLI_PER_GPU,
+)
+from scheduler_app.models import Allocation, Event, GpuRequest, GpuSample
 
 
 class AllocationSerializer(serializers.ModelSerializer):
@@ -182,3 +189,124 @@ class QuotaSerializer(serializers.Serializer):
     guaranteed_milli = serializers.IntegerField()
     used_milli = serializers.IntegerField()
     borrowed_milli = serializers.IntegerField()
+
+
+class AwareDateTimeField(serializers.DateTimeField):
+    """An ISO 8601 time that says its timezone: a node's naive clock reading is ambiguous."""
+
+    def to_internal_value(self, value):
+        if not isinstance(value, str):
+            self.fail("invalid", format="ISO 8601 with a timezone")
+        parsed = super().to_internal_value(value)
+        if (naive := parse_datetime(value)) is not None and naive.tzinfo is None:
+            raise serializers.ValidationError("Give the timezone, e.g. 2025-01-31T12:00:00Z.")
+        return parsed
+
+
+class GpuReadingSerializer(serializers.Serializer):
+    """One card's reading, in NVML's units."""
+
+    uuid = StrictCharField(max_length=64, help_text="The card's UUID (nvmlDeviceGetUUID).")
+    gpu_util_percent = StrictIntegerField(
+        min_value=0, max_value=100, help_text="nvmlDeviceGetUtilizationRates().gpu"
+    )
+    memory_used_mib = StrictIntegerField(
+        min_value=0, max_value=2**31 - 1, help_text="nvmlDeviceGetMemoryInfo().used in MiB"
+    )
+    power_mw = StrictIntegerField(
+        min_value=0, max_value=MAX_POWER_MW, help_text="Milliwatts (nvmlDeviceGetPowerUsage)."
+    )
+    temperature_c = StrictIntegerField(
+        min_value=0, max_value=MAX_TEMPERATURE_C, help_text="°C (nvmlDeviceGetTemperature, GPU sensor)."
+    )
+
+
+class SampleBatchSerializer(serializers.Serializer):
+    """The node's cards read at one moment. Errors name each place: `gpus[1].uuid`."""
+
+    sampled_at = AwareDateTimeField(help_text="When the agent read the cards (node clock, with timezone).")
+    gpus = GpuReadingSerializer(many=True, max_length=MAX_GPUS_PER_SAMPLE_BATCH)
+
+    def to_internal_value(self, data):
+        try:
+            return super().to_internal_value(data)
+        except serializers.ValidationError as error:
+            raise serializers.ValidationError(_flat(error.detail)) from None
+
+
+def _flat(detail, prefix: str = "") -> dict:
+    """{"gpus": [{}, {"uuid": ["…"]}]} → {"gpus[1].uuid": ["…"]}: one field name per place."""
+    if isinstance(detail, dict):
+        out = {}
+        for key, value in detail.items():
+            if isinstance(key, int):  # DRF keys a list's item errors by index
+                name = f"{prefix}[{key}]"
+            elif key == "non_field_errors" and prefix:
+                name = prefix
+            else:
+                name = f"{prefix}.{key}" if prefix else key
+            out |= _flat(value, name)
+        return out
+    if isinstance(detail, list) and any(isinstance(item, dict | list) for item in detail):
+        out = {}
+        for index, item in enumerate(detail):
+            if item:
+                out |= _flat(item, f"{prefix}[{index}]")
+        return out
+    return {prefix or "non_field_errors": detail}
+
+
+class SampleBatchAcceptedSerializer(serializers.Serializer):
+    accepted = serializers.IntegerField(
+        help_text="Readings in the batch; a batch sent again stores nothing new."
+    )
+    node = serializers.CharField()
+    node_status = serializers.CharField(help_text="The node's status after this heartbeat.")
+
+
+class SampleSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = GpuSample
+        fields = ["sampled_at", "gpu_util_percent", "memory_used_mib", "power_mw", "temperature_c"]
+
+
+class UtilizationPointSerializer(serializers.Serializer):
+    at = serializers.DateTimeField(help_text="Start of the bucket.")
+    samples = serializers.IntegerField()
+    gpu_util_percent = serializers.FloatField(help_text="Mean over the bucket's samples.")
+    memory_used_mib = serializers.IntegerField()
+    power_mw = serializers.IntegerField()
+    temperature_c = serializers.IntegerField()
+
+
+class UtilizationSummarySerializer(serializers.Serializer):
+    samples = serializers.IntegerField()
+    mean_util_percent = serializers.FloatField(allow_null=True)
+    util_stddev_percent = serializers.FloatField(allow_null=True, help_text="Population std-dev.")
+    util_stddev_target_percent = serializers.IntegerField()
+    util_steady = serializers.BooleanField(
+        allow_null=True, help_text="Std-dev under the target; null without samples."
+    )
+
+
+class CardUtilizationSerializer(serializers.Serializer):
+    node = serializers.CharField(source="segment.gpu.node.name")
+    gpu_index = serializers.IntegerField(source="segment.gpu.index")
+    gpu_uuid = serializers.CharField(source="segment.gpu.uuid")
+    milli = serializers.IntegerField(source="segment.milli", help_text="The request's share of this card.")
+    latest = SampleSerializer(
+        allow_null=True, help_text="The card's latest sample, however old; null if none."
+    )
+    series = UtilizationPointSerializer(many=True)
+    summary = UtilizationSummarySerializer()
+
+
+class UtilizationSerializer(serializers.Serializer):
+    """Whole-card readings (every slice on the card counts) for each card the request holds now."""
+
+    request_id = serializers.IntegerField(source="request.pk")
+    state = serializers.ChoiceField(source="request.state", choices=RequestState.choices)
+    generated_at = serializers.DateTimeField()
+    window_start = serializers.DateTimeField()
+    window_s = serializers.IntegerField()
+    gpus = CardUtilizationSerializer(source="cards", many=True)

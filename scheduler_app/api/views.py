@@ -1,4 +1,5 @@
-"""Requests, estimates and the cluster over REST: parse, authorize, call one service, serialize."""
+"""Requests, estimates, the cluster and agent telemetry over REST: parse, authorize, call one service,
+serialize."""
 
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
@@ -9,19 +10,26 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal.api.authentication import NodeCredentialAuthentication
+from portal.api.permissions import IsNodeAgent
+from portal.api.throttling import PerNodeRateThrottle
 from portal.selectors import team_for_submit
 from scheduler_app.api.serializers import (
     ClusterSerializer,
     EstimateSerializer,
     GpuRequestDetailSerializer,
     GpuRequestSerializer,
+    SampleBatchAcceptedSerializer,
+    SampleBatchSerializer,
     SubmitSerializer,
+    UtilizationSerializer,
 )
 from scheduler_app.choices import RequestState, TaskType
 from scheduler_app.estimates import estimate_request
 from scheduler_app.models import Allocation, Event
-from scheduler_app.selectors import cluster_picture, requests_visible_to
+from scheduler_app.selectors import cluster_picture, request_utilization, requests_visible_to
 from scheduler_app.services import cancel_request, release_request, submit_request
+from scheduler_app.telemetry import record_gpu_samples
 
 FILTERS = [
     OpenApiParameter("state", str, enum=RequestState.values, description="Only requests in this state."),
@@ -112,6 +120,14 @@ class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
         )
         return Response(EstimateSerializer(estimate).data)
 
+    @extend_schema(responses=UtilizationSerializer)
+    @action(detail=True)
+    def utilization(self, request, pk=None):
+        """Each card the request holds now: its latest sample and the last 15 minutes, downsampled
+        to at most 60 points, with util mean and std-dev. Readings are the whole card's."""
+        gpu_request = get_object_or_404(requests_visible_to(request.user), pk=pk)
+        return Response(UtilizationSerializer(request_utilization(gpu_request)).data)
+
     def get_object(self):
         return get_object_or_404(self.get_queryset(), pk=self.kwargs["pk"])
 
@@ -130,3 +146,21 @@ class ClusterView(APIView):
     @extend_schema(responses=ClusterSerializer)
     def get(self, request):
         return Response(ClusterSerializer(cluster_picture(request.user)).data)
+
+
+class GpuSampleIngestView(APIView):
+    """A node agent posts its cards' readings taken at one moment; the batch is also its heartbeat.
+    Takes only the node's agent credential (Bearer node_…), never a personal API token."""
+
+    authentication_classes = [NodeCredentialAuthentication]
+    permission_classes = [IsNodeAgent]
+    throttle_classes = [PerNodeRateThrottle]
+
+    @extend_schema(request=SampleBatchSerializer, responses=SampleBatchAcceptedSerializer, tags=["agent"])
+    def post(self, request):
+        batch = SampleBatchSerializer(data=request.data)
+        batch.is_valid(raise_exception=True)
+        node = request.auth
+        accepted = record_gpu_samples(node, batch.validated_data["sampled_at"], batch.validated_data["gpus"])
+        body = {"accepted": accepted, "node": node.name, "node_status": node.status}
+        return Response(SampleBatchAcceptedSerializer(body).data)
