@@ -19,7 +19,20 @@ from gpu_portal_sdk.errors import (
     ServiceUnavailableError,
     ValidationError,
 )
-from gpu_portal_sdk.models import Allocation, Estimate, Event, Health, NodeHealth, Price, Resource
+from gpu_portal_sdk.models import (
+    Allocation,
+    Estimate,
+    Event,
+    GpuSample,
+    GpuUtilization,
+    Health,
+    NodeHealth,
+    Price,
+    Resource,
+    Utilization,
+    UtilizationPoint,
+    UtilizationSummary,
+)
 from gpu_portal_sdk.version import __version__
 
 __all__ = [
@@ -29,6 +42,8 @@ __all__ = [
     "ConnectionFailedError",
     "Estimate",
     "Event",
+    "GpuSample",
+    "GpuUtilization",
     "Health",
     "NodeHealth",
     "NotFoundError",
@@ -41,6 +56,9 @@ __all__ = [
     "ResourceBusyError",
     "ResourceManager",
     "ServiceUnavailableError",
+    "Utilization",
+    "UtilizationPoint",
+    "UtilizationSummary",
     "ValidationError",
     "__version__",
 ]

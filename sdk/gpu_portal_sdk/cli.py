@@ -166,6 +166,9 @@ def _parser() -> argparse.ArgumentParser:
     add("health", _by_id("check_health", output.health), "is it placed, are its nodes alive").add_argument(
         "id", type=int
     )
+    add(
+        "utilization", _by_id("get_utilization", output.utilization), "GPU util, memory, power of its cards"
+    ).add_argument("id", type=int)
     add("prices", _prices, "price per GPU hour by model and capacity type")
     return parser
 

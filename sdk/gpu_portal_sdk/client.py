@@ -22,7 +22,7 @@ from gpu_portal_sdk.errors import (
     ValidationError,
     error_for_status,
 )
-from gpu_portal_sdk.models import Estimate, Health, NodeHealth, Price, Resource
+from gpu_portal_sdk.models import Estimate, Health, NodeHealth, Price, Resource, Utilization
 from gpu_portal_sdk.retry import RetryPolicy, parse_retry_after
 from gpu_portal_sdk.version import __version__
 
@@ -195,6 +195,11 @@ class ResourceManager:
                 heartbeating=age is not None and age <= max_heartbeat_age_s,
             )
         return Health(request_id=resource.id, state=resource.state, nodes=tuple(nodes.values()))
+
+    def get_utilization(self, resource_id: int) -> Utilization:
+        """Each card the request holds now: its latest reading, the last 15 minutes as at most 60
+        points, and util mean and std-dev. NotFoundError for another team's request."""
+        return Utilization.from_api(self._call("GET", f"requests/{int(resource_id)}/utilization/"))
 
     def prices(self) -> list[Price]:
         """The price catalog: per whole card and hour, by GPU model and capacity type.

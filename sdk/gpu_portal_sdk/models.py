@@ -180,3 +180,107 @@ class Price:
     @classmethod
     def from_api(cls, data: dict) -> "Price":
         return cls(**_known(cls, data, usd_per_gpu_hour=Decimal(str(data["usd_per_gpu_hour"]))))
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One reading of a whole card by its node's agent: util in %, memory in MiB, power in milliwatts,
+    temperature in °C (NVML's units)."""
+
+    sampled_at: dt.datetime | None
+    gpu_util_percent: int
+    memory_used_mib: int
+    power_mw: int
+    temperature_c: int
+
+    @property
+    def power_w(self) -> float:
+        return self.power_mw / 1000
+
+    @classmethod
+    def from_api(cls, data: dict) -> "GpuSample":
+        return cls(**_known(cls, data, sampled_at=parse_time(data.get("sampled_at"))))
+
+
+@dataclass(frozen=True)
+class UtilizationPoint:
+    """The mean of a card's `samples` readings in one bucket of the window, starting at `at`."""
+
+    at: dt.datetime | None
+    samples: int
+    gpu_util_percent: float
+    memory_used_mib: int
+    power_mw: int
+    temperature_c: int
+
+    @classmethod
+    def from_api(cls, data: dict) -> "UtilizationPoint":
+        return cls(**_known(cls, data, at=parse_time(data.get("at"))))
+
+
+@dataclass(frozen=True)
+class UtilizationSummary:
+    """Over the window's readings: mean util and its population std-dev, in % (None without readings).
+    `util_steady`: the std-dev is under the portal's target (15 %)."""
+
+    samples: int
+    mean_util_percent: float | None = None
+    util_stddev_percent: float | None = None
+    util_stddev_target_percent: int = 15
+    util_steady: bool | None = None
+
+    @classmethod
+    def from_api(cls, data: dict) -> "UtilizationSummary":
+        return cls(**_known(cls, data))
+
+
+@dataclass(frozen=True)
+class GpuUtilization:
+    """A card the request holds now (`milli` of it) and that card's readings: the latest (None if the
+    agent never reported), the window as at most 60 points, and the summary. Readings are the whole
+    card's, every slice on it included."""
+
+    node: str
+    gpu_index: int
+    gpu_uuid: str
+    milli: int
+    latest: GpuSample | None
+    series: tuple[UtilizationPoint, ...]
+    summary: UtilizationSummary
+
+    @classmethod
+    def from_api(cls, data: dict) -> "GpuUtilization":
+        latest = data.get("latest")
+        return cls(
+            **_known(
+                cls,
+                data,
+                latest=GpuSample.from_api(latest) if latest else None,
+                series=tuple(UtilizationPoint.from_api(p) for p in data.get("series", ())),
+                summary=UtilizationSummary.from_api(data.get("summary") or {"samples": 0}),
+            )
+        )
+
+
+@dataclass(frozen=True)
+class Utilization:
+    """A request's cards over the last `window_s` seconds up to `generated_at` (the portal's clock)."""
+
+    request_id: int
+    state: str
+    generated_at: dt.datetime | None
+    window_start: dt.datetime | None
+    window_s: int
+    gpus: tuple[GpuUtilization, ...]
+
+    @classmethod
+    def from_api(cls, data: dict) -> "Utilization":
+        return cls(
+            **_known(
+                cls,
+                data,
+                generated_at=parse_time(data.get("generated_at")),
+                window_start=parse_time(data.get("window_start")),
+                gpus=tuple(GpuUtilization.from_api(g) for g in data.get("gpus", ())),
+            )
+        )

@@ -5,7 +5,7 @@ import datetime as dt
 import json
 from decimal import Decimal
 
-from gpu_portal_sdk.models import Estimate, Health, Resource
+from gpu_portal_sdk.models import Estimate, Health, Resource, Utilization
 
 
 def to_json(value) -> str:
@@ -118,4 +118,43 @@ def health(h: Health) -> str:
     lines = [f"Request {h.request_id} {h.state}: {verdict}"]
     if rows:
         lines.append(table(["NODE", "STATUS", "LAST_HEARTBEAT", "AGE_S"], rows))
+    return "\n".join(lines)
+
+
+def utilization(u: Utilization) -> str:
+    lines = [
+        f"Request {u.request_id} {u.state}: the last {u.window_s // 60} minutes up to {when(u.generated_at)}"
+    ]
+    if not u.gpus:
+        return f"{lines[0]}; it holds no GPU now."
+    rows = []
+    for g in u.gpus:
+        latest, summary = g.latest, g.summary
+        rows.append(
+            [
+                f"{g.node}/gpu{g.gpu_index}",
+                g.milli,
+                latest and latest.gpu_util_percent,
+                latest and latest.memory_used_mib,
+                latest and f"{latest.power_w:.1f}",
+                latest and latest.temperature_c,
+                latest and when(latest.sampled_at),
+                summary.mean_util_percent,
+                summary.util_stddev_percent,
+                summary.samples,
+            ]
+        )
+    header = [
+        "GPU",
+        "MILLI",
+        "UTIL_%",
+        "MEM_MIB",
+        "POWER_W",
+        "TEMP_C",
+        "SAMPLED",
+        "MEAN_%",
+        "STDDEV_%",
+        "SAMPLES",
+    ]
+    lines.append(table(header, rows))
     return "\n".join(lines)

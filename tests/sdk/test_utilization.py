@@ -1,0 +1,127 @@
+"""get_utilization and `gpu-portal utilization` against the live portal; the samples arrive through the
+real ingest endpoint with a node's agent credential, as the node agent will send them."""
+
+import datetime as dt
+import json
+
+import pytest
+import requests
+from django.utils import timezone
+from gpu_portal_sdk import GpuSample, NotFoundError, Utilization
+from gpu_portal_sdk.cli import NOT_FOUND, main
+
+from scheduler_app.services import Slice, allocate, issue_agent_credential, submit_request
+
+
+@pytest.fixture
+def placed(member, team, cluster):
+    """A half-card request of the member's team on node-1/gpu0."""
+    request = submit_request(user=member, team=team, name="train", gpu_milli=500)
+    allocate(request, [Slice(cluster.gpus.get(index=0).id, 500, 8192)])
+    return request
+
+
+@pytest.fixture
+def agent_posts(live_server, cluster):
+    """agent_posts(utils, seconds_apart) -> node-1's agent posts one batch per util for gpu0, ending now."""
+    session = requests.Session()
+    session.headers["Authorization"] = f"Bearer {issue_agent_credential(cluster)}"
+
+    def post(utils, seconds_apart=10):
+        now = timezone.now()
+        for k, util in enumerate(utils):
+            at = now - dt.timedelta(seconds=seconds_apart * (len(utils) - 1 - k))
+            body = {
+                "sampled_at": at.isoformat(),
+                "gpus": [
+                    {
+                        "uuid": "GPU-node-1-0",
+                        "gpu_util_percent": util,
+                        "memory_used_mib": 30_000 + k,
+                        "power_mw": 301_500,
+                        "temperature_c": 66,
+                    }
+                ],
+            }
+            response = session.post(f"{live_server.url}/api/v1/agent/samples/", json=body, timeout=10)
+            assert response.status_code == 200, response.text
+
+    return post
+
+
+def test_get_utilization_returns_typed_readings(connect, member, placed, agent_posts):
+    agent_posts([60, 70, 80, 70])
+
+    usage = connect(member).get_utilization(placed.id)
+
+    assert isinstance(usage, Utilization)
+    assert (usage.request_id, usage.state, usage.window_s) == (placed.id, "scheduled", 900)
+    (card,) = usage.gpus
+    assert (card.node, card.gpu_index, card.gpu_uuid, card.milli) == ("node-1", 0, "GPU-node-1-0", 500)
+    assert isinstance(card.latest, GpuSample)
+    assert (card.latest.gpu_util_percent, card.latest.memory_used_mib, card.latest.power_w) == (
+        70,
+        30_003,
+        301.5,
+    )
+    assert card.latest.sampled_at.tzinfo is not None
+    assert (card.summary.samples, card.summary.mean_util_percent, card.summary.util_stddev_percent) == (
+        4,
+        70.0,
+        7.1,
+    )
+    assert card.summary.util_steady is True
+    assert sum(p.samples for p in card.series) == 4 and len(card.series) <= 60
+
+
+def test_get_utilization_of_another_teams_request_is_not_found(connect, outsider, placed):
+    with pytest.raises(NotFoundError):
+        connect(outsider).get_utilization(placed.id)
+
+
+@pytest.fixture
+def as_member(live_server, token, member, monkeypatch):
+    monkeypatch.setenv("GPU_PORTAL_URL", live_server.url)
+    monkeypatch.setenv("GPU_PORTAL_TOKEN", token(member))
+
+
+def test_cli_shows_a_table_and_json(as_member, placed, agent_posts, capsys):
+    agent_posts([10, 90])
+
+    assert main(["utilization", str(placed.id)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"Request {placed.id} scheduled: the last 15 minutes")
+    assert lines[1].split() == [
+        "GPU",
+        "MILLI",
+        "UTIL_%",
+        "MEM_MIB",
+        "POWER_W",
+        "TEMP_C",
+        "SAMPLED",
+        "MEAN_%",
+        "STDDEV_%",
+        "SAMPLES",
+    ]
+    row = lines[2].split()
+    assert row[:6] == ["node-1/gpu0", "500", "90", "30001", "301.5", "66"]
+    assert row[-3:] == ["50.0", "40.0", "2"]
+
+    assert main(["utilization", str(placed.id), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["gpus"][0]["summary"]["util_steady"] is False
+    assert data["gpus"][0]["latest"]["power_mw"] == 301_500
+
+
+def test_cli_without_samples_shows_dashes(as_member, placed, capsys):
+    assert main(["utilization", str(placed.id)]) == 0
+
+    row = capsys.readouterr().out.splitlines()[2].split()
+    assert row == ["node-1/gpu0", "500", "-", "-", "-", "-", "-", "-", "-", "0"]
+
+
+def test_cli_exit_code_for_a_request_it_cannot_see(as_member, outsider, other_team, cluster, capsys):
+    theirs = submit_request(user=outsider, team=other_team, name="secret", gpu_milli=250)
+
+    assert main(["utilization", str(theirs.pk)]) == NOT_FOUND
+    assert "gpu-portal:" in capsys.readouterr().err
