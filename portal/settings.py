@@ -180,6 +180,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Billing modes and capacity types share their values; one enum serves both.
+    "ENUM_NAME_OVERRIDES": {"OnDemandOrSpotEnum": "scheduler_app.choices.CapacityType"},
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "portal.api.errors.document_errors",

@@ -3,6 +3,7 @@ import datetime as dt
 from rest_framework import serializers
 
 from portal.api.fields import StrictCharField, StrictIntegerField
+from portal.choices import Role
 from portal.models import ApiToken, Membership
 
 
@@ -13,6 +14,23 @@ class TeamSerializer(serializers.ModelSerializer):
     class Meta:
         model = Membership
         fields = ["slug", "name", "role"]
+
+
+class MemberSerializer(serializers.ModelSerializer):
+    username = serializers.CharField(source="user.username")
+
+    class Meta:
+        model = Membership
+        fields = ["id", "username", "role", "joined_at"]
+
+
+class NewMemberSerializer(serializers.Serializer):
+    username = StrictCharField(min_length=1, max_length=150)
+    role = serializers.ChoiceField(choices=Role.choices, default=Role.MEMBER)
+
+
+class RoleSerializer(serializers.Serializer):
+    role = serializers.ChoiceField(choices=Role.choices)
 
 
 class ApiTokenSerializer(serializers.ModelSerializer):

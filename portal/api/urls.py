@@ -3,12 +3,20 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
 from portal.api.views import ApiTokenViewSet, TeamViewSet, not_found
-from scheduler_app.api.views import ClusterView, GpuRequestViewSet, GpuSampleIngestView
+from scheduler_app.api.views import (
+    ClusterView,
+    GpuRequestViewSet,
+    GpuSampleIngestView,
+    NodeViewSet,
+    PoolViewSet,
+)
 
 router = SimpleRouter(use_regex_path=False)
 router.register("requests", GpuRequestViewSet, basename="request")
 router.register("teams", TeamViewSet, basename="team")
 router.register("tokens", ApiTokenViewSet, basename="token")
+router.register("nodes", NodeViewSet, basename="node")
+router.register("pools", PoolViewSet, basename="pool")
 
 urlpatterns = [
     *router.urls,

@@ -1,4 +1,4 @@
-"""Teams, quotas and personal API tokens over REST."""
+"""Teams (members, quotas) and personal API tokens over REST."""
 
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
@@ -11,20 +11,27 @@ from rest_framework.response import Response
 from portal.api.serializers import (
     ApiTokenSerializer,
     CreatedApiTokenSerializer,
+    MemberSerializer,
     NewApiTokenSerializer,
+    NewMemberSerializer,
+    RoleSerializer,
     TeamSerializer,
 )
 from portal.models import ApiToken, Membership
-from portal.services import create_api_token, revoke_api_token
-from scheduler_app.api.serializers import QuotaSerializer
+from portal.selectors import team_members, teams_visible_to
+from portal.services import add_member, change_role, create_api_token, remove_member, revoke_api_token
+from scheduler_app.api.serializers import QuotaSerializer, SetQuotaSerializer
+from scheduler_app.models import Pool
 from scheduler_app.selectors import quota_usage
+from scheduler_app.services import set_team_quota
 
 
 class TeamViewSet(viewsets.GenericViewSet):
     """Your teams, your role in each, and each team's quota use."""
 
     serializer_class = TeamSerializer
-    lookup_field = "slug"
+    lookup_field = "team__slug"
+    lookup_url_kwarg = "slug"
     lookup_value_converter = "slug"
     pagination_class = None
 
@@ -34,11 +41,54 @@ class TeamViewSet(viewsets.GenericViewSet):
     def list(self, request):
         return Response(self.get_serializer(self.get_queryset(), many=True).data)
 
+    def _team(self, slug):
+        return get_object_or_404(teams_visible_to(self.request.user).distinct(), slug=slug)
+
     @extend_schema(responses=QuotaSerializer(many=True))
     @action(detail=True)
     def quotas(self, request, slug=None):
-        membership = get_object_or_404(self.get_queryset(), team__slug=slug)
-        return Response(QuotaSerializer(quota_usage(membership.team), many=True).data)
+        return Response(QuotaSerializer(quota_usage(self._team(slug)), many=True).data)
+
+    @extend_schema(request=SetQuotaSerializer, responses=QuotaSerializer(many=True))
+    @action(detail=True, methods=["put"], url_path="quotas/<slug:pool>")
+    def set_quota(self, request, slug=None, pool=None):
+        """Operators set the team's guaranteed milli-GPU in a pool."""
+        team = self._team(slug)
+        form = SetQuotaSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        pool = get_object_or_404(Pool, name=pool)
+        set_team_quota(
+            team=team, pool=pool, guaranteed_milli=form.validated_data["guaranteed_milli"], actor=request.user
+        )
+        return Response(QuotaSerializer(quota_usage(team), many=True).data)
+
+    @extend_schema(methods=["get"], responses=MemberSerializer(many=True))
+    @extend_schema(methods=["post"], request=NewMemberSerializer, responses={201: MemberSerializer})
+    @action(detail=True, methods=["get", "post"])
+    def members(self, request, slug=None):
+        """Anyone in the team lists its members; team admins (and operators) add them."""
+        team = self._team(slug)
+        if request.method == "GET":
+            return Response(MemberSerializer(team_members(team), many=True).data)
+        form = NewMemberSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        membership = add_member(team, actor=request.user, **form.validated_data)
+        return Response(MemberSerializer(membership).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(methods=["patch"], request=RoleSerializer, responses=MemberSerializer)
+    @extend_schema(methods=["delete"], request=None, responses={204: None})
+    @action(detail=True, methods=["patch", "delete"], url_path="members/<int:membership_id>")
+    def member(self, request, slug=None, membership_id=None):
+        """Team admins change a member's role or remove them; a team keeps at least one admin."""
+        membership = get_object_or_404(team_members(self._team(slug)), pk=membership_id)
+        if request.method == "DELETE":
+            remove_member(membership, actor=request.user)
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        form = RoleSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        return Response(
+            MemberSerializer(change_role(membership, actor=request.user, **form.validated_data)).data
+        )
 
 
 class ApiTokenViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):

@@ -13,7 +13,7 @@ from scheduler_app.constants import (
     MAX_TEMPERATURE_C,
     MILLI_PER_GPU,
 )
-from scheduler_app.models import Allocation, Event, GpuRequest, GpuSample
+from scheduler_app.models import Allocation, Event, GpuRequest, GpuSample, Node, Pool
 
 
 class AllocationSerializer(serializers.ModelSerializer):
@@ -310,3 +310,45 @@ class UtilizationSerializer(serializers.Serializer):
     window_start = serializers.DateTimeField()
     window_s = serializers.IntegerField()
     gpus = CardUtilizationSerializer(source="cards", many=True)
+
+
+class SetQuotaSerializer(serializers.Serializer):
+    guaranteed_milli = StrictIntegerField(
+        min_value=0, max_value=2**31 - 1, help_text="0 removes the guarantee."
+    )
+
+
+class OperatorNodeSerializer(serializers.ModelSerializer):
+    pool = serializers.CharField(source="pool.name")
+    gpu_count = serializers.IntegerField()
+    allocated_milli = serializers.IntegerField(allow_null=True)
+
+    class Meta:
+        model = Node
+        fields = [
+            "id",
+            "name",
+            "pool",
+            "status",
+            "last_heartbeat_at",
+            "cpu_milli",
+            "memory_mib",
+            "gpu_count",
+            "allocated_milli",
+        ]
+
+
+class ReasonSerializer(serializers.Serializer):
+    reason = StrictCharField(max_length=300, required=False, allow_blank=True, default="")
+
+
+class PoolDetailSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Pool
+        fields = ["name", "gpu_model", "capacity_type", "granularity_milli", "description"]
+        read_only_fields = ["name", "gpu_model", "capacity_type"]
+
+
+class PoolChangeSerializer(serializers.Serializer):
+    granularity_milli = StrictIntegerField(min_value=1, max_value=MILLI_PER_GPU, required=False)
+    description = StrictCharField(max_length=200, required=False, allow_blank=True)

@@ -7,6 +7,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
+from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -19,16 +20,31 @@ from scheduler_app.api.serializers import (
     EstimateSerializer,
     GpuRequestDetailSerializer,
     GpuRequestSerializer,
+    OperatorNodeSerializer,
+    PoolChangeSerializer,
+    PoolDetailSerializer,
+    ReasonSerializer,
     SampleBatchAcceptedSerializer,
     SampleBatchSerializer,
     SubmitSerializer,
     UtilizationSerializer,
 )
-from scheduler_app.choices import RequestState, TaskType
+from scheduler_app.choices import NodeStatus, RequestState, TaskType
 from scheduler_app.estimates import estimate_request
-from scheduler_app.models import Allocation, Event
-from scheduler_app.selectors import cluster_picture, request_utilization, requests_visible_to
-from scheduler_app.services import cancel_request, release_request, submit_request
+from scheduler_app.models import Allocation, Event, Pool
+from scheduler_app.selectors import (
+    cluster_picture,
+    nodes_for_operators,
+    request_utilization,
+    requests_visible_to,
+)
+from scheduler_app.services import (
+    cancel_request,
+    release_request,
+    set_node_status,
+    submit_request,
+    update_pool,
+)
 from scheduler_app.telemetry import record_gpu_samples
 
 FILTERS = [
@@ -164,3 +180,49 @@ class GpuSampleIngestView(APIView):
         accepted = record_gpu_samples(node, batch.validated_data["sampled_at"], batch.validated_data["gpus"])
         body = {"accepted": accepted, "node": node.name, "node_status": node.status}
         return Response(SampleBatchAcceptedSerializer(body).data)
+
+
+class NodeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """Operators: every node with its load; drain (no new work) and undrain, each logged with a reason."""
+
+    serializer_class = OperatorNodeSerializer
+    permission_classes = [IsAdminUser]
+    lookup_value_converter = "int"
+
+    def get_queryset(self):
+        return nodes_for_operators().order_by("name")
+
+    @extend_schema(request=ReasonSerializer, responses=OperatorNodeSerializer)
+    @action(detail=True, methods=["post"])
+    def drain(self, request, pk=None):
+        return self._set_status(request, pk, NodeStatus.DRAINING)
+
+    @extend_schema(request=ReasonSerializer, responses=OperatorNodeSerializer)
+    @action(detail=True, methods=["post"])
+    def undrain(self, request, pk=None):
+        return self._set_status(request, pk, NodeStatus.READY)
+
+    def _set_status(self, request, pk, status):
+        form = ReasonSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        set_node_status(self.get_object(), status, actor=request.user, reason=form.validated_data["reason"])
+        return Response(self.get_serializer(self.get_queryset().get(pk=pk)).data)
+
+
+class PoolViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """Pools anyone may list; operators change their granularity and description."""
+
+    serializer_class = PoolDetailSerializer
+    queryset = Pool.objects.order_by("name")
+    lookup_field = "name"
+    lookup_value_converter = "slug"
+    pagination_class = None
+
+    @extend_schema(request=PoolChangeSerializer, responses=PoolDetailSerializer)
+    def partial_update(self, request, name=None):
+        form = PoolChangeSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        if not form.validated_data:
+            raise ValidationError({"non_field_errors": ["Give granularity_milli or description to change."]})
+        pool = update_pool(self.get_object(), actor=request.user, **form.validated_data)
+        return Response(self.get_serializer(pool).data)
