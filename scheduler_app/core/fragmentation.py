@@ -10,9 +10,12 @@ how popular each shape is. For one shape:
 * it does not fit, or it is CPU-only: all the node's idle GPU is fragment.
 
 Placing where this number grows least keeps capacity usable for what is
-likely to arrive next. ``node_fragmentation`` is the readable reference;
-``FragmentationModel.batch`` computes the same number for many node states at
-once with numpy, which is what the placement engine uses.
+likely to arrive next. The host-aware variant (``fgd-plus`` breaks FGD's ties
+with it) also asks how many requests of a shape the node's free CPU and
+memory can still host, and counts only that many cards as usable.
+``node_fragmentation`` is the readable reference; ``FragmentationModel.batch``
+computes the same number for many node states at once with numpy, which is
+what the placement engine uses.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import numpy as np
 from .cluster import NodeState, RequestSpec
 
 DEFAULT_COVERAGE = 0.95
+_NO_LIMIT = 1 << 40
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +49,19 @@ class Shape:
 
 @dataclass(frozen=True, slots=True)
 class WorkloadMix:
-    """The typical request shapes and their popularity (weights sum to 1; empty = unknown)."""
+    """The typical request shapes and their popularity (weights sum to 1; empty = unknown).
+
+    ``memory_mib`` is each shape's mean host memory (MiB); only host-aware
+    fragmentation reads it, and empty means "none". ``gangs`` are every
+    multi-card request seen, however rare, as (shape, host memory MiB): too
+    rare to weigh in the fragmentation, yet each needs a whole node's worth
+    of free cards, CPU and memory, which ``fgd-plus`` keeps for them.
+    """
 
     shapes: tuple[Shape, ...] = ()
     weights: tuple[float, ...] = ()
+    memory_mib: tuple[float, ...] = ()
+    gangs: tuple[tuple[Shape, int], ...] = ()
 
     @classmethod
     def from_requests(
@@ -60,7 +73,11 @@ class WorkloadMix:
         threshold 95 %, CPU-only requests included), so rare one-off shapes do
         not steer placement.
         """
+        requests = list(requests)
         counts = Counter(Shape.of(r) for r in requests)
+        memory: Counter[Shape] = Counter()
+        for r in requests:
+            memory[Shape.of(r)] += r.memory_mib
         total = sum(counts.values())
         if not total:
             return cls()
@@ -72,28 +89,59 @@ class WorkloadMix:
                 break
             chosen.append((shape, count))
             covered += count
-        return cls(tuple(s for s, _ in chosen), tuple(c / covered for _, c in chosen))
+        gang_set = {(Shape.of(r), r.memory_mib) for r in requests if r.num_gpus > 1}
+        gangs = sorted(gang_set, key=lambda g: (_shape_order(g[0]), g[1]))
+        return cls(
+            tuple(s for s, _ in chosen),
+            tuple(c / covered for _, c in chosen),
+            tuple(memory[s] / c for s, c in chosen),
+            tuple(gangs),
+        )
+
+    def memory_of(self, i: int) -> float:
+        return self.memory_mib[i] if self.memory_mib else 0.0
 
 
 def _shape_order(shape: Shape) -> tuple:
     return (shape.cpu_milli, shape.gpu_milli, shape.num_gpus, sorted(shape.models))
 
 
-def node_fragmentation(node: NodeState, mix: WorkloadMix) -> float:
-    """Expected idle milli-GPU of this node that the mix cannot use (reference implementation)."""
+def _host_room(free_cpu: int, free_memory: int, cpu: int, memory: float) -> float:
+    """How many requests of a shape the node's free CPU and memory can still host."""
+    room = float("inf")
+    if cpu > 0:
+        room = free_cpu // cpu
+    if memory > 0:
+        room = min(room, free_memory // memory)
+    return room
+
+
+def node_fragmentation(node: NodeState, mix: WorkloadMix, host_aware: bool = False) -> float:
+    """Expected idle milli-GPU of this node that the mix cannot use (reference implementation).
+
+    FGD asks only whether ONE request of a shape fits. ``host_aware`` also
+    asks how many its free CPU and memory can host: with room for k requests
+    of n cards, only the k * n roomiest usable cards count as usable, so a
+    placement that eats the CPU or memory the node's idle cards need shows as
+    fragmentation growth.
+    """
     idle = sum(g.free_milli for g in node.gpus)
     frag = 0.0
-    for shape, weight in zip(mix.shapes, mix.weights, strict=True):
+    for i, (shape, weight) in enumerate(zip(mix.shapes, mix.weights, strict=True)):
         if shape.num_gpus == 0:
             frag += weight * idle
             continue
         usable = [
-            g
+            g.free_milli
             for g in node.gpus
             if g.free_milli >= shape.gpu_milli and (not shape.models or g.model in shape.models)
         ]
         fits = len(usable) >= shape.num_gpus and node.free_cpu_milli >= shape.cpu_milli
-        frag += weight * (idle - sum(g.free_milli for g in usable) if fits else idle)
+        if fits and host_aware:
+            room = _host_room(node.free_cpu_milli, node.free_memory_mib, shape.cpu_milli, mix.memory_of(i))
+            fits = room >= 1
+            usable = sorted(usable, reverse=True)[: int(min(room * shape.num_gpus, len(usable)))]
+        frag += weight * (idle - sum(usable) if fits else idle)
     return frag
 
 
@@ -101,33 +149,92 @@ class FragmentationModel:
     """The mix compiled to arrays, scoring many node states per numpy call.
 
     Node states are given as free CPU (K,), free milli per card (K, G), with
-    missing cards at 0, and each card's model as an index into `models`
-    (-1 for a missing card).
+    missing cards at 0, each card's model as an index into `models` (-1 for a
+    missing card) and, for a host-aware model, free memory (K,).
     """
 
-    def __init__(self, mix: WorkloadMix, models: list[str]) -> None:
-        gpu = [(s, w) for s, w in zip(mix.shapes, mix.weights, strict=True) if s.num_gpus]
+    def __init__(self, mix: WorkloadMix, models: list[str], host_aware: bool = False) -> None:
+        gpu = [i for i, s in enumerate(mix.shapes) if s.num_gpus]
+        self.host_aware = host_aware
         self.cpu_only_weight = float(
             sum(w for s, w in zip(mix.shapes, mix.weights, strict=True) if not s.num_gpus)
         )
-        self.weights = np.array([w for _, w in gpu], dtype=np.float64)
-        self.cpu = np.array([s.cpu_milli for s, _ in gpu], dtype=np.int64)
-        self.milli = np.array([s.gpu_milli for s, _ in gpu], dtype=np.int64)
-        self.num = np.array([s.num_gpus for s, _ in gpu], dtype=np.int64)
+        self.weights = np.array([mix.weights[i] for i in gpu], dtype=np.float64)
+        self.cpu = np.array([mix.shapes[i].cpu_milli for i in gpu], dtype=np.int64)
+        self.memory = np.array([mix.memory_of(i) for i in gpu], dtype=np.float64)
+        self.cpu_div = np.maximum(self.cpu, 1)[:, None]
+        self.cpu_pad = np.where(self.cpu > 0, 0, _NO_LIMIT)[:, None]
+        self.memory_div = np.where(self.memory > 0, self.memory, 1.0)[:, None]
+        self.memory_pad = np.where(self.memory > 0, 0.0, float(_NO_LIMIT))[:, None]
+        self.milli = np.array([mix.shapes[i].gpu_milli for i in gpu], dtype=np.int64)
+        self.num = np.array([mix.shapes[i].num_gpus for i in gpu], dtype=np.int64)
         # eligible[s, m]: shape s may run on model m; the extra last column is "no card".
         self.eligible = np.zeros((len(gpu), len(models) + 1), dtype=bool)
-        for i, (shape, _) in enumerate(gpu):
+        for row, i in enumerate(gpu):
             for m, model in enumerate(models):
-                self.eligible[i, m] = not shape.models or model in shape.models
+                self.eligible[row, m] = not mix.shapes[i].models or model in mix.shapes[i].models
 
-    def batch(self, cpu_free: np.ndarray, gpu_free: np.ndarray, gpu_model: np.ndarray) -> np.ndarray:
-        """Fragmentation (milli-GPU, float) of K node states."""
+    def batch(
+        self,
+        cpu_free: np.ndarray,
+        gpu_free: np.ndarray,
+        gpu_model: np.ndarray,
+        mem_free: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Fragmentation (milli-GPU, float) of K node states; host-aware if the model is."""
+        if self.host_aware:
+            assert mem_free is not None, "a host-aware model needs free memory"
+            return self.batch_pair(cpu_free, gpu_free, gpu_model, mem_free)[1]
+        return self._batch(cpu_free, gpu_free, gpu_model, None)[0]
+
+    def batch_pair(
+        self, cpu_free: np.ndarray, gpu_free: np.ndarray, gpu_model: np.ndarray, mem_free: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(FGD's fragmentation, host-aware fragmentation) of K node states, sharing the work."""
+        return self._batch(cpu_free, gpu_free, gpu_model, mem_free)
+
+    def _batch(
+        self,
+        cpu_free: np.ndarray,
+        gpu_free: np.ndarray,
+        gpu_model: np.ndarray,
+        mem_free: np.ndarray | None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         idle = gpu_free.sum(axis=1)
         frag = self.cpu_only_weight * idle
         if not len(self.weights):
-            return frag
+            return frag, frag
         usable = (gpu_free[None, :, :] >= self.milli[:, None, None]) & self.eligible[:, gpu_model]
-        fits = (usable.sum(axis=2) >= self.num[:, None]) & (cpu_free[None, :] >= self.cpu[:, None])
+        count = usable.sum(axis=2)
+        fits = (count >= self.num[:, None]) & (cpu_free[None, :] >= self.cpu[:, None])
         usable_milli = np.where(usable, gpu_free[None, :, :], 0).sum(axis=2)
-        per_shape = idle[None, :] - np.where(fits, usable_milli, 0)
-        return frag + self.weights @ per_shape
+        plain = frag + self.weights @ (idle[None, :] - np.where(fits, usable_milli, 0))
+        if mem_free is None:
+            return plain, plain
+        # How many of each shape the host could still take (a shape asking for none: no limit).
+        room = np.minimum(
+            (cpu_free[None, :] + self.cpu_pad) // self.cpu_div,
+            (mem_free[None, :] + self.memory_pad) // self.memory_div,
+        ).astype(np.int64)
+        fits &= room >= 1
+        take = np.minimum(room * self.num[:, None], count)
+        # Cards roomiest first: on a node of one model, a shape's usable cards are then the first
+        # `count`, and the `take` roomiest of them a prefix, summed by one lookup.
+        free = np.sort(gpu_free, axis=1)[:, ::-1]
+        prefix = np.zeros((len(free), free.shape[1] + 1), dtype=np.int64)
+        np.cumsum(free, axis=1, out=prefix[:, 1:])
+        usable_milli = prefix[np.arange(len(free))[None, :], take]
+        mixed = np.flatnonzero(((gpu_model != gpu_model[:, :1]) & (gpu_model >= 0)).any(axis=1))
+        if len(mixed):
+            usable_milli[:, mixed] = self._top_usable(gpu_free[mixed], gpu_model[mixed], take[:, mixed])
+        host = frag + self.weights @ (idle[None, :] - np.where(fits, usable_milli, 0))
+        return plain, host
+
+    def _top_usable(self, gpu_free: np.ndarray, gpu_model: np.ndarray, take: np.ndarray) -> np.ndarray:
+        """Per shape and node (nodes mixing models): free milli of its `take` roomiest usable cards."""
+        order = np.argsort(-gpu_free, axis=1, kind="stable")
+        free = np.take_along_axis(gpu_free, order, axis=1)
+        model = np.take_along_axis(gpu_model, order, axis=1)
+        usable = (free[None, :, :] >= self.milli[:, None, None]) & self.eligible[:, model]
+        usable &= np.cumsum(usable, axis=2) <= take[:, :, None]
+        return np.where(usable, free[None, :, :], 0).sum(axis=2)

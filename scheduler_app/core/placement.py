@@ -15,10 +15,13 @@ Policies (``POLICIES``, by name):
   largest node), tightest cards; the simulator's BestFit.
 * ``fgd``: Fragmentation Gradient Descent (Weng et al., ATC 2023): the node and
   card whose fragmentation (see ``fragmentation.py``) grows least.
-* ``fgd-plus`` (``DEFAULT_POLICY``): FGD, then task-aware tie-breaks. Training
-  packs: among equally fragmenting choices, the card and node left fullest.
-  Inference spreads: it only considers cards nobody else uses, unless no such
-  card fits anywhere, then falls back to packing.
+* ``fgd-plus`` (``DEFAULT_POLICY``): FGD's rank, then, among equally ranked
+  choices: (1) do not take the last nodes able to host a rare gang (a
+  multi-card shape at most a tenth of the nodes can still host); (2) the least
+  growth of host-aware fragmentation (idle cards count as usable only as far
+  as the node's free CPU and memory can feed them); (3) pack (best-fit).
+  Task-aware: training packs onto the fullest card; inference only considers
+  cards nobody else uses, unless no such card fits anywhere, then it packs.
 
 Every policy checks GPU share and card memory, host CPU and memory, the
 request's GPU models and pools. Multi-GPU requests take whole cards on one
@@ -36,6 +39,9 @@ from .cluster import MILLI_PER_GPU, GpuState, NodeState, Placement, RequestSpec
 from .fragmentation import FragmentationModel, WorkloadMix
 
 DEFAULT_POLICY = "fgd-plus"
+# fgd-plus keeps nodes for a gang shape while at most this share of the nodes can still host it.
+SCARCE_GANG_SHARE = 0.1
+_DEDUPE_FROM = 64
 
 
 def gpu_fits(request: RequestSpec, gpu: GpuState) -> bool:
@@ -193,6 +199,7 @@ class _ShapeScores:
     def __init__(self, n: int) -> None:
         self.version = np.full(n, -1, dtype=np.int64)
         self.score = np.zeros(n, dtype=np.float64)
+        self.host = np.zeros(n, dtype=np.float64)
         self.card = np.full(n, -1, dtype=np.int64)
 
 
@@ -223,11 +230,11 @@ class Fgd(Policy):
     def _cards(self, request: RequestSpec, ok: np.ndarray, cards: np.ndarray) -> tuple[np.ndarray, bool]:
         return cards, False
 
-    def _left(self, request: RequestSpec) -> np.ndarray:
-        """Free CPU + GPU each node would keep, normalised (best-fit's measure; lower packs tighter)."""
+    def _left(self, request: RequestSpec, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
+        """Free CPU + GPU each node (of `rows`) would keep, normalised (best-fit: lower packs tighter)."""
         ix = self.index
-        gpu_left = ix.gpu_free.sum(axis=1) - request.total_milli()
-        return (ix.cpu_free - request.cpu_milli) / ix.cpu_scale + gpu_left / ix.gpu_scale
+        gpu_left = ix.gpu_free[rows].sum(axis=1) - request.total_milli()
+        return (ix.cpu_free[rows] - request.cpu_milli) / ix.cpu_scale + gpu_left / ix.gpu_scale
 
     def choose(self, request: RequestSpec) -> tuple[int, tuple[int, ...]] | None:
         ix = self.index
@@ -251,50 +258,200 @@ class Fgd(Policy):
         stale = np.flatnonzero(ok & (scores.version != ix.version))
         if len(stale):
             self._rescore(request, stale, cards[stale], scores)
-        j = _lexmin(ok, scores.score, self._left(request)) if self.pack else _lexmin(ok, scores.score)
+        j = self._select(request, ok, cards, scores)
         if j is None:
             return None
         if request.num_gpus == 1:
             return j, (int(scores.card[j]),)
         return j, tuple(int(c) for c in np.flatnonzero(cards[j])[: request.num_gpus])
 
+    def _select(
+        self, request: RequestSpec, ok: np.ndarray, cards: np.ndarray, scores: _ShapeScores
+    ) -> int | None:
+        return _lexmin(ok, scores.score)
+
     def _rescore(
         self, request: RequestSpec, rows: np.ndarray, cards: np.ndarray, scores: _ShapeScores
     ) -> None:
         ix = self.index
-        cpu, gpu, model = ix.cpu_free[rows], ix.gpu_free[rows], ix.gpu_model[rows]
-        before = self.model.batch(cpu, gpu, model)
-        cpu_after = cpu - request.cpu_milli
+        cpu, gpu, model, mem = ix.cpu_free[rows], ix.gpu_free[rows], ix.gpu_model[rows], ix.mem_free[rows]
+        cpu_after, mem_after = cpu - request.cpu_milli, mem - request.memory_mib
+        before = self._now(rows)
         if request.num_gpus == 1:
             r, c = np.nonzero(cards)
             gpu_after = gpu[r].copy()
             gpu_after[np.arange(len(r)), c] -= request.gpu_milli
             rank = np.full(cards.shape, np.inf)
-            rank[r, c] = self._rank(self.model.batch(cpu_after[r], gpu_after, model[r]) - before[r])
+            host = np.full(cards.shape, np.inf)
+            after = self._frag(cpu_after[r], gpu_after, model[r], mem_after[r])
+            rank[r, c], host[r, c] = self._ranks(tuple(f[r] for f in before), after)
             if self.pack:
                 # Equal rank: the card left with the least free share, i.e. an already-used card.
                 free_left = np.where(cards, gpu - request.gpu_milli, MILLI_PER_GPU + 1)
-                best = np.lexsort((free_left, rank), axis=1)[:, 0]
+                best = np.lexsort((free_left, host, rank), axis=1)[:, 0]
             else:
                 best = np.argmin(rank, axis=1)
+            at = np.arange(len(rows)), best
             scores.card[rows] = best
-            scores.score[rows] = rank[np.arange(len(rows)), best]
+            scores.score[rows], scores.host[rows] = rank[at], host[at]
         else:
             taken = _first_cards(cards, request.num_gpus)
-            after = self.model.batch(cpu_after, gpu - taken * request.gpu_milli, model)
-            scores.score[rows] = self._rank(after - before)
+            after = self._frag(cpu_after, gpu - taken * request.gpu_milli, model, mem_after)
+            scores.score[rows], scores.host[rows] = self._ranks(before, after)
         scores.version[rows] = ix.version[rows]
+
+    def _frag(self, cpu: np.ndarray, gpu: np.ndarray, model: np.ndarray, mem: np.ndarray) -> tuple:
+        """The fragmentation measures this policy ranks by, for K node states."""
+        return (self.model.batch(cpu, gpu, model),)
+
+    def _now(self, rows: np.ndarray) -> tuple:
+        """``_frag`` of the nodes as they are now."""
+        ix = self.index
+        return self._frag(ix.cpu_free[rows], ix.gpu_free[rows], ix.gpu_model[rows], ix.mem_free[rows])
+
+    def _ranks(self, before: tuple, after: tuple) -> tuple[np.ndarray, np.ndarray]:
+        """(FGD rank, secondary key; lower is better) of moving node states from `before` to `after`."""
+        rank = self._rank(after[0] - before[0])
+        return rank, np.zeros_like(rank)
+
+
+class _GangRoom:
+    """Which nodes could still host each gang shape (whole cards, CPU, memory), kept per node version."""
+
+    def __init__(self, index: ClusterIndex, gangs: tuple) -> None:
+        self.index = index
+        self.cpu = np.array([s.cpu_milli for s, _ in gangs], dtype=np.int64)
+        self.mem = np.array([m for _, m in gangs], dtype=np.int64)
+        self.num = np.array([s.num_gpus for s, _ in gangs], dtype=np.int64)
+        self.eligible = np.array(
+            [[not s.models or m in s.models for m in index.models] + [False] for s, _ in gangs], dtype=bool
+        ).reshape(len(gangs), len(index.models) + 1)
+        self.all = np.arange(len(gangs))
+        self.can = np.zeros((len(gangs), len(index.nodes)), dtype=bool)
+        self.hosts = np.zeros(len(gangs), dtype=np.int64)
+        self.scarce_limit = max(1, SCARCE_GANG_SHARE * len(index.nodes))
+        self.version = np.full(len(index.nodes), -1, dtype=np.int64)
+
+    def _hosts(
+        self, gangs: np.ndarray, cpu: np.ndarray, mem: np.ndarray, whole: np.ndarray, model: np.ndarray
+    ) -> np.ndarray:
+        """can[g, k]: node state k has the whole cards, CPU and memory for gang shape gangs[g]."""
+        count = (whole[None, :, :] & self.eligible[gangs][:, model]).sum(axis=2)
+        return (
+            (count >= self.num[gangs, None])
+            & (cpu[None, :] >= self.cpu[gangs, None])
+            & (mem[None, :] >= self.mem[gangs, None])
+        )
+
+    def cost(self, request: RequestSpec, rows: np.ndarray, taken: np.ndarray) -> np.ndarray:
+        """Per candidate row: the scarce gang shapes it would stop hosting, each weighted 1 / its hosts."""
+        ix = self.index
+        stale = np.flatnonzero(self.version != ix.version)
+        if len(stale):
+            self.hosts -= self.can[:, stale].sum(axis=1)
+            self.can[:, stale] = self._hosts(
+                self.all,
+                ix.cpu_free[stale],
+                ix.mem_free[stale],
+                ix.gpu_free[stale] == MILLI_PER_GPU,
+                ix.gpu_model[stale],
+            )
+            self.hosts += self.can[:, stale].sum(axis=1)
+            self.version[stale] = ix.version[stale]
+        cost = np.zeros(len(rows))
+        hosts = self.hosts
+        scarce = np.flatnonzero(hosts <= self.scarce_limit)
+        if not len(scarce):
+            return cost
+        before = self.can[scarce[:, None], rows]
+        hit = np.flatnonzero(before.any(axis=0))
+        if not len(hit):
+            return cost
+        sub = rows[hit]
+        after = self._hosts(
+            scarce,
+            ix.cpu_free[sub] - request.cpu_milli,
+            ix.mem_free[sub] - request.memory_mib,
+            (ix.gpu_free[sub] == MILLI_PER_GPU) & ~taken[hit],
+            ix.gpu_model[sub],
+        )
+        cost[hit] = (1 / np.maximum(hosts[scarce], 1)) @ (before[:, hit] & ~after)
+        return cost
 
 
 class FgdPlus(Fgd):
-    """FGD whose ties pack (best-fit) instead of following node order; task-aware card choice.
+    """FGD whose ties go to gang room, host-aware fragmentation, then packing; task-aware cards.
 
-    Training packs: among equally ranked choices, the card and the node left
-    fullest. Inference spreads for isolation: only cards nobody uses are
-    candidates, unless none fits anywhere, then it packs like training.
+    FGD's rank stays first: ranking by host-aware fragmentation outright
+    scatters pods onto CPU-rich nodes and breaks the few that big gangs need.
+    Training packs: among equally ranked cards, the one left fullest.
+    Inference spreads for isolation: only cards nobody uses are candidates,
+    unless none fits anywhere, then it packs like training.
     """
 
     pack = True
+
+    def __init__(self, index: ClusterIndex, workload: WorkloadMix | None = None) -> None:
+        super().__init__(index, workload)
+        mix = workload or WorkloadMix()
+        self.host_model = FragmentationModel(mix, index.models, host_aware=True)
+        self.gangs = _GangRoom(index, mix.gangs) if mix.gangs else None
+        n = len(index.nodes)
+        self.now_plain, self.now_host = np.zeros(n), np.zeros(n)
+        self.now_version = np.full(n, -1, dtype=np.int64)
+
+    def _frag(self, cpu: np.ndarray, gpu: np.ndarray, model: np.ndarray, mem: np.ndarray) -> tuple:
+        if len(cpu) <= _DEDUPE_FROM:
+            return self.host_model.batch_pair(cpu, gpu, model, mem)
+        # Rescoring many nodes at once: many are in the same state (untouched nodes of one kind).
+        states = np.concatenate([cpu[:, None], mem[:, None], gpu, model], axis=1)
+        order = np.lexsort(states.T)
+        ordered = states[order]
+        first = np.ones(len(states), dtype=bool)
+        first[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+        inverse = np.empty(len(states), dtype=np.int64)
+        inverse[order] = np.cumsum(first) - 1
+        unique = ordered[first]
+        g = gpu.shape[1]
+        plain, host = self.host_model.batch_pair(
+            unique[:, 0], unique[:, 2 : 2 + g], unique[:, 2 + g :], unique[:, 1]
+        )
+        return plain[inverse], host[inverse]
+
+    def _now(self, rows: np.ndarray) -> tuple:
+        # Cached per node version: most rescoring is of the one node the last placement touched.
+        stale = rows[self.now_version[rows] != self.index.version[rows]]
+        if len(stale):
+            self.now_plain[stale], self.now_host[stale] = super()._now(stale)
+            self.now_version[stale] = self.index.version[stale]
+        return self.now_plain[rows], self.now_host[rows]
+
+    def _ranks(self, before: tuple, after: tuple) -> tuple[np.ndarray, np.ndarray]:
+        # The host-aware increase stays raw, not rounded like FGD's rank: it only orders FGD's ties.
+        return self._rank(after[0] - before[0]), after[1] - before[1]
+
+    def _select(
+        self, request: RequestSpec, ok: np.ndarray, cards: np.ndarray, scores: _ShapeScores
+    ) -> int | None:
+        rows = np.flatnonzero(ok)
+        if not len(rows):
+            return None
+        rows = rows[scores.score[rows] == scores.score[rows].min()]
+        if len(rows) > 1 and self.gangs is not None:
+            if request.num_gpus <= 1:
+                taken = np.zeros((len(rows), cards.shape[1]), dtype=bool)
+                if request.num_gpus:
+                    taken[np.arange(len(rows)), scores.card[rows]] = True
+            else:
+                taken = _first_cards(cards[rows], request.num_gpus)
+            cost = self.gangs.cost(request, rows, taken)
+            rows = rows[cost == cost.min()]
+        if len(rows) > 1:
+            rows = rows[scores.host[rows] == scores.host[rows].min()]
+        if len(rows) > 1:
+            left = self._left(request, rows)
+            rows = rows[left == left.min()]
+        return int(rows[0])
 
     def _cards(self, request: RequestSpec, ok: np.ndarray, cards: np.ndarray) -> tuple[np.ndarray, bool]:
         if request.task_type != "inference" or request.num_gpus == 0:

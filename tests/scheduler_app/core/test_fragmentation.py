@@ -87,3 +87,76 @@ def test_workload_mix_keeps_the_most_popular_shapes_and_renormalises():
 
 def test_empty_workload_mix_means_no_fragmentation():
     assert node_fragmentation(node([300, 1000]), WorkloadMix.from_requests([])) == 0
+
+
+def test_host_aware_fragmentation_counts_cards_the_free_cpu_cannot_feed():
+    # given two whole cards but CPU for only one more 4-core whole-card request
+    mix = WorkloadMix((Shape(4_000, 1000, 1),), (1.0,))
+    starved = node([1000, 1000], cpu_free=6_000)
+    # then FGD sees both cards usable; host-aware sees one stranded
+    assert node_fragmentation(starved, mix) == 0
+    assert node_fragmentation(starved, mix, host_aware=True) == pytest.approx(1000)
+
+
+def test_host_aware_fragmentation_also_counts_memory():
+    mix = WorkloadMix((Shape(0, 500, 1),), (1.0,), memory_mib=(40_000.0,))
+    gpus = [GpuState(i, "A100", 40_960) for i in range(3)]
+    short_of_memory = NodeState("n", "default", 32_000, 65_536, gpus, free_memory_mib=50_000)
+    # room for one 500-milli request: only the roomiest card counts as usable
+    assert node_fragmentation(short_of_memory, mix, host_aware=True) == pytest.approx(2000)
+
+
+def test_vectorised_host_aware_model_agrees_with_the_reference():
+    # given random node states, some mixing two models on one node, and a mix with memory
+    rng = np.random.default_rng(11)
+    mix = WorkloadMix(
+        (
+            Shape(2_000, 1000, 1),
+            Shape(6_000, 450, 1),
+            Shape(3_000, 1000, 2),
+            Shape(1_000, 0, 0),
+            Shape(0, 300, 1, frozenset({"T4"})),
+        ),
+        (0.3, 0.3, 0.1, 0.2, 0.1),
+        (8_000.0, 0.0, 12_000.0, 4_000.0, 2_000.0),
+    )
+    models = ["A100", "T4"]
+    states = []
+    for _ in range(80):
+        kinds = rng.choice(models, size=4) if rng.random() < 0.3 else [str(rng.choice(models))] * 4
+        gpus = [
+            GpuState(i, str(m), 40_960, free_milli=int(f))
+            for i, (m, f) in enumerate(zip(kinds, rng.integers(0, 11, size=4) * 100, strict=True))
+        ]
+        states.append(
+            NodeState(
+                "n",
+                "default",
+                32_000,
+                65_536,
+                gpus,
+                free_cpu_milli=int(rng.integers(0, 20_000)),
+                free_memory_mib=int(rng.integers(0, 50_000)),
+            )
+        )
+    model = FragmentationModel(mix, models, host_aware=True)
+    # when
+    batch = model.batch(
+        np.array([n.free_cpu_milli for n in states]),
+        np.array([[g.free_milli for g in n.gpus] for n in states]),
+        np.array([[models.index(g.model) for g in n.gpus] for n in states]),
+        np.array([n.free_memory_mib for n in states]),
+    )
+    # then
+    assert batch == pytest.approx([node_fragmentation(n, mix, host_aware=True) for n in states])
+
+
+def test_workload_mix_records_mean_memory_and_every_gang():
+    requests = [RequestSpec(i, 1000, cpu_milli=4_000, memory_mib=1_000 * (i + 1)) for i in range(9)] + [
+        RequestSpec(99, 1000, 8, cpu_milli=64_000, memory_mib=262_144)
+    ]
+    mix = WorkloadMix.from_requests(requests, coverage=0.9)
+    # the gang is too rare for the mix, yet remembered with its memory
+    assert mix.shapes == (Shape(4_000, 1000, 1),)
+    assert mix.memory_mib == pytest.approx((5_000.0,))
+    assert mix.gangs == ((Shape(64_000, 1000, 8), 262_144),)

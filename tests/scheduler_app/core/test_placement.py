@@ -186,3 +186,33 @@ def test_any_placements_and_releases_keep_free_milli_within_a_card(ops, policy):
             running.append((request, placement))
         # then no card is ever over-committed or over-released
         assert all(0 <= g.free_milli <= 1000 for n in nodes for g in n.gpus)
+
+
+def test_cpu_only_request_avoids_starving_idle_cards_of_cpu():
+    # given whole-card requests need 4 cores each; node "lean" has 8 cores for its
+    # 2 idle cards, node "rich" plenty
+    mix = WorkloadMix((Shape(4_000, 1000, 1),), (1.0,))
+    nodes = [make_node("lean", [1000, 1000], cpu=8_000), make_node("rich", [1000, 1000], cpu=64_000)]
+    cpu_only = req(0, 0, cpu_milli=4_000)
+    # when / then: FGD sees no difference (one whole-card request still fits on "lean")
+    # and takes the first node; fgd-plus sees a card on "lean" stranded
+    assert choose_placement(nodes, cpu_only, "fgd", mix).node == "lean"
+    assert choose_placement(nodes, cpu_only, DEFAULT_POLICY, mix).node == "rich"
+
+
+def test_slices_keep_the_only_node_that_can_host_a_rare_gang():
+    # given a gang of 8 cards needing 100 cores and 512 GiB, which only "big" can host;
+    # best-fit alone would pick "big" (it is left fuller)
+    mix = WorkloadMix(
+        (Shape(0, 1000, 1),),
+        (1.0,),
+        gangs=((Shape(100_000, 1000, 8), 524_288),),
+    )
+    big = make_node("big", [1000] * 8, cpu=128_000, memory=1_048_576)
+    wide = make_node("wide", [1000] * 16, cpu=200_000, memory=65_536)
+    # when
+    placement = choose_placement([big, wide], req(1000, cpu_milli=1_000), DEFAULT_POLICY, mix)
+    # then
+    assert placement.node == "wide"
+    gang = req(1000, 8, cpu_milli=100_000, memory_mib=524_288)
+    assert choose_placement([big, wide], gang, DEFAULT_POLICY, mix).node == "big"
