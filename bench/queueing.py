@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from scheduler_app.core.cluster import MILLI_PER_GPU, GpuState, NodeState, RequestSpec
+from scheduler_app.core.fragmentation import WorkloadMix
 from scheduler_app.core.placement import apply_placement, release_placement
 from scheduler_app.core.queueing import (
     DEFAULT_POLICY,
@@ -61,6 +62,7 @@ class _Sim:
     mode: QueueMode
     policy: str
     window: tuple[float, float]
+    workload: WorkloadMix | None = None
     pending: dict[int, RequestSpec] = field(default_factory=dict)
     running: dict[int, RunningAllocation] = field(default_factory=dict)
     remaining: dict[int, float] = field(default_factory=dict)
@@ -89,7 +91,7 @@ class _Sim:
     def step(self, now: float) -> None:
         plan = plan_pass(
             self.nodes, list(self.pending.values()), list(self.running.values()), self.quotas, now,
-            self.policy, self.mode,
+            self.policy, self.mode, self.workload,
         )  # fmt: skip
         for preemption in plan.preemptions:
             self._preempt(preemption.allocation, now)
@@ -149,10 +151,11 @@ def simulate(
     started = time.perf_counter()
     first = jobs[0].request.submitted_at
     window = (first, jobs[-1].request.submitted_at)
-    sim = _Sim(make_nodes(nodes), quotas, mode, policy, window)
+    requests = [whole_cards(job.request) if whole else job.request for job in jobs]
+    # As in production: the typical shapes are those of the requests the scheduler sees.
+    sim = _Sim(make_nodes(nodes), quotas, mode, policy, window, WorkloadMix.from_requests(requests))
     by_id = {}
-    for job in jobs:
-        request = whole_cards(job.request) if whole else job.request
+    for job, request in zip(jobs, requests, strict=True):
         by_id[request.id] = request
         sim.remaining[request.id] = job.duration_s
         sim.used_milli[request.id] = job.request.total_milli()

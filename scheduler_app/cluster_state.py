@@ -1,7 +1,8 @@
 """Loading the database into the pure core's plain state (the read half of a scheduling pass).
 
-Five queries whatever the cluster size: ready nodes, their cards, open
-allocations, pending requests, quotas.
+Six queries whatever the cluster size: ready nodes, their cards, open
+allocations, pending requests, quotas, and the recent requests whose shapes
+make the workload mix the placement policy keeps room for.
 """
 
 from collections import defaultdict
@@ -11,10 +12,14 @@ from datetime import datetime
 from scheduler_app.choices import BillingMode, CapacityType, NodeStatus, RequestState
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.core.cluster import GpuState, NodeState, Placement, RequestSpec
+from scheduler_app.core.fragmentation import WorkloadMix
 from scheduler_app.core.queue_ledger import TeamQuota as QuotaSpec
 from scheduler_app.core.queueing import RunningAllocation
 from scheduler_app.lifecycle import ACTIVE_STATES
 from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, Pool, TeamQuota
+
+# How many of the latest requests define "the typical request shapes" (FGD's workload).
+WORKLOAD_WINDOW = 2000
 
 
 @dataclass
@@ -31,6 +36,7 @@ class ClusterSnapshot:
     node_pool: dict[str, str] = field(default_factory=dict)
     requests: dict[int, GpuRequest] = field(default_factory=dict)
     unplaceable: dict[int, str] = field(default_factory=dict)  # pending requests no pool may take, and why
+    workload: WorkloadMix = field(default_factory=WorkloadMix)
 
 
 def allowed_pools(request: GpuRequest, pools: list[Pool]) -> frozenset[str]:
@@ -119,6 +125,10 @@ def load_cluster_snapshot() -> ClusterSnapshot:
                 if request.billing_mode == BillingMode.SPOT
                 else ""
             )
+    recent = GpuRequest.objects.select_related("team", "pool").order_by("-created_at", "-id")[
+        :WORKLOAD_WINDOW
+    ]
+    snapshot.workload = WorkloadMix.from_requests(request_spec(r, pools) for r in recent)
     snapshot.quotas = [
         QuotaSpec(team=q.team.slug, pool=q.pool.name, guaranteed_milli=q.guaranteed_milli)
         for q in TeamQuota.objects.select_related("team", "pool")

@@ -43,6 +43,7 @@ def estimate_request(
         snapshot.quotas,
         now.timestamp(),
         DEFAULT_POLICY,
+        workload=snapshot.workload,
     )
     for start in plan.starts:
         if start.request.id == CANDIDATE:

@@ -38,7 +38,13 @@ def run_scheduling_pass(*, policy: str = DEFAULT_POLICY, now: dt.datetime | None
     with transaction.atomic():
         snapshot = load_cluster_snapshot()
         plan = plan_pass(
-            snapshot.nodes, snapshot.pending, snapshot.running, snapshot.quotas, now.timestamp(), policy
+            snapshot.nodes,
+            snapshot.pending,
+            snapshot.running,
+            snapshot.quotas,
+            now.timestamp(),
+            policy,
+            workload=snapshot.workload,
         )
         return _apply(plan, snapshot, now)
 

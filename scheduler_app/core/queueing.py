@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from . import placement as placement_policies
 from .cluster import NodeState, Placement, RequestSpec
+from .fragmentation import WorkloadMix
 from .placement import apply_placement, choose_placement, release_placement
 from .queue_estimates import FluidEstimator
 from .queue_ledger import Ledger, TeamQuota
@@ -126,6 +127,7 @@ def plan_pass(
     now: float,
     policy: str = DEFAULT_POLICY,
     mode: QueueMode = QueueMode(),
+    workload: WorkloadMix | None = None,
 ) -> PassPlan:
     """Decide one scheduling pass.
 
@@ -135,8 +137,10 @@ def plan_pass(
     first, then borrowing), starts after reclaiming borrowed/spot work (only when
     within quota), or waits, the first `reservation_depth` of them with a reservation
     that later starts must not delay.
+    workload: the typical request shapes the fgd policies keep room for
+    (``WorkloadMix.from_requests(recent requests)``).
     """
-    state = _Pass(nodes, pending, running, quotas, now, policy, mode)
+    state = _Pass(nodes, pending, running, quotas, now, policy, mode, workload)
     first_blocked: RequestSpec | None = None
     while (request := state.queue.pop()) is not None:
         if (first_blocked is None or mode.backfill) and state.try_start(request):
@@ -159,10 +163,11 @@ class _Pass:
         now: float,
         policy: str,
         mode: QueueMode,
+        workload: WorkloadMix | None,
     ) -> None:
         self.nodes = [copy_node(n) for n in nodes]
         self.by_name = {n.name: n for n in self.nodes}
-        self.now, self.policy, self.mode = now, policy, mode
+        self.now, self.policy, self.mode, self.workload = now, policy, mode, workload
         self.ledger = Ledger(self.nodes, quotas)
         self.book = ReservationBook(now, policy)
         self.victims: dict[str, list[RunningAllocation]] = defaultdict(list)
@@ -189,7 +194,7 @@ class _Pass:
         allowed = [n for n in self.nodes if not request.pools or n.pool in request.pools]
         in_quota = [n for n in allowed if n.pool in quota_pools]
         for candidates in (in_quota, allowed) if 0 < len(in_quota) < len(allowed) else (allowed,):
-            placement = choose_placement(self.book.view(candidates, end), request, self.policy)
+            placement = choose_placement(self.book.view(candidates, end), request, self.policy, self.workload)
             if placement is not None:
                 self._start(request, placement)
                 return True
@@ -273,7 +278,7 @@ class _Pass:
                 return None
             release_placement(scratch, victim.request, victim.placement)
             if fits(request, scratch):
-                placement = choose_placement([scratch], request, self.policy)
+                placement = choose_placement([scratch], request, self.policy, self.workload)
                 if placement is not None:
                     return order[:count], placement
         return None

@@ -231,3 +231,17 @@ def test_estimate_refuses_bad_input_like_submit(team, member, make_node):
     with pytest.raises(ValidationError) as caught:
         estimate_request(user=member, team=team, name="try", task_type="training", gpu_milli=1500)
     assert "gpu_milli" in caught.value.message_dict
+
+
+def test_pass_gives_the_policy_the_workload_mix_of_recent_requests(submit, make_node):
+    from scheduler_app.cluster_state import load_cluster_snapshot
+
+    make_node()
+    for _ in range(3):
+        submit(gpu_milli=250)
+    submit(gpu_milli=1000, num_gpus=2)
+
+    workload = load_cluster_snapshot().workload
+
+    assert workload.gangs, "multi-card shapes are remembered for the policy"
+    assert workload.shapes
