@@ -1,0 +1,55 @@
+"""The price catalog: what one whole card of a pool costs per hour, in USD, over time.
+
+Money is Decimal with the currency in the name (USD); times are aware UTC.
+"""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import OuterRef, Q, Subquery
+
+from billing_app.constants import MAX_USD_PER_GPU_HOUR, PRICE_DECIMAL_PLACES
+
+
+class PoolPriceQuerySet(models.QuerySet):
+    def in_force(self, at):
+        """Per pool, the price in force at `at`: the latest effective_from ≤ at (ties: the latest set)."""
+        latest = (
+            PoolPrice.objects.filter(pool=OuterRef("pool"), effective_from__lte=at)
+            .order_by("-effective_from", "-id")
+            .values("id")[:1]
+        )
+        return self.filter(effective_from__lte=at, id=Subquery(latest))
+
+
+class PoolPrice(models.Model):
+    """A pool's price in USD per whole GPU-hour from effective_from (aware UTC) on; rows are never changed.
+
+    A new price is a new row, so the history stays and each usage segment can be
+    billed at the price in force when it ran.
+    """
+
+    pool = models.ForeignKey("scheduler_app.Pool", on_delete=models.PROTECT, related_name="prices")
+    usd_per_gpu_hour = models.DecimalField(
+        max_digits=10, decimal_places=PRICE_DECIMAL_PLACES, help_text="USD per whole GPU and hour."
+    )
+    effective_from = models.DateTimeField(help_text="From when this price applies (UTC).")
+    source = models.TextField(blank=True, help_text="Where the number comes from.")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = PoolPriceQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["pool__name", "-effective_from", "-id"]
+        indexes = [models.Index(fields=["pool", "effective_from"])]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(usd_per_gpu_hour__gt=0, usd_per_gpu_hour__lte=MAX_USD_PER_GPU_HOUR),
+                name="poolprice_positive",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pool} {self.usd_per_gpu_hour} USD/GPU-h from {self.effective_from:%Y-%m-%d %H:%M} UTC"

@@ -1,0 +1,147 @@
+"""Every write to the price catalog goes through a function here: validated (a ValidationError naming
+the field; nothing written), written in one transaction, logged as an Event on the pool."""
+
+import datetime as dt
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from billing_app.constants import MAX_USD_PER_GPU_HOUR, PRICE_DECIMAL_PLACES, PUBLIC_PRICES_RELATIVE_PATH
+from billing_app.models import PoolPrice
+from billing_app.public_prices import PublicPrices, read_public_prices
+from billing_app.selectors import price_in_force
+from scheduler_app.events import log_event
+from scheduler_app.models import Pool
+
+SYSTEM = "system"
+
+
+def set_pool_price(
+    pool: Pool,
+    usd_per_gpu_hour,
+    *,
+    actor,
+    effective_from: dt.datetime | None = None,
+    source: str = "",
+    actor_name: str = "",
+) -> PoolPrice:
+    """Price a pool in USD per whole GPU-hour from effective_from (default now; never in the past).
+
+    `actor` is a staff user, or None for a system part named by actor_name (the demo seed,
+    the import command). The older prices stay: each applies until the next one starts.
+    """
+    if actor is not None and not actor.is_staff:
+        raise PermissionError("Only platform operators set prices.")
+    now = timezone.now()
+    price = _usd_per_gpu_hour(usd_per_gpu_hour)
+    if effective_from is None:
+        effective_from = now
+    elif timezone.is_naive(effective_from):
+        raise ValidationError({"effective_from": "Give the timezone, e.g. 2025-01-31T12:00:00Z."})
+    elif effective_from < now:
+        raise ValidationError(
+            {"effective_from": "A price cannot start in the past: it would change what was already billed."}
+        )
+    source = source.strip() or (f"set by {actor.get_username()}" if actor is not None else SYSTEM)
+    with transaction.atomic():
+        locked = Pool.objects.select_for_update().get(pk=pool.pk)
+        before = price_in_force(locked, at=effective_from)
+        row = PoolPrice.objects.create(
+            pool=locked,
+            usd_per_gpu_hour=price,
+            effective_from=effective_from.astimezone(dt.UTC),
+            source=source,
+            created_by=actor,
+        )
+        log_event(
+            locked,
+            f"{price} USD/GPU-h",
+            from_state=f"{before.usd_per_gpu_hour} USD/GPU-h" if before else "unpriced",
+            actor=actor,
+            actor_name=actor_name or SYSTEM,
+            reason=f"price from {row.effective_from:%Y-%m-%d %H:%M:%S} UTC; source: {source}",
+        )
+    return row
+
+
+def _usd_per_gpu_hour(value) -> Decimal:
+    """A Decimal, an int or a decimal string; never a float (it cannot hold most cents exactly)."""
+    field = "usd_per_gpu_hour"
+    if isinstance(value, bool | float) or not isinstance(value, Decimal | int | str):
+        raise ValidationError({field: "Give the price as a decimal string such as '2.50', not a float."})
+    try:
+        price = Decimal(value.strip() if isinstance(value, str) else value)
+    except InvalidOperation:
+        raise ValidationError({field: f"{value!r} is not a number."}) from None
+    if not price.is_finite() or price <= 0:
+        raise ValidationError({field: "A price must be more than 0 USD per GPU-hour."})
+    if price > MAX_USD_PER_GPU_HOUR:
+        raise ValidationError({field: f"A price must be at most {MAX_USD_PER_GPU_HOUR} USD per GPU-hour."})
+    if -price.as_tuple().exponent > PRICE_DECIMAL_PLACES:
+        raise ValidationError({field: f"At most {PRICE_DECIMAL_PLACES} decimal places."})
+    return price.quantize(Decimal(1).scaleb(-PRICE_DECIMAL_PLACES))
+
+
+def default_public_prices_path() -> Path:
+    return (settings.BASE_DIR / PUBLIC_PRICES_RELATIVE_PATH).resolve()
+
+
+@dataclass(frozen=True)
+class PoolPricing:
+    """What pricing a pool from the public medians did: the new row, or why none was written."""
+
+    pool: Pool
+    price: PoolPrice | None
+    note: str
+
+
+def price_pools_from_public(
+    public: PublicPrices, *, actor=None, only_unpriced: bool = False, actor_name: str = "import_prices"
+) -> list[PoolPricing]:
+    """Price each pool at the public median for its GPU model and capacity type (on-demand pools from
+    on-demand prices, spot pools from spot prices). A pool whose model or capacity type has no public
+    price stays as it is: no price is ever made up. `only_unpriced` leaves priced pools alone."""
+    results = []
+    with transaction.atomic():
+        for pool in Pool.objects.order_by("name"):
+            median = public.median_for(pool.gpu_model, pool.capacity_type)
+            current = price_in_force(pool)
+            if median is None:
+                note = f"no public {pool.capacity_type} price for {pool.gpu_model}"
+            elif only_unpriced and pool.prices.exists():
+                note = "already priced"
+            elif current is not None and current.usd_per_gpu_hour == median.usd_per_gpu_hour:
+                note = "unchanged"
+            else:
+                source = (
+                    f"median of {median.count} public {median.capacity_type} prices for "
+                    f"{median.gpu_model} in {_shown(public.path)}"
+                )
+                row = set_pool_price(
+                    pool, median.usd_per_gpu_hour, actor=actor, source=source, actor_name=actor_name
+                )
+                results.append(PoolPricing(pool, row, source))
+                continue
+            results.append(PoolPricing(pool, None, note))
+    return results
+
+
+def import_public_prices(
+    path: Path | str | None = None, *, actor=None
+) -> tuple[PublicPrices, list[PoolPricing]]:
+    """Read the public price file whole (PriceFileError: nothing written), then price the pools."""
+    public = read_public_prices(path or default_public_prices_path())
+    return public, price_pools_from_public(public, actor=actor)
+
+
+def _shown(path: Path) -> str:
+    """The file as people find it: relative to the directory beside the repository (shared/...)."""
+    try:
+        return str(Path(path).resolve().relative_to(settings.BASE_DIR.resolve().parent))
+    except ValueError:
+        return str(path)
