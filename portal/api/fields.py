@@ -1,5 +1,6 @@
 """Strict JSON field types: the API takes 5 as an integer and "5" as a string, never one for the other."""
 
+from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
 
 
@@ -29,3 +30,27 @@ class StrictBooleanField(serializers.BooleanField):
         if not isinstance(data, bool):
             self.fail("invalid")
         return data
+
+
+class StrictDecimalStringField(serializers.DecimalField):
+    """Money and other exact decimals as a JSON string ("2.50"): a JSON number is a float on the way
+    in and may not hold the cents exactly, so it is refused."""
+
+    default_error_messages = {"not_a_string": 'Give the amount as a JSON string, e.g. "2.50".'}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("not_a_string")
+        return super().to_internal_value(data)
+
+
+class AwareDateTimeField(serializers.DateTimeField):
+    """An ISO 8601 time that says its timezone: a node's naive clock reading is ambiguous."""
+
+    def to_internal_value(self, value):
+        if not isinstance(value, str):
+            self.fail("invalid", format="ISO 8601 with a timezone")
+        parsed = super().to_internal_value(value)
+        if (naive := parse_datetime(value)) is not None and naive.tzinfo is None:
+            raise serializers.ValidationError("Give the timezone, e.g. 2025-01-31T12:00:00Z.")
+        return parsed

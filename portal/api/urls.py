@@ -2,6 +2,7 @@ from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
+from billing_app.api.views import PoolPriceView, PriceListView
 from portal.api.views import ApiTokenViewSet, TeamViewSet, not_found
 from scheduler_app.api.views import (
     ClusterView,
@@ -21,6 +22,8 @@ router.register("pools", PoolViewSet, basename="pool")
 urlpatterns = [
     *router.urls,
     path("cluster/", ClusterView.as_view(), name="cluster"),
+    path("prices/", PriceListView.as_view(), name="prices"),
+    path("pools/<slug:name>/price/", PoolPriceView.as_view(), name="pool-price"),
     path("agent/samples/", GpuSampleIngestView.as_view(), name="agent-samples"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),

@@ -1,10 +1,16 @@
 """API shapes for requests, allocations, events, estimates and the cluster. Serializers only check
 types and ranges; the services decide what is allowed."""
 
-from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
 
-from portal.api.fields import StrictBooleanField, StrictCharField, StrictIntegerField, StrictSlugField
+from billing_app.api.serializers import HourlyPricesSerializer
+from portal.api.fields import (
+    AwareDateTimeField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictIntegerField,
+    StrictSlugField,
+)
 from scheduler_app.choices import BillingMode, RequestState, TaskType
 from scheduler_app.constants import (
     MAX_GPUS_PER_REQUEST,
@@ -134,6 +140,9 @@ class EstimateSerializer(serializers.Serializer):
     where = serializers.CharField()
     estimated_start_at = serializers.DateTimeField(allow_null=True)
     reason = serializers.CharField()
+    prices = HourlyPricesSerializer(
+        help_text="USD per hour for this share on-demand and on spot, in the cheapest matching priced pools."
+    )
 
 
 class SliceSerializer(serializers.Serializer):
@@ -189,18 +198,6 @@ class QuotaSerializer(serializers.Serializer):
     guaranteed_milli = serializers.IntegerField()
     used_milli = serializers.IntegerField()
     borrowed_milli = serializers.IntegerField()
-
-
-class AwareDateTimeField(serializers.DateTimeField):
-    """An ISO 8601 time that says its timezone: a node's naive clock reading is ambiguous."""
-
-    def to_internal_value(self, value):
-        if not isinstance(value, str):
-            self.fail("invalid", format="ISO 8601 with a timezone")
-        parsed = super().to_internal_value(value)
-        if (naive := parse_datetime(value)) is not None and naive.tzinfo is None:
-            raise serializers.ValidationError("Give the timezone, e.g. 2025-01-31T12:00:00Z.")
-        return parsed
 
 
 class GpuReadingSerializer(serializers.Serializer):
