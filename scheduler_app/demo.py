@@ -3,11 +3,15 @@
 Idempotent: running it again keeps what is there and adds only what is missing.
 """
 
+import logging
 import uuid
+from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from billing_app.public_prices import PriceFileError, read_public_prices
+from billing_app.services import default_public_prices_path, price_pools_from_public
 from portal.choices import Role
 from portal.models import Membership, Team
 from scheduler_app.choices import BillingMode, CapacityType, RequestState, TaskType
@@ -20,6 +24,8 @@ from scheduler_app.services import (
     submit_request,
     transition_request,
 )
+
+logger = logging.getLogger(__name__)
 
 DEMO_PASSWORD = "gpu-portal-demo"
 GIB = 1024
@@ -48,8 +54,12 @@ def gpu_uuid(node_name: str, index: int) -> str:
 
 
 @transaction.atomic
-def seed_demo() -> list[str]:
-    """Create what is missing; returns the usernames, all with DEMO_PASSWORD."""
+def seed_demo(public_prices: Path | str | None = None) -> list[str]:
+    """Create what is missing; returns the usernames, all with DEMO_PASSWORD.
+
+    Unpriced pools get the median public price of their GPU model and capacity type from
+    `public_prices` (default ../shared/prices/cloud_gpu_prices.csv) when that file is there.
+    """
     for name, model, capacity, gpu_mib, node_count, gpus_per_node, cpu, mem in POOLS:
         pool = Pool.objects.filter(name=name).first() or create_pool(
             name=name, gpu_model=model, capacity_type=capacity, description=f"{model} {capacity}"
@@ -89,7 +99,22 @@ def seed_demo() -> list[str]:
         )
     if not GpuRequest.objects.exists():
         _seed_requests(users)
+    _seed_prices(Path(public_prices) if public_prices else default_public_prices_path())
     return [username for username, _, _ in USERS]
+
+
+def _seed_prices(path: Path) -> None:
+    """Price the pools that have no price yet from the public prices; without the file (a fresh clone
+    has no ../shared) they stay unpriced: the demo never makes a price up."""
+    if not path.exists():
+        logger.info("No public price file at %s: the demo pools stay unpriced.", path)
+        return
+    try:
+        public = read_public_prices(path)
+    except PriceFileError as error:
+        logger.warning("%s The demo pools stay unpriced.", error)
+        return
+    price_pools_from_public(public, only_unpriced=True, actor_name="seed_demo")
 
 
 def _seed_requests(users) -> None:
