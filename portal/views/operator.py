@@ -1,4 +1,5 @@
-"""Operator pages (staff only): drain nodes, edit pools, set quotas; each change is audited by its service."""
+"""Operator pages (staff only): drain nodes, edit and price pools, set quotas; each change is audited by its
+service."""
 
 from functools import wraps
 
@@ -7,7 +8,9 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 
-from portal.forms import NodeStatusForm, PoolForm, QuotaForm
+from billing_app.selectors import prices_in_force
+from billing_app.services import set_pool_price
+from portal.forms import NodeStatusForm, PoolForm, PoolPriceForm, QuotaForm
 from scheduler_app.models import Node, Pool, TeamQuota
 from scheduler_app.selectors import nodes_for_operators, recent_audit_events
 from scheduler_app.services import set_node_status, set_team_quota, update_pool
@@ -53,7 +56,23 @@ def node_status(request, pk):
 
 @staff_required
 def pool_index(request):
-    return render(request, "portal/operator/pools.html", {"pools": Pool.objects.all()})
+    """The pools with the price in force of each; the side form prices a pool (from now or later)."""
+    form = PoolPriceForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            price = set_pool_price(actor=request.user, **form.cleaned_data)
+        except ValidationError as error:
+            form.add_service_errors(error)
+        else:
+            when = f"{price.effective_from:%Y-%m-%d %H:%M} UTC"
+            messages.success(
+                request, f"{price.pool.name} costs {price.usd_per_gpu_hour} USD/GPU-h from {when}."
+            )
+            return redirect("operator_pools")
+    in_force = {price.pool_id: price for price in prices_in_force()}
+    pools = [(pool, in_force.get(pool.pk)) for pool in Pool.objects.all()]
+    status = 400 if form.errors else 200
+    return render(request, "portal/operator/pools.html", {"pools": pools, "form": form}, status=status)
 
 
 @staff_required

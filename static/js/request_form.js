@@ -1,5 +1,5 @@
 // The request form: show spot-only fields for spot billing, preview the share,
-// and ask the server where the request would run as the user edits it.
+// and ask the server where the request would run, and its price per hour, as the user edits it.
 (function () {
   "use strict";
   const form = document.getElementById("request-form");
@@ -8,6 +8,8 @@
   const box = document.getElementById("estimate");
   const spotOnly = form.querySelector(".spot-only");
   const fill = document.getElementById("share-fill");
+  const priceText = document.getElementById("price-text");
+  const pricePools = document.getElementById("price-pools");
   function label(field) {
     const group = document.getElementById("field-" + field);
     const text = group && group.querySelector("label, .label");
@@ -36,7 +38,15 @@
     }));
   }
 
+  // The server words the price (price_text): the page and this script say the same thing.
+  function showPrice(answer) {
+    if (!priceText || answer.price_text === undefined) return;
+    priceText.textContent = answer.price_text;
+    pricePools.textContent = answer.price_pools;
+  }
+
   function render(answer) {
+    showPrice(answer);
     if (!answer.ok) {
       const problems = Object.entries(answer.errors).map(function ([field, messages]) {
         const name = field === "__all__" ? "" : label(field) + ": ";
