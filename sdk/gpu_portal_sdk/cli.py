@@ -77,10 +77,10 @@ def _prices(portal, args, command, as_json):
     try:
         prices = portal.prices()
     except errors.NotFoundError:
-        print("gpu-portal: prices are not available on this portal yet.", file=sys.stderr)
+        # An older portal, from before the price catalog: say so rather than "not found".
+        print("gpu-portal: this portal does not offer prices (it has no price catalog).", file=sys.stderr)
         return NOT_OFFERED
-    rows = [[p.gpu_model, p.capacity_type, p.usd_per_gpu_hour] for p in prices]
-    return _show(prices, as_json, lambda _: output.table(["GPU_MODEL", "CAPACITY", "USD_PER_GPU_HOUR"], rows))
+    return _show(prices, as_json, output.prices)
 
 
 def _by_id(method: str, human):
@@ -169,7 +169,7 @@ def _parser() -> argparse.ArgumentParser:
     add(
         "utilization", _by_id("get_utilization", output.utilization), "GPU util, memory, power of its cards"
     ).add_argument("id", type=int)
-    add("prices", _prices, "price per GPU hour by model and capacity type")
+    add("prices", _prices, "price per GPU hour of each priced pool (USD)")
     return parser
 
 

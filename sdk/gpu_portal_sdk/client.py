@@ -202,8 +202,8 @@ class ResourceManager:
         return Utilization.from_api(self._call("GET", f"requests/{int(resource_id)}/utilization/"))
 
     def prices(self) -> list[Price]:
-        """The price catalog: per whole card and hour, by GPU model and capacity type.
-        NotFoundError from a portal that has no price catalog yet."""
+        """The price in force of each priced pool, per whole card and hour in USD (Decimal).
+        NotFoundError from an older portal that has no price catalog."""
         return [Price.from_api(p) for p in _results(self._call("GET", "prices/"))]
 
     # HTTP

@@ -123,17 +123,63 @@ class Resource:
 
 
 @dataclass(frozen=True)
+class HourlyPrice:
+    """What the request would cost per hour in `pool`, in US dollars rounded to cents (a Decimal)."""
+
+    usd_per_hour: Decimal
+    pool: str
+    gpu_model: str = ""
+
+    @classmethod
+    def from_api(cls, data: dict | None) -> "HourlyPrice | None":
+        if data is None:
+            return None
+        return cls(**_known(cls, data, usd_per_hour=Decimal(str(data["usd_per_hour"]))))
+
+
+@dataclass(frozen=True)
+class EstimatePrices:
+    """The request's price per hour on-demand and on spot, each in the cheapest matching priced pool;
+    None where no such pool is priced."""
+
+    on_demand: HourlyPrice | None = None
+    spot: HourlyPrice | None = None
+    spot_saving_percent: int | None = None
+
+    @classmethod
+    def from_api(cls, data: dict | None) -> "EstimatePrices":
+        data = data or {}
+        return cls(
+            **_known(
+                cls,
+                data,
+                on_demand=HourlyPrice.from_api(data.get("on_demand")),
+                spot=HourlyPrice.from_api(data.get("spot")),
+            )
+        )
+
+
+@dataclass(frozen=True)
 class Estimate:
-    """Where a request would run if submitted now (`where`, "node/gpuN, ..."), or why it would wait."""
+    """Where a request would run if submitted now (`where`, "node/gpuN, ..."), or why it would wait;
+    and what it would cost per hour (`prices`)."""
 
     starts_now: bool
     where: str
     estimated_start_at: dt.datetime | None
     reason: str
+    prices: EstimatePrices = EstimatePrices()
 
     @classmethod
     def from_api(cls, data: dict) -> "Estimate":
-        return cls(**_known(cls, data, estimated_start_at=parse_time(data.get("estimated_start_at"))))
+        return cls(
+            **_known(
+                cls,
+                data,
+                estimated_start_at=parse_time(data.get("estimated_start_at")),
+                prices=EstimatePrices.from_api(data.get("prices")),
+            )
+        )
 
 
 @dataclass(frozen=True)
@@ -171,15 +217,26 @@ class Health:
 
 @dataclass(frozen=True)
 class Price:
-    """The price of one whole card for an hour, in US dollars (a Decimal, never a float)."""
+    """The price in force of one whole card of `pool` for an hour, in US dollars (a Decimal, never a
+    float), since `effective_from`; `source` says where the number comes from."""
 
     gpu_model: str
     capacity_type: str
     usd_per_gpu_hour: Decimal
+    pool: str = ""
+    effective_from: dt.datetime | None = None
+    source: str = ""
 
     @classmethod
     def from_api(cls, data: dict) -> "Price":
-        return cls(**_known(cls, data, usd_per_gpu_hour=Decimal(str(data["usd_per_gpu_hour"]))))
+        return cls(
+            **_known(
+                cls,
+                data,
+                usd_per_gpu_hour=Decimal(str(data["usd_per_gpu_hour"])),
+                effective_from=parse_time(data.get("effective_from")),
+            )
+        )
 
 
 @dataclass(frozen=True)

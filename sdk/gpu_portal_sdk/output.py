@@ -5,7 +5,7 @@ import datetime as dt
 import json
 from decimal import Decimal
 
-from gpu_portal_sdk.models import Estimate, Health, Resource, Utilization
+from gpu_portal_sdk.models import Estimate, Health, Price, Resource, Utilization
 
 
 def to_json(value) -> str:
@@ -99,9 +99,29 @@ def detail(r: Resource) -> str:
 
 def estimate(e: Estimate) -> str:
     if e.starts_now:
-        return f"Would start now on {e.where}."
-    start = f" Estimated start {when(e.estimated_start_at)}." if e.estimated_start_at else ""
-    return f"Would wait: {e.reason}.{start}"
+        said = f"Would start now on {e.where}."
+    else:
+        start = f" Estimated start {when(e.estimated_start_at)}." if e.estimated_start_at else ""
+        said = f"Would wait: {e.reason}.{start}"
+    return f"{said}\n{hourly(e)}"
+
+
+def hourly(e: Estimate) -> str:
+    """'On-demand $1.19/h (a100) · spot $0.33/h (a100-spot), save 72 %'; 'not priced' where no pool is."""
+    parts = [
+        f"{label} ${quote.usd_per_hour}/h ({quote.pool})" if quote else f"{label} not priced"
+        for label, quote in (("On-demand", e.prices.on_demand), ("spot", e.prices.spot))
+    ]
+    saving = e.prices.spot_saving_percent
+    return " · ".join(parts) + (f", save {saving} %" if saving is not None and saving > 0 else "")
+
+
+def prices(items: list[Price]) -> str:
+    rows = [
+        [p.pool, p.gpu_model, p.capacity_type, p.usd_per_gpu_hour, when(p.effective_from), p.source]
+        for p in items
+    ]
+    return table(["POOL", "GPU_MODEL", "CAPACITY", "USD_PER_GPU_HOUR", "SINCE", "SOURCE"], rows)
 
 
 def health(h: Health) -> str:

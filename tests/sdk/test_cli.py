@@ -8,6 +8,7 @@ import pytest
 from django.core.cache import cache
 from gpu_portal_sdk.cli import main
 
+from billing_app.services import set_pool_price
 from portal.api.throttling import PerTokenRateThrottle
 from scheduler_app.models import GpuRequest
 from scheduler_app.scheduling import run_scheduling_pass
@@ -136,11 +137,25 @@ def test_usage_errors_exit_2(monkeypatch, capsys):
     assert "GPU_PORTAL_TOKEN" in capsys.readouterr().err
 
 
-def test_prices_says_not_available_until_the_portal_has_them(as_user, member, capsys):
+def test_prices_shows_each_priced_pool(as_user, member, pool, operator, capsys):
+    set_pool_price(pool, "2.50", actor=operator)
     as_user(member)
 
-    assert main(["prices"]) == 9
-    assert "not available on this portal yet" in capsys.readouterr().err
+    assert main(["prices"]) == 0
+    header, row = capsys.readouterr().out.splitlines()
+    assert header.split()[:4] == ["POOL", "GPU_MODEL", "CAPACITY", "USD_PER_GPU_HOUR"]
+    assert row.split()[:4] == ["a100", "A100-80GB", "on-demand", "2.500000"]
+
+    assert main(["prices", "--json"]) == 0
+    (price,) = json.loads(capsys.readouterr().out)
+    assert (price["pool"], price["usd_per_gpu_hour"], price["source"]) == ("a100", "2.500000", "set by ops")
+
+
+def test_prices_says_not_offered_by_a_portal_without_a_price_catalog(as_user, member, live_server, capsys):
+    as_user(member)
+
+    assert main(["prices", "--url", f"{live_server.url}/older-portal"]) == 9
+    assert "does not offer prices" in capsys.readouterr().err
 
 
 def test_the_package_imports_no_django():

@@ -1,16 +1,22 @@
 """ResourceManager against the live portal: submit, list, get, cancel, release, estimate, wait, health."""
 
 import datetime as dt
+from decimal import Decimal
 
 import pytest
 from gpu_portal_sdk import (
     AuthenticationError,
+    EstimatePrices,
+    HourlyPrice,
     NotFoundError,
+    Price,
     RequestFailedError,
     ResourceBusyError,
     ValidationError,
 )
 
+from billing_app.selectors import price_in_force
+from billing_app.services import set_pool_price
 from portal.api.pagination import Pagination
 from scheduler_app.models import GpuRequest, Node
 from scheduler_app.scheduling import run_scheduling_pass
@@ -192,6 +198,35 @@ def test_a_pending_request_is_not_healthy(connect, member, team, cluster):
     assert (health.state, health.placed, health.healthy, health.nodes) == ("pending", False, False, ())
 
 
-def test_prices_is_not_found_until_the_portal_has_a_price_catalog(connect, member):
+def test_prices_lists_each_priced_pool_with_decimal_prices(connect, member, pool, operator):
+    set_pool_price(pool, "2.50", actor=operator, source="vendor quote")
+
+    (price,) = connect(member).prices()
+
+    assert price == Price(
+        gpu_model="A100-80GB",
+        capacity_type="on-demand",
+        usd_per_gpu_hour=Decimal("2.500000"),
+        pool="a100",
+        effective_from=price_in_force(pool).effective_from,
+        source="vendor quote",
+    )
+    assert isinstance(price.usd_per_gpu_hour, Decimal)
+
+
+def test_prices_from_a_portal_without_a_price_catalog_is_not_found(connect, member, live_server):
+    # An older portal answers 404 there; a path the portal does not serve answers the same way.
     with pytest.raises(NotFoundError):
-        connect(member).prices()
+        connect(member, url=f"{live_server.url}/older-portal").prices()
+
+
+def test_estimate_gives_the_price_per_hour(connect, member, cluster, pool, operator):
+    set_pool_price(pool, "4.00", actor=operator)
+
+    estimate = connect(member).estimate(min_gpu=0.25, prefer_spot=False)
+
+    assert estimate.prices == EstimatePrices(
+        on_demand=HourlyPrice(usd_per_hour=Decimal("1.00"), pool="a100", gpu_model="A100-80GB"),
+        spot=None,
+        spot_saving_percent=None,
+    )
