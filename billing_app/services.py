@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from billing_app.constants import MAX_USD_PER_GPU_HOUR, PRICE_DECIMAL_PLACES, PUBLIC_PRICES_RELATIVE_PATH
 from billing_app.models import PoolPrice
-from billing_app.public_prices import PublicPrices, read_public_prices
+from billing_app.public_prices import PublicPrices
 from billing_app.selectors import price_in_force
 from scheduler_app.events import log_event
 from scheduler_app.models import Pool
@@ -129,14 +129,6 @@ def price_pools_from_public(
                 continue
             results.append(PoolPricing(pool, None, note))
     return results
-
-
-def import_public_prices(
-    path: Path | str | None = None, *, actor=None
-) -> tuple[PublicPrices, list[PoolPricing]]:
-    """Read the public price file whole (PriceFileError: nothing written), then price the pools."""
-    public = read_public_prices(path or default_public_prices_path())
-    return public, price_pools_from_public(public, actor=actor)
 
 
 def _shown(path: Path) -> str:
