@@ -3,7 +3,8 @@
     python -m bench.fuzz_api [--max-examples 150] [--seed 42]
 
 Starts the portal (embedded default, demo cluster) in a scratch directory on a
-free loopback port, makes an API token for the demo team admin `alice`, then
+free loopback port, makes an API token for a demo user (`--user`: the team admin `alice` by
+default, or the operator `ops` to reach the operator endpoints too), then
 runs `schemathesis run` with every check but one (no 5xx, status codes, content
 types, headers and bodies as the schema says, bad data rejected, auth honoured).
 Prints Schemathesis' summary; the exit code is Schemathesis'.
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TOKEN_SCRIPT = (
     "import datetime as dt; from django.utils import timezone;"
     " from django.contrib.auth import get_user_model; from portal.services import create_api_token;"
-    " user = get_user_model().objects.get(username='alice');"
+    " user = get_user_model().objects.get(username=USERNAME);"
     " print(create_api_token(user, name='fuzz', expires_at=timezone.now() + dt.timedelta(days=1))[1])"
 )
 # positive_data_acceptance is left out: the schema cannot say which team and pool names
@@ -40,6 +41,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--max-examples", type=int, default=150, help="per operation and phase")
+    parser.add_argument("--user", default="alice", choices=["alice", "bob", "ops"], help="whose token fuzzes")
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args()
 
@@ -50,7 +52,7 @@ def main() -> int:
         for command in (["migrate", "--noinput", "-v0"], ["seed_demo"]):
             subprocess.run(manage + command, cwd=ROOT, env=env, check=True, capture_output=True)
         made = subprocess.run(
-            [*manage, "shell", "-c", TOKEN_SCRIPT],
+            [*manage, "shell", "-c", f"USERNAME = {args.user!r}; {TOKEN_SCRIPT}"],
             cwd=ROOT,
             env=env,
             check=True,

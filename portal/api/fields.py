@@ -5,9 +5,13 @@ from rest_framework import serializers
 
 
 class StrictCharField(serializers.CharField):
+    """A JSON string whose length limit counts what was sent, as the schema says (not the trimmed text)."""
+
     def to_internal_value(self, data):
         if not isinstance(data, str):
             self.fail("invalid")
+        if self.max_length is not None and len(data) > self.max_length:
+            self.fail("max_length", max_length=self.max_length)
         return super().to_internal_value(data)
 
 

@@ -105,3 +105,9 @@ def test_unknown_api_path_answers_in_the_error_format(client, member):
     response = client.get("/api/v1/requests/null,null/")
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "not_found"
+
+
+def test_length_limits_count_what_was_sent_not_the_trimmed_text(api_client, member):
+    response = api_client(member).post("/api/v1/tokens/", {"name": " " + "x" * 100}, format="json")
+    assert response.status_code == 400
+    assert "no more than 100 characters" in response.json()["error"]["fields"]["name"][0]
