@@ -1,10 +1,11 @@
 from django.contrib import admin
 
 from billing_app.models import PoolPrice
+from portal.admin_base import RecordAdmin
 
 
 @admin.register(PoolPrice)
-class PoolPriceAdmin(admin.ModelAdmin):
+class PoolPriceAdmin(RecordAdmin):
     """Read-only: prices are set through set_pool_price (the operator pools page or the API), which
     audits them and keeps the history."""
 
@@ -12,12 +13,3 @@ class PoolPriceAdmin(admin.ModelAdmin):
     list_filter = ["pool", "pool__capacity_type"]
     list_select_related = ["pool", "created_by"]
     date_hierarchy = "effective_from"
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

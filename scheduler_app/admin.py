@@ -1,5 +1,6 @@
 from django.contrib import admin, messages
 
+from portal.admin_base import RecordAdmin
 from scheduler_app.choices import NodeStatus
 from scheduler_app.models import Allocation, Event, Gpu, GpuRequest, GpuSample, Node, Pool, TeamQuota
 from scheduler_app.services import set_node_status
@@ -99,7 +100,7 @@ class GpuRequestAdmin(admin.ModelAdmin):
 
 
 @admin.register(Allocation)
-class AllocationAdmin(admin.ModelAdmin):
+class AllocationAdmin(RecordAdmin):
     list_display = [
         "request",
         "gpu",
@@ -114,15 +115,9 @@ class AllocationAdmin(admin.ModelAdmin):
     search_fields = ["request__name", "gpu__uuid", "gpu__node__name"]
     list_select_related = ["request", "gpu__node"]
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(Event)
-class EventAdmin(admin.ModelAdmin):
+class EventAdmin(RecordAdmin):
     list_display = [
         "created_at",
         "actor_label",
@@ -136,18 +131,9 @@ class EventAdmin(admin.ModelAdmin):
     search_fields = ["actor_label", "reason"]
     date_hierarchy = "created_at"
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(GpuSample)
-class GpuSampleAdmin(admin.ModelAdmin):
+class GpuSampleAdmin(RecordAdmin):
     """Agent readings, read-only: they are what the node measured."""
 
     list_display = [
@@ -163,12 +149,3 @@ class GpuSampleAdmin(admin.ModelAdmin):
     search_fields = ["gpu__uuid", "gpu__node__name"]
     date_hierarchy = "sampled_at"
     list_select_related = ["gpu__node"]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

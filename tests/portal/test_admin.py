@@ -76,9 +76,12 @@ def test_drain_action_logs_an_event_by_the_operator(demo, client, operator):
     assert Event.objects.filter(object_id=node.pk, to_state="draining", actor=operator).exists()
 
 
-def test_event_log_cannot_be_edited_in_admin(demo, client, operator):
+@pytest.mark.parametrize("model", [Event, Allocation])
+def test_records_written_by_services_cannot_be_deleted_in_admin(demo, client, operator, model):
     client.force_login(operator)
-    event = Event.objects.first()
-    response = client.post(reverse("admin:scheduler_app_event_delete", args=[event.pk]), {"post": "yes"})
+    record = model.objects.first()
+    meta = model._meta
+    url = reverse(f"admin:{meta.app_label}_{meta.model_name}_delete", args=[record.pk])
+    response = client.post(url, {"post": "yes"})
     assert response.status_code == 403
-    assert Event.objects.filter(pk=event.pk).exists()
+    assert model.objects.filter(pk=record.pk).exists()
