@@ -7,31 +7,47 @@ from portal.services import user_for_api_token
 from scheduler_app.services import node_for_agent_token
 
 
-class ApiTokenAuthentication(authentication.BaseAuthentication):
-    """`Authorization: Bearer gpp_…` with a personal API token; acts as the token's user."""
+class BearerAuthentication(authentication.BaseAuthentication):
+    """Reads `Authorization: Bearer <secret>`; subclasses say what the secret stands for."""
 
     keyword = "Bearer"
+    credential = "token"  # how error messages name the secret
 
     def authenticate(self, request):
         header = authentication.get_authorization_header(request).split()
         if not header or header[0].lower() != self.keyword.lower().encode():
             return None
         if len(header) != 2:
-            raise exceptions.AuthenticationFailed(_("Give the token after 'Bearer', with no spaces in it."))
+            raise exceptions.AuthenticationFailed(
+                _("Give the %s after 'Bearer', with no spaces in it.") % self.credential
+            )
         try:
             secret = header[1].decode()
         except UnicodeDecodeError:
-            raise exceptions.AuthenticationFailed(_("The token has characters it cannot have.")) from None
-        user = user_for_api_token(secret)
-        if user is None:
-            raise exceptions.AuthenticationFailed(_("Unknown, expired or revoked API token."))
-        return user, secret
+            raise exceptions.AuthenticationFailed(
+                _("The %s has characters it cannot have.") % self.credential
+            ) from None
+        return self.resolve(secret)
+
+    def resolve(self, secret: str):
+        """(user, auth) for a known secret; raise AuthenticationFailed otherwise."""
+        raise NotImplementedError
 
     def authenticate_header(self, request):
         return self.keyword
 
 
-class NodeCredentialAuthentication(authentication.BaseAuthentication):
+class ApiTokenAuthentication(BearerAuthentication):
+    """`Authorization: Bearer gpp_…` with a personal API token; acts as the token's user."""
+
+    def resolve(self, secret):
+        user = user_for_api_token(secret)
+        if user is None:
+            raise exceptions.AuthenticationFailed(_("Unknown, expired or revoked API token."))
+        return user, secret
+
+
+class NodeCredentialAuthentication(BearerAuthentication):
     """`Authorization: Bearer node_…` with a node's agent credential.
 
     Yields no user: request.user is anonymous and request.auth is the Node, so
@@ -39,31 +55,15 @@ class NodeCredentialAuthentication(authentication.BaseAuthentication):
     views that take this class and IsNodeAgent accept one.
     """
 
-    keyword = "Bearer"
+    credential = "credential"
 
-    def authenticate(self, request):
-        header = authentication.get_authorization_header(request).split()
-        if not header or header[0].lower() != self.keyword.lower().encode():
-            return None
-        if len(header) != 2:
-            raise exceptions.AuthenticationFailed(
-                _("Give the credential after 'Bearer', with no spaces in it.")
-            )
-        try:
-            secret = header[1].decode()
-        except UnicodeDecodeError:
-            raise exceptions.AuthenticationFailed(
-                _("The credential has characters it cannot have.")
-            ) from None
+    def resolve(self, secret):
         node = node_for_agent_token(secret)
         if node is None:
             raise exceptions.AuthenticationFailed(
                 _("Unknown node credential: this endpoint takes a node's agent credential (node_…).")
             )
         return AnonymousUser(), node
-
-    def authenticate_header(self, request):
-        return self.keyword
 
 
 class ApiTokenScheme(OpenApiAuthenticationExtension):
