@@ -1,9 +1,10 @@
 from django.contrib import admin, messages
 
 from portal.admin_base import RecordAdmin
-from scheduler_app.choices import NodeStatus
+from scheduler_app.choices import NodeStatus, RequestState
+from scheduler_app.lifecycle import TERMINAL_STATES, TRANSITIONS
 from scheduler_app.models import Allocation, Event, Gpu, GpuRequest, GpuSample, Node, Pool, TeamQuota
-from scheduler_app.services import set_node_status
+from scheduler_app.services import set_node_status, transition_requests
 
 
 @admin.register(Pool)
@@ -93,6 +94,19 @@ class GpuRequestAdmin(admin.ModelAdmin):
         "ended_at",
     ]
     inlines = [AllocationInline]
+    actions = ["cancel"]
+
+    @admin.action(description="Cancel: stop them and free their GPUs")
+    def cancel(self, request, queryset):
+        live = set(TRANSITIONS) - TERMINAL_STATES
+        moved = transition_requests(
+            queryset.values_list("pk", flat=True),
+            RequestState.CANCELLED,
+            from_states=live,
+            actor=request.user,
+            reason="cancelled by an operator in admin",
+        )
+        self.message_user(request, f"{len(moved)} request(s) cancelled.", messages.SUCCESS)
 
     @admin.display(description="Share")
     def share(self, obj):

@@ -15,7 +15,6 @@ from scheduler_app.core.cluster import GpuState, NodeState, Placement, RequestSp
 from scheduler_app.core.fragmentation import WorkloadMix
 from scheduler_app.core.queue_ledger import TeamQuota as QuotaSpec
 from scheduler_app.core.queueing import RunningAllocation
-from scheduler_app.lifecycle import ACTIVE_STATES
 from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, Pool, TeamQuota
 
 # How many of the latest requests define "the typical request shapes" (FGD's workload).
@@ -140,7 +139,7 @@ def _take_out_running(snapshot: ClusterSnapshot, states: dict[int, NodeState], p
     """Subtract open segments from the nodes and describe them to the core as running work."""
     segments = defaultdict(list)
     open_allocations = (
-        Allocation.objects.filter(ended_at__isnull=True, request__state__in=ACTIVE_STATES)
+        Allocation.objects.committed()
         .select_related("gpu", "request__team", "request__pool")
         .order_by("request_id", "gpu_id")
     )

@@ -101,9 +101,7 @@ class Gpu(models.Model):
 
     def committed(self) -> tuple[int, int]:
         """(milli, memory MiB) held by this card's open allocation segments."""
-        totals = self.allocations.filter(ended_at__isnull=True).aggregate(
-            milli=Sum("milli"), mem=Sum("gpu_memory_mib")
-        )
+        totals = self.allocations.committed().aggregate(milli=Sum("milli"), mem=Sum("gpu_memory_mib"))
         return totals["milli"] or 0, totals["mem"] or 0
 
     def free_milli(self) -> int:
@@ -256,6 +254,23 @@ class GpuRequest(models.Model):
         return self.state in ACTIVE_STATES
 
 
+class AllocationQuerySet(models.QuerySet):
+    def committed(self) -> "AllocationQuerySet":
+        """The open slices: what holds capacity. The one definition the planner, the apply step and
+        the cluster picture share; only active requests hold any (DESIGN rule 1)."""
+        return self.filter(ended_at__isnull=True)
+
+    def committed_by_gpu(self, gpu_ids) -> dict[int, tuple[int, int]]:
+        """Per card id: (milli-GPU, MiB) held by open slices; cards holding nothing are absent."""
+        rows = (
+            self.committed()
+            .filter(gpu_id__in=gpu_ids)
+            .values("gpu_id")
+            .annotate(milli=Sum("milli"), mem=Sum("gpu_memory_mib"))
+        )
+        return {row["gpu_id"]: (row["milli"], row["mem"]) for row in rows}
+
+
 class Allocation(models.Model):
     """One segment of a request on one card: milli-GPU and GPU memory (MiB) from started_at to ended_at.
 
@@ -272,6 +287,8 @@ class Allocation(models.Model):
     borrowed = models.BooleanField(default=False, help_text="Above the team's quota, so preemptible.")
     started_at = models.DateTimeField(default=timezone.now)
     ended_at = models.DateTimeField(null=True, blank=True)
+
+    objects = AllocationQuerySet.as_manager()
 
     class Meta:
         ordering = ["-started_at", "-id"]

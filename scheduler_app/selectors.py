@@ -29,9 +29,11 @@ def team_ids_of(user) -> set[int]:
 def quota_usage(team: Team) -> list[dict]:
     """Per pool: the team's guarantee, what its open allocations hold, and how much of that is borrowed."""
     used: dict[int, list[int]] = defaultdict(lambda: [0, 0])
-    for pool_id, milli, borrowed in Allocation.objects.filter(
-        ended_at__isnull=True, request__team=team
-    ).values_list("gpu__node__pool_id", "milli", "borrowed"):
+    for pool_id, milli, borrowed in (
+        Allocation.objects.committed()
+        .filter(request__team=team)
+        .values_list("gpu__node__pool_id", "milli", "borrowed")
+    ):
         used[pool_id][0] += milli
         used[pool_id][1] += milli if borrowed else 0
     guaranteed = dict(TeamQuota.objects.filter(team=team).values_list("pool_id", "guaranteed_milli"))
@@ -62,7 +64,7 @@ def request_list(
     return requests.select_related("team", "pool").prefetch_related(
         Prefetch(
             "allocations",
-            queryset=Allocation.objects.filter(ended_at__isnull=True)
+            queryset=Allocation.objects.committed()
             .select_related("gpu__node__pool")
             .order_by("gpu__node__name", "gpu__index"),
             to_attr="open_allocations",
@@ -154,9 +156,7 @@ def cluster_picture(user) -> ClusterPicture:
         gpus[gpu.pk] = GpuView(gpu)
         nodes[gpu.node_id].gpus.append(gpus[gpu.pk])
     open_segments = (
-        Allocation.objects.filter(ended_at__isnull=True)
-        .select_related("request")
-        .order_by("gpu_id", "started_at", "id")
+        Allocation.objects.committed().select_related("request").order_by("gpu_id", "started_at", "id")
     )
     for segment in open_segments:
         request = segment.request
@@ -249,7 +249,8 @@ def request_utilization(
     start = now - dt.timedelta(seconds=window_s)
     latest_id = GpuSample.objects.filter(gpu=OuterRef("gpu")).order_by("-sampled_at").values("pk")[:1]
     segments = list(
-        Allocation.objects.filter(request=request, ended_at__isnull=True)
+        Allocation.objects.committed()
+        .filter(request=request)
         .select_related("gpu__node")
         .annotate(latest_sample_id=Subquery(latest_id))
         .order_by("gpu__node__name", "gpu__index")

@@ -4,11 +4,13 @@ Each one validates first (a ValidationError naming the field; nothing written),
 writes in one transaction, logs an Event and publishes the live update.
 """
 
-from dataclasses import dataclass
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Max, Sum
+from django.db.models import Max
 from django.utils import timezone
 
 from portal.models import Team
@@ -16,15 +18,15 @@ from portal.tokens import hash_token, new_token
 from scheduler_app.choices import NodeStatus, RequestState
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.dispatch import schedule_soon
-from scheduler_app.events import log_event
-from scheduler_app.lifecycle import StateConflict, check_transition
+from scheduler_app.events import build_event, log_event, record_events
+from scheduler_app.lifecycle import ACTIVE_STATES, StateConflict, check_transition
 from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, Pool, TeamQuota
 
 SYSTEM = "system"
 
 
 class OverCommitError(Exception):
-    """An allocation would put a card over 1000 milli-GPU or over its memory; nothing was written."""
+    """A start would put a card over 1000 milli-GPU or over its memory, or use an unschedulable card."""
 
 
 @dataclass(frozen=True)
@@ -87,114 +89,259 @@ def _check_fits_some_gpu(request: GpuRequest) -> None:
 def transition_request(
     request: GpuRequest, to_state: str, *, actor=None, reason: str = "", actor_name: str = ""
 ) -> GpuRequest:
-    """The one way a request changes state: legal per lifecycle.TRANSITIONS, logged, published.
-
-    Locks the row so two workers cannot both move the same request.
-    """
+    """The one way a single request changes state; IllegalTransition (nothing written) if not allowed."""
     with transaction.atomic():
         locked = GpuRequest.objects.select_for_update().get(pk=request.pk)
-        from_state = locked.state
-        check_transition(from_state, to_state)
-        now = timezone.now()
-        locked.state = to_state
-        stamp = {RequestState.SCHEDULED: "scheduled_at", RequestState.RUNNING: "started_at"}.get(to_state)
-        if stamp and getattr(locked, stamp) is None:
-            setattr(locked, stamp, now)
-        if locked.is_terminal():
-            locked.ended_at = now
-        if to_state != RequestState.PENDING:
-            locked.pending_reason = ""
-            locked.estimated_start_at = None
-        locked.save()
-        log_event(locked, to_state, from_state=from_state, actor=actor, actor_name=actor_name, reason=reason)
+        check_transition(locked.state, to_state)
+        _refuse_scheduling_without_cards(to_state)
+        _move([locked], to_state, actor=actor, actor_name=actor_name, reasons={locked.pk: reason})
     request.refresh_from_db()
     return request
 
 
+def transition_requests(
+    request_ids: Iterable[int],
+    to_state: str,
+    *,
+    from_states: Iterable[str],
+    actor=None,
+    actor_name: str = "",
+    reason: str = "",
+    reasons: dict[int, str] | None = None,
+    now: dt.datetime | None = None,
+) -> list[GpuRequest]:
+    """The bulk form: lock the rows in id order and move those still in `from_states`; returns them.
+
+    Requests that left `from_states` meanwhile (another writer got there first)
+    are skipped, not an error: a pass or the watchdog acts on a snapshot.
+    """
+    _refuse_scheduling_without_cards(to_state)
+    sources = set(from_states)
+    for source in sources:
+        check_transition(source, to_state)
+    with transaction.atomic():
+        locked = list(
+            GpuRequest.objects.select_for_update(of=("self",))
+            .filter(pk__in=list(request_ids), state__in=sources)
+            .select_related("team")
+            .order_by("pk")
+        )
+        why = {r.pk: (reasons or {}).get(r.pk, reason) for r in locked}
+        _move(locked, to_state, actor=actor, actor_name=actor_name, reasons=why, now=now)
+    return locked
+
+
+def _refuse_scheduling_without_cards(to_state: str) -> None:
+    if to_state == RequestState.SCHEDULED:
+        raise StateConflict("A request is scheduled only by placing it on cards (services.place).")
+
+
+def requeue(
+    request_ids: Iterable[int],
+    *,
+    reason: str,
+    actor=None,
+    actor_name: str = "",
+    now: dt.datetime | None = None,
+) -> list[GpuRequest]:
+    """Put active requests back in the queue (node lost, preempted, reclaimed): their slices close and
+    the reason becomes their pending reason. Serves preemption and node loss alike."""
+    return transition_requests(
+        request_ids,
+        RequestState.PENDING,
+        from_states=ACTIVE_STATES,
+        actor=actor,
+        actor_name=actor_name,
+        reason=reason,
+        now=now,
+    )
+
+
+def _move(
+    locked: list[GpuRequest],
+    to_state: str,
+    *,
+    actor=None,
+    actor_name: str = "",
+    reasons: dict[int, str],
+    now: dt.datetime | None = None,
+) -> None:
+    """Move rows already locked by the caller, with every consequence: stamps, the pending reason,
+    slices closed when the request leaves the active states, events, live updates, a pass when
+    capacity came free."""
+    if not locked:
+        return
+    now = now or timezone.now()
+    leaving = [r.pk for r in locked if r.state in ACTIVE_STATES and to_state not in ACTIVE_STATES]
+    if leaving:
+        Allocation.objects.committed().filter(request_id__in=leaving).update(ended_at=now)
+    stamp = {RequestState.SCHEDULED: "scheduled_at", RequestState.RUNNING: "started_at"}.get(to_state)
+    events = []
+    for request in locked:
+        from_state, request.state = request.state, to_state
+        if stamp and getattr(request, stamp) is None:
+            setattr(request, stamp, now)
+        if request.is_terminal():
+            request.ended_at = now
+        request.pending_reason = reasons[request.pk][:300] if to_state == RequestState.PENDING else ""
+        request.estimated_start_at = None
+        events.append(
+            build_event(
+                request,
+                to_state,
+                from_state=from_state,
+                actor=actor,
+                actor_name=actor_name,
+                reason=reasons[request.pk],
+            )
+        )
+    GpuRequest.objects.bulk_update(
+        locked,
+        ["state", "scheduled_at", "started_at", "ended_at", "pending_reason", "estimated_start_at"],
+        batch_size=500,
+    )
+    record_events(events)
+    if leaving:
+        schedule_soon()
+
+
 def release_request(request: GpuRequest, *, user) -> GpuRequest:
-    """The user is done with the capacity: running work ends succeeded, work not yet started cancelled."""
+    """The user is done with the capacity: running work ends succeeded; work that never started
+    ends cancelled, and the event says so."""
     if not request.team.memberships.filter(user=user).exists():
         raise PermissionError("Only members of the request's team can release it.")
-    if not request.is_active():
-        raise StateConflict(f"A {request.state} request holds no GPU to release; cancel it instead.")
-    to_state = RequestState.SUCCEEDED if request.state == RequestState.RUNNING else RequestState.CANCELLED
     with transaction.atomic():
-        close_allocations(request)
-        schedule_soon()
-        return transition_request(request, to_state, actor=user, reason="released by user")
+        locked = GpuRequest.objects.select_for_update().get(pk=request.pk)
+        if not locked.is_active():
+            raise StateConflict(f"A {locked.state} request holds no GPU to release; cancel it instead.")
+        if locked.state == RequestState.SCHEDULED:
+            to_state, reason = RequestState.CANCELLED, "released before it started running: cancelled"
+        else:
+            to_state, reason = RequestState.SUCCEEDED, "released by user"
+        check_transition(locked.state, to_state)
+        _move([locked], to_state, actor=user, reasons={locked.pk: reason})
+    request.refresh_from_db()
+    return request
 
 
 def cancel_request(request: GpuRequest, *, user, reason: str = "cancelled by user") -> GpuRequest:
-    """Stop a request at the user's wish: its open segments close and it ends cancelled."""
+    """Stop a request at the user's wish: it ends cancelled and its slices close with it."""
     if not request.team.memberships.filter(user=user).exists():
         raise PermissionError("Only members of the request's team can cancel it.")
+    return transition_request(request, RequestState.CANCELLED, actor=user, reason=reason)
+
+
+@dataclass(frozen=True)
+class PlannedStart:
+    """Start a pending request on these slices (one per card of its gang), billed as `billing_mode`."""
+
+    request_id: int
+    slices: tuple[Slice, ...]
+    billing_mode: str
+    borrowed: bool = False
+    note: str = ""
+
+
+@dataclass
+class Placed:
+    """What `place` did: the requests now scheduled, and for each start it could not make, why."""
+
+    started: list[int] = field(default_factory=list)
+    refused: dict[int, str] = field(default_factory=dict)
+
+
+def place(starts: Sequence[PlannedStart], *, actor_name: str = "scheduler", now=None) -> Placed:
+    """Give pending requests their slices and mark them scheduled: the one writer of allocations.
+
+    Locks the cards (id order), then the requests (id order), and re-checks the
+    committed capacity under those locks, so no card ever exceeds 1000 milli-GPU
+    or its memory (DESIGN rule 1) whatever runs concurrently. A start that no
+    longer fits, or whose request is no longer pending, is refused with the reason.
+    """
+    now = now or timezone.now()
+    result = Placed()
     with transaction.atomic():
-        close_allocations(request)
-        schedule_soon()
-        return transition_request(request, RequestState.CANCELLED, actor=user, reason=reason)
+        gpu_ids = sorted({piece.gpu_id for start in starts for piece in start.slices})
+        gpus = {
+            gpu.pk: gpu
+            for gpu in Gpu.objects.select_for_update(of=("self",))
+            .filter(pk__in=gpu_ids)
+            .select_related("node")
+            .order_by("pk")
+        }
+        committed = Allocation.objects.committed_by_gpu(gpu_ids)
+        pending = {
+            r.pk: r
+            for r in GpuRequest.objects.select_for_update(of=("self",))
+            .filter(pk__in=[s.request_id for s in starts], state=RequestState.PENDING)
+            .select_related("team")
+            .order_by("pk")
+        }
+        allocations, reasons = [], {}
+        for start in starts:
+            request = pending.get(start.request_id)
+            refusal = _refusal(request, start, gpus, committed)
+            if refusal:
+                result.refused[start.request_id] = refusal
+                continue
+            for piece in start.slices:
+                milli, memory = committed.get(piece.gpu_id, (0, 0))
+                committed[piece.gpu_id] = (milli + piece.milli, memory + piece.gpu_memory_mib)
+            allocations += [
+                Allocation(
+                    request_id=request.pk,
+                    gpu_id=piece.gpu_id,
+                    milli=piece.milli,
+                    gpu_memory_mib=piece.gpu_memory_mib,
+                    billing_mode=start.billing_mode,
+                    borrowed=start.borrowed,
+                    started_at=now,
+                )
+                for piece in start.slices
+            ]
+            where = ", ".join(str(gpus[piece.gpu_id]) for piece in start.slices)
+            reasons[request.pk] = f"placed on {where}{start.note}"
+            result.started.append(request.pk)
+        moving = [pending[pk] for pk in sorted(result.started)]
+        _move(moving, RequestState.SCHEDULED, actor_name=actor_name, reasons=reasons, now=now)
+        Allocation.objects.bulk_create(allocations)
+    return result
 
 
 def allocate(
     request: GpuRequest, slices: list[Slice], *, borrowed: bool = False, actor_name: str = "scheduler"
 ) -> list[Allocation]:
-    """Give a pending request its cards, all at once (a gang), and mark it scheduled.
-
-    Locks the cards in id order (no deadlock between two schedulers) and checks
-    the open segments under the lock, so no card ever exceeds 1000 milli-GPU or
-    its memory (DESIGN rule 1), whatever runs concurrently.
-    """
+    """`place` for one pending request and its gang; OverCommitError (nothing written) when refused."""
+    if request.state != RequestState.PENDING:
+        raise StateConflict(f"A {request.state} request cannot be placed; only pending ones.")
     if len(slices) != request.num_gpus or len({s.gpu_id for s in slices}) != len(slices):
         raise ValidationError({"slices": f"{request.name} needs {request.num_gpus} distinct card(s)."})
-    with transaction.atomic():
-        gpus = {
-            g.id: g
-            for g in Gpu.objects.select_for_update()
-            .filter(id__in=[s.gpu_id for s in slices])
-            .select_related("node")
-            .order_by("id")
-        }
-        committed = {
-            row["gpu_id"]: (row["milli"], row["mem"])
-            for row in Allocation.objects.filter(gpu_id__in=gpus, ended_at__isnull=True)
-            .values("gpu_id")
-            .annotate(milli=Sum("milli"), mem=Sum("gpu_memory_mib"))
-        }
-        for piece in slices:
-            gpu = gpus.get(piece.gpu_id)
-            if gpu is None:
-                raise ValidationError({"slices": f"No GPU with id {piece.gpu_id}."})
-            if not gpu.node.is_schedulable():
-                raise OverCommitError(f"{gpu} is on a {gpu.node.status} node.")
-            milli, memory = committed.get(gpu.id, (0, 0))
-            if milli + piece.milli > MILLI_PER_GPU:
-                raise OverCommitError(f"{gpu} has {MILLI_PER_GPU - milli} milli-GPU free, not {piece.milli}.")
-            if memory + piece.gpu_memory_mib > gpu.memory_mib:
-                raise OverCommitError(
-                    f"{gpu} has {gpu.memory_mib - memory} MiB free, not {piece.gpu_memory_mib}."
-                )
-        now = timezone.now()
-        allocations = Allocation.objects.bulk_create(
-            Allocation(
-                request=request,
-                gpu_id=piece.gpu_id,
-                milli=piece.milli,
-                gpu_memory_mib=piece.gpu_memory_mib,
-                billing_mode=request.billing_mode,
-                borrowed=borrowed,
-                started_at=now,
-            )
-            for piece in slices
-        )
-        where = ", ".join(str(gpus[s.gpu_id]) for s in slices)
-        transition_request(
-            request, RequestState.SCHEDULED, actor_name=actor_name, reason=f"placed on {where}"
-        )
-    return allocations
+    start = PlannedStart(request.pk, tuple(slices), request.billing_mode, borrowed)
+    refused = place([start], actor_name=actor_name).refused
+    if refused:
+        raise OverCommitError(refused[request.pk])
+    request.refresh_from_db()
+    return list(Allocation.objects.committed().filter(request=request).order_by("gpu_id"))
 
 
-def close_allocations(request: GpuRequest) -> int:
-    """End the request's open segments now; returns how many were closed."""
-    return Allocation.objects.filter(request=request, ended_at__isnull=True).update(ended_at=timezone.now())
+def _refusal(request: GpuRequest | None, start: PlannedStart, gpus, committed) -> str:
+    """Why `start` cannot be made under the locks just taken ("" when it can)."""
+    if request is None:
+        return "no longer pending"
+    if len(start.slices) != request.num_gpus or len({s.gpu_id for s in start.slices}) != request.num_gpus:
+        return f"{request.name} needs {request.num_gpus} distinct card(s)"
+    for piece in start.slices:
+        gpu = gpus.get(piece.gpu_id)
+        if gpu is None:
+            return f"no GPU with id {piece.gpu_id}"
+        if not gpu.node.is_schedulable():
+            return f"{gpu} is on a {gpu.node.status} node"
+        milli, memory = committed.get(gpu.pk, (0, 0))
+        if milli + piece.milli > MILLI_PER_GPU:
+            return f"{gpu} has {MILLI_PER_GPU - milli} milli-GPU free, not {piece.milli}"
+        if memory + piece.gpu_memory_mib > gpu.memory_mib:
+            return f"{gpu} has {gpu.memory_mib - memory} MiB free, not {piece.gpu_memory_mib}"
+    return ""
 
 
 def set_node_status(node: Node, status: str, *, actor=None, reason: str = "", actor_name: str = "") -> Node:

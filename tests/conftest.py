@@ -30,6 +30,27 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = 1
 
 
+DB_FIXTURES = ("db", "transactional_db", "_django_db_helper", "live_server")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """After every test that used the database (and passed), DESIGN's capacity rules must still hold.
+
+    A test that plants a violation on purpose says so with @pytest.mark.breaks_invariants.
+    """
+    result = yield
+    if item.get_closest_marker("breaks_invariants") or not any(n in item.fixturenames for n in DB_FIXTURES):
+        return result
+    if connection.needs_rollback:  # the test ended on a refused write: its transaction holds nothing more
+        return result
+    from scheduler_app.invariants import violations
+
+    broken = violations()
+    assert not broken, "invariants broken after the test:\n" + "\n".join(broken)
+    return result
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _services_are_real(django_db_setup, django_db_blocker):
     if REQUIRE_SERVICES:

@@ -76,6 +76,23 @@ def test_drain_action_logs_an_event_by_the_operator(demo, client, operator):
     assert Event.objects.filter(object_id=node.pk, to_state="draining", actor=operator).exists()
 
 
+def test_cancel_action_goes_through_the_lifecycle_owner(demo, client, operator):
+    client.force_login(operator)
+    running = GpuRequest.objects.get(name="resnet50-imagenet")
+    finished = GpuRequest.objects.get(name="tokenizer-eval")
+
+    client.post(
+        reverse("admin:scheduler_app_gpurequest_changelist"),
+        {"action": "cancel", "_selected_action": [running.pk, finished.pk]},
+    )
+
+    running.refresh_from_db()
+    finished.refresh_from_db()
+    assert (running.state, finished.state) == ("cancelled", "succeeded")
+    assert not Allocation.objects.committed().filter(request=running).exists()
+    assert Event.objects.filter(object_id=running.pk, to_state="cancelled", actor=operator).exists()
+
+
 @pytest.mark.parametrize("model", [Event, Allocation])
 def test_records_written_by_services_cannot_be_deleted_in_admin(demo, client, operator, model):
     client.force_login(operator)
