@@ -70,7 +70,7 @@ def main() -> int:
         )
         try:
             base = f"http://127.0.0.1:{port}"
-            _wait_until_up(f"{base}/healthz")
+            _wait_until_up(f"{base}/healthz/ready")
             return subprocess.run(
                 [
                     str(Path(sys.executable).with_name("schemathesis")),

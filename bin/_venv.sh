@@ -1,5 +1,5 @@
 # Sourced by bin/run-portal and bin/test: make .venv with Python 3.11 and install
-# the pinned requirements file given as $1, again only when that file changed.
+# the pinned requirements file given as $1, again only when the requirements changed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -24,7 +24,12 @@ ensure_venv() {
   if [ "$(cat "$stamp" 2>/dev/null)" != "$digest" ]; then
     .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$requirements"
-    echo "$digest" >"$stamp"
+    # A file included with -r (requirements-dev.txt includes requirements.txt) is installed too:
+    # stamp it as well, so bin/run-portal after bin/test installs nothing. Not the reverse.
+    local installed
+    for installed in "$requirements" $(sed -n 's/^-r[[:space:]]*//p' "$requirements"); do
+      echo "$digest" >".venv/.installed-$(basename "$installed")"
+    done
   fi
   export PATH="$PWD/.venv/bin:$PATH"
 }

@@ -78,11 +78,21 @@ TEMPLATES = [
 ]
 
 DATABASE_URL = env_str("DATABASE_URL")
+# Connections per process (each ASGI worker, each Celery child) that PostgreSQL may see at most.
+# Under ASGI every request runs its sync code on a thread of its own, so only a pool bounds them;
+# 2 ASGI workers x 4 + the Celery worker's and beat's stays well under PostgreSQL's 100.
+DATABASE_POOL_MAX_SIZE = env_int("DATABASE_POOL_MAX_SIZE", 4, minimum=1)
 if DATABASE_URL:
     try:
-        DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+        # conn_max_age must stay 0 with the pool: closing a connection returns it to the pool.
+        DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
     except ValueError as error:
         raise ImproperlyConfigured(f"DATABASE_URL is not a database URL: {error}") from None
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        # timeout: seconds a request waits for a free connection before it fails.
+        DATABASES["default"]["OPTIONS"] = {
+            "pool": {"min_size": 1, "max_size": DATABASE_POOL_MAX_SIZE, "timeout": 10}
+        }
 else:
     DATABASES = {
         "default": {
@@ -96,9 +106,16 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL and not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
     raise ImproperlyConfigured(f"REDIS_URL={REDIS_URL!r} must start with redis://, rediss:// or unix://.")
+# Redis that is away costs a request about a second, never a hang: every client connects with this
+# timeout and does not retry (submits stay saved; the periodic pass covers what was not sent).
+REDIS_CONNECT_TIMEOUT_S = 1
 if REDIS_URL:
     CHANNEL_LAYERS = {
-        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # No socket_timeout here: receivers block up to 5 s on purpose (channels_redis brpop_timeout).
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_connect_timeout": REDIS_CONNECT_TIMEOUT_S}]},
+        }
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
@@ -106,6 +123,8 @@ else:
 # Celery: Redis in production; without REDIS_URL the embedded in-process worker
 # runs the same services and Celery is not used.
 CELERY_BROKER_URL = REDIS_URL or "memory://"
+# max_retries 0: a publish tries once (the worker's own reconnects follow broker_connection_retry).
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": REDIS_CONNECT_TIMEOUT_S, "max_retries": 0}
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -173,7 +192,13 @@ REST_FRAMEWORK = {
 
 # Throttle counters must be shared by every process in production.
 if REDIS_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "OPTIONS": {"socket_connect_timeout": REDIS_CONNECT_TIMEOUT_S, "socket_timeout": 2},
+        }
+    }
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU Portal API",
     "VERSION": "1.0.0",
@@ -194,6 +219,8 @@ SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEBUG
 SECURE_HSTS_PRELOAD = not DEBUG
+# Probes call the process itself over plain HTTP, behind the TLS proxy.
+SECURE_REDIRECT_EXEMPT = [r"^healthz/"]
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("BEHIND_TLS_PROXY", False) else None
 SESSION_COOKIE_SECURE = not DEBUG
 CSRF_COOKIE_SECURE = not DEBUG

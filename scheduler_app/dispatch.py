@@ -2,11 +2,21 @@
 
 import logging
 import threading
+from contextlib import suppress
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import close_old_connections, connections, transaction
+from kombu.exceptions import OperationalError
+from redis.exceptions import RedisError
 
 log = logging.getLogger(__name__)
+
+# Set (SET NX) while a pass is queued and not yet started; the pass clears it first thing, before it
+# reads anything, so a change committed after that asks for, and gets, a pass of its own.
+PASS_QUEUED_KEY = "scheduler:pass-queued"
+# Seconds after which a queued pass that never started (a lost message) stops holding back new ones.
+PASS_QUEUED_TTL_S = 30
 
 
 def schedule_soon() -> None:
@@ -16,11 +26,36 @@ def schedule_soon() -> None:
 
 def _wake() -> None:
     if settings.REDIS_URL:
-        from scheduler_app.tasks import scheduling_pass
-
-        scheduling_pass.delay()
+        queue_pass()
     else:
         embedded_worker.wake()
+
+
+def queue_pass() -> None:
+    """Queue one Celery pass unless one is already queued and not started: one per burst of submits.
+
+    Redis or the broker being away only logs a warning: the change is committed, and the periodic
+    pass (SCHEDULER_INTERVAL_S) schedules it; the caller must not fail or wait for it.
+    """
+    from scheduler_app.tasks import scheduling_pass
+
+    try:
+        if not cache.add(PASS_QUEUED_KEY, 1, timeout=PASS_QUEUED_TTL_S):
+            return
+    except RedisError as error:
+        log.warning("cannot reach Redis to queue a scheduling pass; the periodic pass will: %s", error)
+        return
+    try:
+        scheduling_pass.apply_async(retry=False)
+    except OperationalError as error:
+        log.warning("cannot reach the broker to queue a scheduling pass; the periodic pass will: %s", error)
+        with suppress(RedisError):  # else the key expires on its own
+            cache.delete(PASS_QUEUED_KEY)
+
+
+def pass_started() -> None:
+    """Called by a pass before it reads anything: later changes may queue the next one."""
+    cache.delete(PASS_QUEUED_KEY)
 
 
 class EmbeddedWorker:

@@ -2,12 +2,14 @@
 
 from celery import shared_task
 
+from scheduler_app.dispatch import pass_started
 from scheduler_app.node_health import check_heartbeats
 from scheduler_app.scheduling import run_scheduling_pass
 
 
 @shared_task(name="scheduler_app.scheduling_pass", ignore_result=True)
 def scheduling_pass() -> dict:
+    pass_started()
     result = run_scheduling_pass()
     return {"started": result.started, "preempted": result.preempted, "waiting": result.waiting}
 

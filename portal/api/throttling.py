@@ -1,9 +1,25 @@
+import logging
+
+from redis.exceptions import RedisError
 from rest_framework.throttling import SimpleRateThrottle
 
 from portal.tokens import hash_token
 
+log = logging.getLogger(__name__)
 
-class PerTokenRateThrottle(SimpleRateThrottle):
+
+class CountingThrottle(SimpleRateThrottle):
+    """Counters live in the cache (Redis in production); when it is away, let the request through."""
+
+    def allow_request(self, request, view):
+        try:
+            return super().allow_request(request, view)
+        except RedisError as error:
+            log.warning("cannot reach Redis for the API rate counters; not throttling: %s", error)
+            return True
+
+
+class PerTokenRateThrottle(CountingThrottle):
     """A budget per API token (or per session user): 429 with Retry-After when spent."""
 
     scope = "api"
@@ -18,7 +34,7 @@ class PerTokenRateThrottle(SimpleRateThrottle):
         return self.cache_format % {"scope": self.scope, "ident": ident}
 
 
-class PerNodeRateThrottle(SimpleRateThrottle):
+class PerNodeRateThrottle(CountingThrottle):
     """The same budget per node agent credential as per API token (the agent posts every few seconds)."""
 
     scope = "api"

@@ -2,6 +2,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import JsonResponse
 from django.shortcuts import render
 
+from portal.health import readiness
 from portal.models import Membership
 from scheduler_app.selectors import requests_visible_to
 
@@ -13,5 +14,12 @@ def home(request):
     return render(request, "portal/home.html", {"memberships": memberships, "recent": recent})
 
 
-def healthz(request):
+def health_live(request):
+    """Liveness: the process answers. It checks no service, so an outage elsewhere does not restart it."""
     return JsonResponse({"status": "ok"})
+
+
+def health_ready(request):
+    """Readiness: 200 when the database and Redis answer, 503 naming the one that does not."""
+    report = readiness()
+    return JsonResponse(report, status=200 if report["status"] == "ok" else 503)

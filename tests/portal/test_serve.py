@@ -39,7 +39,7 @@ def embedded_portal(tmp_path):
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
-            urllib.request.urlopen(f"{base}/healthz", timeout=1)
+            urllib.request.urlopen(f"{base}/healthz/ready", timeout=1)
             break
         except OSError:
             time.sleep(0.2)

@@ -1,0 +1,124 @@
+"""The set-up scripts of bin/, run against stand-ins for pip, apt-get, id and sudo that only log."""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def stand_in(folder: Path, name: str, body: str = "") -> None:
+    """An executable `name` that appends its arguments to calls.log, then runs `body`."""
+    script = folder / name
+    script.write_text(f'#!/bin/bash\necho "{name} $*" >>"{folder}/calls.log"\n{body}\n')
+    script.chmod(0o755)
+
+
+def calls(folder: Path) -> list[str]:
+    log = folder / "calls.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    """A scratch checkout: bin/_venv.sh, both requirements files, and a .venv whose python only logs."""
+    (tmp_path / "bin").mkdir()
+    shutil.copy(ROOT / "bin" / "_venv.sh", tmp_path / "bin")
+    (tmp_path / "requirements.txt").write_text("Django==5.2.19\n")
+    (tmp_path / "requirements-dev.txt").write_text("-r requirements.txt\npytest==9.2.0\n")
+    (tmp_path / "sdk").mkdir()
+    (tmp_path / "sdk" / "pyproject.toml").write_text("[project]\n")
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    stand_in(tmp_path / ".venv" / "bin", "python")
+    return tmp_path
+
+
+def ensure_venv(checkout: Path, requirements: str) -> list[str]:
+    """The pip installs that `ensure_venv requirements` ran."""
+    venv_bin = checkout / ".venv" / "bin"
+    before = len(calls(venv_bin))
+    subprocess.run(
+        ["bash", "-c", f"source bin/_venv.sh && ensure_venv {requirements}"], cwd=checkout, check=True
+    )
+    return [call for call in calls(venv_bin)[before:] if call.endswith(f"-r {requirements}")]
+
+
+def test_run_portal_after_bin_test_installs_nothing(checkout):
+    assert len(ensure_venv(checkout, "requirements-dev.txt")) == 1
+
+    assert ensure_venv(checkout, "requirements.txt") == []
+
+
+def test_bin_test_after_run_portal_still_installs_the_dev_requirements(checkout):
+    assert len(ensure_venv(checkout, "requirements.txt")) == 1
+
+    assert len(ensure_venv(checkout, "requirements-dev.txt")) == 1
+
+
+def test_a_changed_requirement_is_installed_again(checkout):
+    ensure_venv(checkout, "requirements-dev.txt")
+    (checkout / "requirements.txt").write_text("Django==5.2.20\n")
+
+    assert len(ensure_venv(checkout, "requirements.txt")) == 1
+
+
+def ensure_chromium(tmp_path: Path, *, uid: int, sudo: bool = True, apt_fails: bool = False):
+    """Run ensure_chromium for a missing browser with only stand-ins on PATH."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    stand_in(tools, "id", f"echo {uid}")
+    stand_in(tools, "apt-get", "exit 100" if apt_fails else "")
+    if sudo:
+        stand_in(tools, "sudo", '"$@"')
+    result = subprocess.run(
+        ["/bin/bash", "-c", f"source {ROOT / 'bin' / '_chromium.sh'} && ensure_chromium {tmp_path}/chromium"],
+        env={"PATH": str(tools)},
+        capture_output=True,
+        text=True,
+    )
+    return result, [call for call in calls(tools) if not call.startswith("id")]
+
+
+def test_chromium_install_says_what_and_why_and_runs_as_root(tmp_path):
+    result, ran = ensure_chromium(tmp_path, uid=0)
+
+    assert result.returncode == 0, result.stderr
+    assert "installing Debian's chromium package with apt-get" in result.stdout
+    assert "browser tests" in result.stdout
+    assert ran == ["apt-get update -qq", "apt-get install -y -qq chromium"]
+
+
+def test_chromium_install_uses_sudo_when_not_root(tmp_path):
+    result, ran = ensure_chromium(tmp_path, uid=1000)
+
+    assert result.returncode == 0, result.stderr
+    assert ran[:2] == ["sudo apt-get update -qq", "apt-get update -qq"]
+    assert "sudo apt-get install -y -qq chromium" in ran
+
+
+def test_chromium_install_fails_clearly_without_root_or_sudo(tmp_path):
+    result, ran = ensure_chromium(tmp_path, uid=1000, sudo=False)
+
+    assert result.returncode == 1
+    assert "needs root, and sudo is not available" in result.stderr
+    assert "apt-get install chromium" in result.stderr
+    assert ran == []
+
+
+def test_chromium_install_fails_clearly_when_apt_get_fails(tmp_path):
+    result, _ = ensure_chromium(tmp_path, uid=0, apt_fails=True)
+
+    assert result.returncode == 1
+    assert "apt-get could not install chromium" in result.stderr
+
+
+def test_a_present_chromium_is_left_alone(tmp_path):
+    (tmp_path / "chromium").write_text("#!/bin/sh\n")
+    (tmp_path / "chromium").chmod(0o755)
+
+    result, ran = ensure_chromium(tmp_path, uid=1000, sudo=False)
+
+    assert result.returncode == 0
+    assert ran == [] and result.stdout == ""

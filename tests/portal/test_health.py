@@ -1,0 +1,71 @@
+"""Probes: liveness only says the process answers; readiness checks the database and Redis apart."""
+
+import socket
+
+import pytest
+from django.db import OperationalError
+
+
+def closed_port_url() -> str:
+    """A Redis URL on a loopback port nothing listens on: connections are refused at once."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"redis://127.0.0.1:{port}/0"
+
+
+@pytest.mark.django_db
+def test_ready_checks_the_database_and_redis_when_it_is_used(client, settings):
+    answer = client.get("/healthz/ready")
+
+    assert answer.status_code == 200
+    assert answer.json() == {
+        "status": "ok",
+        "database": "ok",
+        "redis": "ok" if settings.REDIS_URL else "not used",
+    }
+
+
+@pytest.mark.django_db
+def test_ready_is_503_naming_redis_when_redis_is_unreachable(client, settings):
+    settings.REDIS_URL = closed_port_url()
+
+    answer = client.get("/healthz/ready")
+
+    assert answer.status_code == 503
+    body = answer.json()
+    assert body["status"] == "unavailable"
+    assert body["database"] == "ok"
+    assert body["redis"].startswith("error: ") and "connecting to 127.0.0.1" in body["redis"]
+
+
+@pytest.mark.django_db
+def test_ready_is_503_naming_the_database_when_it_is_unreachable(client, monkeypatch):
+    def refuse():
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr("portal.health.connection.cursor", refuse)
+
+    answer = client.get("/healthz/ready")
+
+    assert answer.status_code == 503
+    assert answer.json()["status"] == "unavailable"
+    assert answer.json()["database"] == "error: connection refused"
+
+
+def test_live_answers_while_services_are_away(client, settings):
+    settings.REDIS_URL = closed_port_url()
+
+    answer = client.get("/healthz/live")
+
+    assert answer.status_code == 200
+    assert answer.json() == {"status": "ok"}
+
+
+@pytest.mark.django_db
+def test_probes_are_not_redirected_to_https(client, settings):
+    settings.SECURE_SSL_REDIRECT = True
+
+    assert client.get("/healthz/live").status_code == 200
+    assert client.get("/healthz/ready").status_code == 200
+    assert client.get("/accounts/login/").status_code == 301
