@@ -164,7 +164,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_THROTTLE_CLASSES": ["portal.api.throttling.PerTokenRateThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["portal.api.throttling.PerUserRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"api": env_str("API_THROTTLE_RATE", "600/min")},
     "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.Pagination",
     "EXCEPTION_HANDLER": "portal.api.errors.api_exception_handler",
