@@ -77,7 +77,7 @@ ERROR_RESPONSES = {
     "404": "No such object among those you may see.",
     "409": "The object's state does not allow this (for example cancelling a finished request).",
     "413": "The request body is larger than the server accepts.",
-    "429": "Too many requests for this token; wait for Retry-After seconds.",
+    "429": "Too many requests for this user (all its tokens together) or node; wait Retry-After seconds.",
 }
 
 
