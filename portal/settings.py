@@ -177,7 +177,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["portal.api.parsers.JsonParser"],
 }
 
-# Throttle counters must be shared by every process in production.
+# API throttle and sign-in counters (portal.rate_limits) must be shared by every process in production.
 if REDIS_URL:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
 SPECTACULAR_SETTINGS = {
