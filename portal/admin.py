@@ -1,6 +1,9 @@
 from django.contrib import admin
 
+from portal.auth_forms import AdminSignInForm
 from portal.models import ApiToken, Membership, Team
+
+admin.site.login_form = AdminSignInForm  # throttled like the portal's own login page
 
 
 class MembershipInline(admin.TabularInline):

@@ -3,12 +3,13 @@
     {"error": {"code": "validation_error", "message": "…", "fields": {"gpu_milli": ["…"]}}}
 
 Services raise Django's ValidationError and PermissionError; they arrive here
-as 400 and 403 like DRF's own errors.
+as 400 and 403 like DRF's own errors. `fields` is always there: empty when no
+field is at fault.
 """
 
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.http import Http404
+from django.http import Http404, JsonResponse
 from rest_framework import exceptions
 from rest_framework.views import exception_handler
 
@@ -18,6 +19,12 @@ from scheduler_app.lifecycle import StateConflict
 class Conflict(exceptions.APIException):
     status_code = 409
     default_code = "conflict"
+
+
+class TooLarge(exceptions.APIException):
+    status_code = 413
+    default_code = "too_large"
+    default_detail = "The request body is larger than this server accepts."
 
 
 def api_exception_handler(exc, context):
@@ -30,6 +37,8 @@ def api_exception_handler(exc, context):
         exc = exceptions.PermissionDenied(str(exc) or None)
     elif isinstance(exc, Http404):
         exc = exceptions.NotFound()
+    elif isinstance(exc, RequestDataTooBig):
+        exc = TooLarge()
     response = exception_handler(exc, context)
     if response is None:
         return None
@@ -47,7 +56,12 @@ def _body(exc, data) -> dict:
         return {"code": "conflict", "message": _first_text(data), "fields": data}
     detail = data.get("detail", "") if isinstance(data, dict) else str(data)
     code = getattr(exc, "default_code", "error")
-    return {"code": code, "message": str(detail)}
+    return {"code": code, "message": str(detail), "fields": {}}
+
+
+def error_response(status: int, code: str, message: str, fields: dict) -> JsonResponse:
+    """The envelope for answers made outside DRF's views (middleware)."""
+    return JsonResponse({"error": {"code": code, "message": message, "fields": fields}}, status=status)
 
 
 def _first_text(value) -> str:
@@ -62,7 +76,8 @@ ERROR_RESPONSES = {
     "403": "Authenticated, but not allowed.",
     "404": "No such object among those you may see.",
     "409": "The object's state does not allow this (for example cancelling a finished request).",
-    "429": "Too many requests for this token; wait for Retry-After seconds.",
+    "413": "The request body is larger than the server accepts.",
+    "429": "Too many requests for this user (all its tokens together) or node; wait Retry-After seconds.",
 }
 
 
@@ -74,12 +89,13 @@ def document_errors(result, generator, request, public):
         "properties": {
             "error": {
                 "type": "object",
-                "required": ["code", "message"],
+                "required": ["code", "message", "fields"],
                 "properties": {
                     "code": {"type": "string"},
                     "message": {"type": "string"},
                     "fields": {
                         "type": "object",
+                        "description": "Each field at fault and what is wrong with it; empty when none is.",
                         "additionalProperties": {"type": "array", "items": {"type": "string"}},
                     },
                 },
@@ -90,5 +106,7 @@ def document_errors(result, generator, request, public):
     for path in result["paths"].values():
         for operation in path.values():
             for code, description in ERROR_RESPONSES.items():
+                if code == "413" and "requestBody" not in operation:
+                    continue  # only a body can be too large
                 operation["responses"].setdefault(code, {"description": description, "content": body})
     return result

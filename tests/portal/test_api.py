@@ -5,7 +5,7 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from portal.api.throttling import PerTokenRateThrottle
+from portal.api.throttling import PerUserRateThrottle
 from portal.models import ApiToken
 from scheduler_app.models import TeamQuota
 
@@ -65,9 +65,9 @@ def test_teams_and_quota_use(api_client, member, team, other_team, pool):
     assert client.get("/api/v1/teams/language/quotas/").status_code == 404
 
 
-def test_throttle_per_token_answers_429_with_retry_after(api_client, member, monkeypatch):
-    monkeypatch.setattr(PerTokenRateThrottle, "THROTTLE_RATES", {"api": "3/min"})
-    first, second = api_client(member), api_client(member)
+def test_throttle_answers_429_with_retry_after(api_client, member, outsider, monkeypatch):
+    monkeypatch.setattr(PerUserRateThrottle, "THROTTLE_RATES", {"api": "3/min"})
+    first, other = api_client(member), api_client(outsider)
 
     codes = [first.get("/api/v1/teams/").status_code for _ in range(4)]
 
@@ -75,7 +75,7 @@ def test_throttle_per_token_answers_429_with_retry_after(api_client, member, mon
     refused = first.get("/api/v1/teams/")
     assert int(refused["Retry-After"]) > 0
     assert refused.json()["error"]["code"] == "throttled"
-    assert second.get("/api/v1/teams/").status_code == 200
+    assert other.get("/api/v1/teams/").status_code == 200
 
 
 def test_openapi_schema_and_swagger_ui_are_served_locally(client, member):

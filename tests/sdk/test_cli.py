@@ -9,7 +9,7 @@ from django.core.cache import cache
 from gpu_portal_sdk.cli import main
 
 from billing_app.services import set_pool_price
-from portal.api.throttling import PerTokenRateThrottle
+from portal.api.throttling import PerUserRateThrottle
 from scheduler_app.models import GpuRequest
 from scheduler_app.scheduling import run_scheduling_pass
 from scheduler_app.services import submit_request
@@ -120,7 +120,7 @@ def test_exit_codes(as_user, member, outsider, team, cluster, closed_port, monke
     assert main(["list", "--token", "gpp_wrong"]) == 3
     assert main(["list", "--retries", "0", "--url", f"http://127.0.0.1:{closed_port}"]) == 7
 
-    monkeypatch.setattr(PerTokenRateThrottle, "THROTTLE_RATES", {"api": "1/min"})
+    monkeypatch.setattr(PerUserRateThrottle, "THROTTLE_RATES", {"api": "1/min"})
     cache.clear()
     assert main(["list"]) == 0
     assert main(["list", "--retries", "0"]) == 8

@@ -10,13 +10,13 @@ from django.core.cache import cache
 from gpu_portal_sdk import ConnectionFailedError, RateLimitedError
 from gpu_portal_sdk.retry import RetryPolicy, parse_retry_after
 
-from portal.api.throttling import PerTokenRateThrottle
+from portal.api.throttling import PerUserRateThrottle
 from scheduler_app.models import GpuRequest
 
 
 @pytest.fixture
 def two_per_minute(monkeypatch):
-    monkeypatch.setattr(PerTokenRateThrottle, "THROTTLE_RATES", {"api": "2/min"})
+    monkeypatch.setattr(PerUserRateThrottle, "THROTTLE_RATES", {"api": "2/min"})
 
 
 def test_throttled_call_waits_as_retry_after_says_then_succeeds(
