@@ -36,3 +36,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include(("portal.api.urls", "api"))),
 ]
+
+handler400 = "portal.api.errors.bad_request"
+handler500 = "portal.api.errors.server_error"

@@ -9,7 +9,8 @@ field is at fault.
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpResponse, JsonResponse
+from django.views import defaults
 from rest_framework import exceptions
 from rest_framework.views import exception_handler
 
@@ -62,6 +63,20 @@ def _body(exc, data) -> dict:
 def error_response(status: int, code: str, message: str, fields: dict) -> JsonResponse:
     """The envelope for answers made outside DRF's views (middleware)."""
     return JsonResponse({"error": {"code": code, "message": message, "fields": fields}}, status=status)
+
+
+def server_error(request) -> HttpResponse:
+    """handler500: the envelope under /api/v1/ (clients parse JSON), Django's page elsewhere."""
+    if request.path.startswith("/api/v1/"):
+        return error_response(500, "server_error", "The portal failed to answer; the error is logged.", {})
+    return defaults.server_error(request)
+
+
+def bad_request(request, exception) -> HttpResponse:
+    """handler400 (a suspicious or malformed request Django refused before any view ran)."""
+    if request.path.startswith("/api/v1/"):
+        return error_response(400, "bad_request", str(exception) or "Bad request.", {})
+    return defaults.bad_request(request, exception)
 
 
 def _first_text(value) -> str:

@@ -154,3 +154,38 @@ def test_the_schema_says_fields_is_always_there(client, member):
 
     error = schema["components"]["schemas"]["Error"]["properties"]["error"]
     assert error["required"] == ["code", "message", "fields"]
+
+
+def test_an_unexpected_failure_under_the_api_answers_in_the_envelope(api_client, member, monkeypatch):
+    from scheduler_app.api import views
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(views, "cluster_picture", broken)
+    client = api_client(member)
+    client.raise_request_exception = False
+
+    answer = client.get("/api/v1/cluster/")
+
+    assert answer.status_code == 500
+    assert answer["Content-Type"] == "application/json"
+    assert answer.json() == {
+        "error": {
+            "code": "server_error",
+            "message": "The portal failed to answer; the error is logged.",
+            "fields": {},
+        }
+    }
+
+
+def test_too_many_query_parameters_answer_in_the_envelope(api_client, member, settings):
+    settings.DATA_UPLOAD_MAX_NUMBER_FIELDS = 10
+    client = api_client(member)
+    client.raise_request_exception = False
+
+    answer = client.get("/api/v1/requests/?" + "&".join(f"p{i}=1" for i in range(20)))
+
+    assert answer.status_code == 400
+    assert answer.json()["error"]["code"] == "bad_request"
+    assert answer.json()["error"]["fields"] == {}
