@@ -21,6 +21,7 @@ from scheduler_app.core.queueing import PassPlan, Preemption, Start, plan_pass
 from scheduler_app.events import build_event, record_events
 from scheduler_app.lifecycle import ACTIVE_STATES, check_transition
 from scheduler_app.models import Allocation, Gpu, GpuRequest
+from scheduler_app.pass_state import store_pass_state
 
 ACTOR = "scheduler"
 
@@ -46,7 +47,9 @@ def run_scheduling_pass(*, policy: str = DEFAULT_POLICY, now: dt.datetime | None
             policy,
             workload=snapshot.workload,
         )
-        return _apply(plan, snapshot, now)
+        result = _apply(plan, snapshot, now)
+        store_pass_state(snapshot, plan, result, now, policy)
+        return result
 
 
 def _apply(plan: PassPlan, snapshot: ClusterSnapshot, now: dt.datetime) -> PassResult:
