@@ -63,11 +63,12 @@ class PlacementPrices:
 
     placed: HourlyPrice | None = None
     by_model: tuple[HourlyPrices, ...] = ()
+    placed_model: str = ""
 
     @property
     def compared(self) -> HourlyPrices:
         """The comparison for the placement's model, else for the only model allowed; empty otherwise."""
-        model = self.placed.gpu_model if self.placed else None
+        model = self.placed_model or None
         if model is None and len(self.by_model) == 1:
             return self.by_model[0]
         return next((p for p in self.by_model if p.gpu_model == model), HourlyPrices(model or ""))
@@ -111,4 +112,5 @@ def price_per_hour(
         )
         for model in models
     )
-    return PlacementPrices(placed, by_model)
+    placed_model = Pool.objects.filter(name=placed_pool).values_list("gpu_model", flat=True).first() or ""
+    return PlacementPrices(placed, by_model, placed_model)

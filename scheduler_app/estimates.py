@@ -25,7 +25,8 @@ from scheduler_app.pass_state import next_pass_state, recent_specs
 from scheduler_app.scheduling import format_utc
 from scheduler_app.services import validated_request
 
-CANDIDATE = "candidate"
+# The candidate's id until it is saved; a reason that names its own reservation reads "(12, this request)".
+CANDIDATE = "this request"
 
 
 @dataclass(frozen=True)

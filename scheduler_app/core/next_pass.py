@@ -5,13 +5,14 @@
 `place_candidate` runs the pass's queue, placement, backfill and reservation
 code on that state with the candidate added, and stops at the candidate's turn.
 
-The one approximation: every request that waited after the stored pass is taken
-to wait again in the next pass, until the candidate's turn (the pass just found
-no room for them, and nothing has changed since). So the requests ahead of the
-candidate start nothing and only place their reservations; the candidate then
-meets exactly the queue position, the reservations and the free capacity the
-pass would give it. It breaks only where re-ranking by fair share lets a
-request that waited behind another team's reservation start in the next pass.
+Requests ahead of the candidate in queue order (fair share across teams, then
+priority and age, exactly as `FairQueue` ranks them, re-ranked after each start)
+are planned by the pass's own code, with one shortcut that is the only
+approximation: a request the stored pass found no room for, with nothing freed
+or withdrawn since, is taken to wait again without being tried (it only places
+its reservation, if it is among the first). That can differ from the pass only
+where re-ranking lets such a request reach a card that another team's
+reservation kept from it in the stored pass.
 Units: milli-GPU, MiB, seconds on the caller's epoch; pure (no ORM, no clock).
 """
 
@@ -33,7 +34,8 @@ class PassState:
     """The cluster as a pass left it: what the next pass loads if nothing changes in between.
 
     at: when the pass ran (s). waiting: requests still pending that some pool may
-    take. recent: the newest requests first, whose shapes make the workload mix.
+    take. tried: the ids of those the pass found no room for, with nothing freed
+    since. recent: the newest requests first, whose shapes make the workload mix.
     """
 
     at: float
@@ -41,6 +43,7 @@ class PassState:
     nodes: list[NodeState]
     running: list[RunningAllocation]
     waiting: list[RequestSpec]
+    tried: frozenset[int | str]
     quotas: list[TeamQuota]
     recent: list[RequestSpec]
     window: int
@@ -76,6 +79,7 @@ def after_pass(
         copies,
         sorted([*kept, *new], key=lambda a: _id_order(a.request.id)),
         waiting,
+        frozenset(r.id for r in pending if r.id not in started),
         list(quotas),
         list(recent)[:window],
         window,
@@ -89,12 +93,18 @@ def replay(
     ended: Iterable[int | str] = (),
 ) -> PassState:
     """The state with changes made since the pass: new pending requests (newest last), pending ones
-    withdrawn (cancelled), running ones ended (their cards free again). Changes `state` in place."""
+    withdrawn (cancelled), running ones ended (their cards free again). Changes `state` in place.
+
+    New requests were never tried; after a withdrawal or an end, room (or a reservation) may have
+    gone, so no waiting request is known to wait any more.
+    """
     gone = set(withdrawn)
     submitted = list(submitted)
     state.waiting = [r for r in state.waiting if r.id not in gone] + submitted
     state.recent = [*reversed(submitted), *state.recent][: state.window]
     finished = set(ended)
+    if gone or finished:
+        state.tried = frozenset()
     if finished:
         by_name = {n.name: n for n in state.nodes}
         for allocation in state.running:
@@ -143,15 +153,19 @@ def place_candidate(state: PassState, candidate: RequestSpec, now: float) -> Can
     )
     first_blocked: RequestSpec | None = None
     while (request := work.queue.pop()) is not None:
-        if request.id != candidate.id:
+        if request.id in state.tried:
             _wait_again(work, request, mode)
-            first_blocked = first_blocked or request
+        elif (first_blocked is None or mode.backfill) and work.try_start(request):
+            work.queue.touch(request.team)
+            if request.id == candidate.id:
+                start = work.plan.starts[-1]
+                return CandidatePlan(start, None, start.placement.node)
             continue
-        if (first_blocked is None or mode.backfill) and work.try_start(request):
-            start = work.plan.starts[-1]
-            return CandidatePlan(start, None, start.placement.node)
-        work.wait(request, first_blocked)
-        break
+        else:
+            work.wait(request, first_blocked)
+        if request.id == candidate.id:
+            break
+        first_blocked = first_blocked or request
     return candidate_plan(work.finish(), candidate.id)
 
 
