@@ -22,6 +22,10 @@ from scheduler_app.models import Event, GpuRequest, PassRecord, Pool
 
 RECORD_PK = 1
 
+# The last state loaded in this process, by (ran_at, last_event_id): unpickling thousands of cards and
+# requests is most of an estimate's time, and the state only changes when a pass runs.
+_loaded: dict = {}
+
 
 def store_pass_state(snapshot: ClusterSnapshot, plan: PassPlan, result, now, policy: str) -> None:
     """Keep the post-plan state, or forget it when the pass could not apply its whole plan
@@ -58,9 +62,14 @@ def recent_specs(pools: list[Pool]) -> list[RequestSpec]:
 
 def next_pass_state() -> PassState | None:
     """The state the next pass will plan on, or None when none is stored or it is out of date."""
-    record = PassRecord.objects.filter(pk=RECORD_PK).first()
+    record = PassRecord.objects.filter(pk=RECORD_PK).defer("state").first()
     if record is None:
         return None
+    key = (record.ran_at, record.last_event_id)
+    if _loaded.get("key") != key:
+        blob = bytes(PassRecord.objects.filter(pk=RECORD_PK).values_list("state", flat=True).get())
+        _loaded.clear()
+        _loaded.update(key=key, blob=blob, state=pickle.loads(blob))
     request_type = ContentType.objects.get_for_model(GpuRequest)
     scheduler_types = set(
         ContentType.objects.filter(app_label="scheduler_app").values_list("pk", flat=True)
@@ -88,7 +97,9 @@ def next_pass_state() -> PassState | None:
                 submitted[pk] = None
         elif not (before == RequestState.SCHEDULED and after == RequestState.RUNNING):
             return None  # placed or moved by someone else since
-    state: PassState = pickle.loads(record.state)
+    if not (submitted or withdrawn or ended):
+        return _loaded["state"]  # estimates only read it
+    state: PassState = pickle.loads(_loaded["blob"])  # a copy of its own, to replay onto
     pools = list(Pool.objects.all())
     new = GpuRequest.objects.filter(pk__in=submitted, state=RequestState.PENDING).select_related(
         "team", "pool"

@@ -3,8 +3,10 @@
 import pytest
 from django.urls import reverse
 
+from portal.views import requests as requests_views
 from scheduler_app.choices import CapacityType, RequestState
 from scheduler_app.models import Event, GpuRequest
+from scheduler_app.scheduling import run_scheduling_pass
 from scheduler_app.services import Slice, allocate, create_pool, submit_request, transition_request
 
 FORM = {
@@ -365,6 +367,32 @@ def test_detail_shows_timeline_and_segments(client, member, node, two_teams):
     assert "placed on node-1/gpu0" in timeline
     segments = response.text.split("Allocation segments")[1]
     assert "node-1/gpu0" in segments and "250 milli-GPU" in segments and "10240 MiB" in segments
+
+
+def test_detail_badge_and_timeline_agree_when_a_pass_commits_between_the_reads(
+    client, member, team, node, monkeypatch
+):
+    # Given a pending request, and a pass that commits just after the page reads the request row
+    request = submit_request(user=member, team=team, name="racing", task_type="training", gpu_milli=250)
+    real_events = requests_views.request_events
+    passes = []
+
+    def events_after_a_pass(gpu_request):
+        if not passes:
+            passes.append(run_scheduling_pass())
+        return real_events(gpu_request)
+
+    monkeypatch.setattr(requests_views, "request_events", events_after_a_pass)
+    client.force_login(member)
+
+    # When the detail page is drawn
+    page = client.get(reverse("request_detail", args=[request.pk])).text
+
+    # Then the badge shows the state the timeline ends in
+    assert passes[0].started == 1
+    badge = page.split('id="state">')[1].split("<")[0]
+    steps = page.split('id="timeline"')[1].split("</ol>")[0]
+    assert badge == "Scheduled" and "scheduled" in steps
 
 
 def test_pending_request_shows_why_it_waits(client, member, two_teams):
