@@ -31,7 +31,20 @@
     spotOnly.hidden = billing() !== "spot";
     const share = parseInt(form.elements.share.value, 10) || 0;
     fill.style.width = Math.min(share, 1000) / 10 + "%";
-    fill.textContent = share > 1000 ? share / 1000 + " whole GPUs, one no  // The server words the estimate (summary) and the prices (price_lines): the page says what the API says.
+    fill.textContent = share > 1000 ? share / 1000 + " whole GPUs, one node" : "";
+  }
+
+  function show(kind, parts) {
+    box.className = "card estimate estimate-" + kind;
+    text.replaceChildren.apply(text, parts.map(function (part) {
+      if (typeof part === "string") return document.createTextNode(part);
+      const strong = document.createElement("strong");
+      strong.textContent = part.strong;
+      return strong;
+    }));
+  }
+
+  // The server words the estimate (summary) and the prices (price_lines): the page says what the API says.
   function showPrice(answer) {
     priceLines.replaceChildren.apply(priceLines, answer.price_lines.map(function (line) {
       const item = document.createElement("li");
@@ -106,14 +119,6 @@
         return response.json().then(function (answer) { return [response.ok, answer]; });
       })
       .then(function ([ok, answer]) { if (mine === sequence) render(ok, answer); })
-      .catch(function () { show("problem", ["The estimate is unavailable right now."]); });
-  }
-
-aretoken");
-    const mine = ++sequence;
-    fetch(form.dataset.estimateUrl + "?" + params, { headers: { Accept: "application/json" } })
-      .then(function (response) { return response.json(); })
-      .then(function (answer) { if (mine === sequence) render(answer); })
       .catch(function () { show("problem", ["The estimate is unavailable right now."]); });
   }
 
