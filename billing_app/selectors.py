@@ -40,19 +40,38 @@ class HourlyPrice:
 
 @dataclass(frozen=True)
 class HourlyPrices:
-    """The cheapest matching priced pool of each capacity type; None where no such pool is priced."""
+    """On-demand against spot for one GPU model: the cheapest priced pool of each capacity type with
+    that model; None where no such pool is priced. Comparing like with like is what says what spot saves."""
 
+    gpu_model: str = ""
     on_demand: HourlyPrice | None = None
     spot: HourlyPrice | None = None
 
     @property
     def spot_saving_percent(self) -> int | None:
-        """How much less spot costs than on-demand, in whole percent (from the per-GPU rates); only
-        when both are the same GPU model, since comparing different cards says nothing about spot."""
-        if self.on_demand is None or self.spot is None or self.on_demand.gpu_model != self.spot.gpu_model:
+        """How much less spot costs than on-demand, in whole percent (from the per-GPU rates)."""
+        if self.on_demand is None or self.spot is None:
             return None
         ratio = Decimal(100) * (1 - self.spot.usd_per_gpu_hour / self.on_demand.usd_per_gpu_hour)
         return int(ratio.quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+@dataclass(frozen=True)
+class PlacementPrices:
+    """The price where a request would run (None: no placement yet, or its pool is unpriced), and
+    on-demand against spot for each GPU model the request allows, by model name."""
+
+    placed: HourlyPrice | None = None
+    by_model: tuple[HourlyPrices, ...] = ()
+    placed_model: str = ""
+
+    @property
+    def compared(self) -> HourlyPrices:
+        """The comparison for the placement's model, else for the only model allowed; empty otherwise."""
+        model = self.placed_model or None
+        if model is None and len(self.by_model) == 1:
+            return self.by_model[0]
+        return next((p for p in self.by_model if p.gpu_model == model), HourlyPrices(model or ""))
 
 
 def price_per_hour(
@@ -61,23 +80,14 @@ def price_per_hour(
     gpu_model: str | None = None,
     pool: Pool | None = None,
     at: dt.datetime | None = None,
-) -> HourlyPrices:
-    """USD per hour for gpu_milli (per card) * num_gpus, on-demand and spot, in the cheapest priced pool
-    of each capacity type that the request's pool or GPU model allows: usd_per_gpu_hour * gpu_milli/1000
-    * num_gpus, rounded half-up to cents."""
-    rows = prices_in_force(at)
-    if pool is not None:
-        rows = rows.filter(pool=pool)
-    if gpu_model:
-        rows = rows.filter(pool__gpu_model=gpu_model)
-    cheapest: dict[str, PoolPrice] = {}
-    for row in sorted(rows, key=lambda r: (r.usd_per_gpu_hour, r.pool.name)):
-        cheapest.setdefault(row.pool.capacity_type, row)
+    placed_pool: str = "",
+) -> PlacementPrices:
+    """USD per hour for gpu_milli (per card) * num_gpus: usd_per_gpu_hour * gpu_milli/1000 * num_gpus,
+    rounded half-up to cents; in `placed_pool` (where the request would run), and on-demand against
+    spot per GPU model, in the cheapest priced pool of each kind that the request's pool or model allows."""
+    rows = list(prices_in_force(at))
 
-    def quote(capacity_type: str) -> HourlyPrice | None:
-        row = cheapest.get(capacity_type)
-        if row is None:
-            return None
+    def quote(row: PoolPrice) -> HourlyPrice:
         usd = row.usd_per_gpu_hour * gpu_milli * num_gpus / MILLI_PER_GPU
         return HourlyPrice(
             usd.quantize(CENT, rounding=ROUND_HALF_UP),
@@ -86,4 +96,21 @@ def price_per_hour(
             row.pool.gpu_model,
         )
 
-    return HourlyPrices(on_demand=quote(CapacityType.ON_DEMAND), spot=quote(CapacityType.SPOT))
+    placed = next((quote(r) for r in rows if r.pool.name == placed_pool), None)
+    cheapest: dict[tuple[str, str], PoolPrice] = {}
+    for row in sorted(rows, key=lambda r: (r.usd_per_gpu_hour, r.pool.name)):
+        if (pool is None or row.pool_id == pool.pk) and (not gpu_model or row.pool.gpu_model == gpu_model):
+            cheapest.setdefault((row.pool.gpu_model, row.pool.capacity_type), row)
+    models = sorted({model for model, _ in cheapest})
+    by_model = tuple(
+        HourlyPrices(
+            model,
+            *(
+                quote(cheapest[model, kind]) if (model, kind) in cheapest else None
+                for kind in (CapacityType.ON_DEMAND, CapacityType.SPOT)
+            ),
+        )
+        for model in models
+    )
+    placed_model = Pool.objects.filter(name=placed_pool).values_list("gpu_model", flat=True).first() or ""
+    return PlacementPrices(placed, by_model, placed_model)

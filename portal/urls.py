@@ -17,7 +17,6 @@ urlpatterns = [
     path("accounts/tokens/<int:pk>/revoke/", tokens.token_revoke, name="token_revoke"),
     path("requests/", requests.request_index, name="requests"),
     path("requests/new/", requests.request_new, name="request_new"),
-    path("requests/estimate/", requests.request_estimate, name="request_estimate"),
     path("requests/<int:pk>/", requests.request_detail, name="request_detail"),
     path("requests/<int:pk>/cancel/", requests.request_cancel, name="request_cancel"),
     path("requests/<int:pk>/release/", requests.request_release, name="request_release"),

@@ -1,4 +1,10 @@
-"""Where would a request run if submitted now, or when would it start? A dry run of the scheduler."""
+"""Where would a request run if submitted now, or when would it start? The next pass's own decision.
+
+The answer comes from the state the last pass left (scheduler_app.pass_state),
+with the changes since replayed, and the pass's own queue, placement and
+reservation code (scheduler_app.core.next_pass); when no usable state is stored,
+from a dry run of a whole pass on a fresh snapshot. Nothing is written.
+"""
 
 import dataclasses
 import datetime as dt
@@ -6,41 +12,135 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
-from billing_app.selectors import HourlyPrices, price_per_hour
-from scheduler_app.cluster_state import load_cluster_snapshot, request_spec
+from billing_app.selectors import PlacementPrices, price_per_hour
+from scheduler_app.cluster_state import WORKLOAD_WINDOW, load_cluster_snapshot, request_spec
+from scheduler_app.constants import MILLI_PER_GPU
+from scheduler_app.core.cluster import RequestSpec
+from scheduler_app.core.fragmentation import WorkloadMix
+from scheduler_app.core.next_pass import CandidatePlan, candidate_plan, place_candidate
 from scheduler_app.core.placement import DEFAULT_POLICY
 from scheduler_app.core.queueing import plan_pass
-from scheduler_app.models import Pool
+from scheduler_app.models import Node, Pool
+from scheduler_app.pass_state import next_pass_state, recent_specs
 from scheduler_app.scheduling import format_utc
 from scheduler_app.services import validated_request
 
-CANDIDATE = "candidate"
+# The candidate's id until it is saved; a reason that names its own reservation reads "(12, this request)".
+CANDIDATE = "this request"
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """starts_now with `where` ("node/gpuN, ..."), or the pending reason and estimated start; and
-    the price per hour (USD) of the share on-demand and on spot, in the cheapest matching pools."""
+    """starts_now with `where` ("node/gpuN, ..."), or the pending reason and estimated start; the
+    pool it would run in ('' when not known yet); the cluster time it was judged on (as_of); prices."""
 
     starts_now: bool
     where: str
     estimated_start_at: dt.datetime | None
     reason: str
-    prices: HourlyPrices
+    pool: str
+    as_of: dt.datetime
+    prices: PlacementPrices
+    share_label: str
+
+    @property
+    def summary(self) -> str:
+        """The sentence the form shows: what the next pass would do, and on which cluster state."""
+        basis = (
+            f"as the next scheduling pass would place it, using the cluster as of {self.as_of:%H:%M:%S} UTC"
+        )
+        if self.starts_now:
+            return f"Would start now on {self.where} (pool {self.pool}), {basis}."
+        return f"Would wait, {basis}: {self.reason}."
+
+    @property
+    def price_lines(self) -> list[str]:
+        """The prices in words, as the form shows them."""
+        return price_lines(self.prices, self.share_label, self.pool)
+
+
+def price_lines(prices: PlacementPrices, label: str, pool: str = "") -> list[str]:
+    """The price where the request would run (in `pool`), then on-demand against spot per GPU model."""
+    lines = []
+    if prices.placed is not None:
+        placed = prices.placed
+        lines.append(f"For {label} in {placed.pool} ({placed.gpu_model}): ${placed.usd_per_hour}/h")
+    elif pool:
+        lines.append(f"For {label} in {pool}: not priced yet")
+    for model in prices.by_model:
+        on_demand = f"${model.on_demand.usd_per_hour}/h" if model.on_demand else "not priced"
+        spot = f"${model.spot.usd_per_hour}/h" if model.spot else "not priced"
+        line = f"{model.gpu_model}: on-demand {on_demand} · spot {spot}"
+        saving = model.spot_saving_percent
+        if saving is not None and saving > 0:
+            line += f" (save {saving} %)"
+        elif saving is not None:
+            line += f" (spot costs {-saving} % more)" if saving < 0 else " (same price)"
+        lines.append(line)
+    return lines or [f"For {label}: no pool that matches is priced yet."]
+
+
+def share_label(gpu_milli: int, num_gpus: int) -> str:
+    """'1/4 GPU', '2 GPUs', '300 milli-GPU'."""
+    if num_gpus > 1:
+        return f"{num_gpus} GPUs"
+    if gpu_milli == MILLI_PER_GPU:
+        return "1 GPU"
+    eighths, rest = divmod(gpu_milli, MILLI_PER_GPU // 8)
+    if rest:
+        return f"{gpu_milli} milli-GPU"
+    for denominator in (2, 4, 8):
+        if eighths * denominator % 8 == 0:
+            return f"{eighths * denominator // 8}/{denominator} GPU"
+    return f"{gpu_milli} milli-GPU"
 
 
 def estimate_request(
     *, user, team, pool_name: str = "", now: dt.datetime | None = None, **fields
 ) -> Estimate:
-    """Validate like a submit (same errors), then plan one pass with the request added; writes nothing."""
+    """Validate like a submit (same errors), then ask the next pass's rules where it would go."""
     now = now or timezone.now()
+    fields.setdefault("name", "estimate")  # a name does not change where a request runs
     request = validated_request(user=user, team=team, pool_name=pool_name, created_at=now, **fields)
-    prices = price_per_hour(
-        request.gpu_milli, request.num_gpus, gpu_model=request.gpu_model or None, pool=request.pool, at=now
-    )
-    spec = dataclasses.replace(request_spec(request, list(Pool.objects.all())), id=CANDIDATE)
+    pools = list(Pool.objects.all())
+    spec = dataclasses.replace(request_spec(request, pools), id=CANDIDATE)
+    label = share_label(request.gpu_milli, request.num_gpus)
+
+    def prices(placed_pool: str = "") -> PlacementPrices:
+        return price_per_hour(
+            request.gpu_milli,
+            request.num_gpus,
+            gpu_model=request.gpu_model or None,
+            pool=request.pool,
+            at=now,
+            placed_pool=placed_pool,
+        )
+
     if not spec.pools:
-        return Estimate(False, "", None, f"no {request.billing_mode} pool exists", prices)
+        reason = f"no {request.billing_mode} pool exists"
+        return Estimate(False, "", None, reason, "", now, prices(), label)
+    state = next_pass_state()
+    if state is None:
+        decision, as_of = _dry_run(spec, pools, now), now
+    else:
+        decision = place_candidate(state, spec, now.timestamp())
+        as_of = dt.datetime.fromtimestamp(state.at, dt.UTC)
+    pool = _pool_of(decision.node)
+    if decision.start is not None:
+        where = ", ".join(f"{decision.node}/gpu{i}" for i in decision.start.placement.gpus)
+        return Estimate(True, where, now, "", pool, as_of, prices(pool), label)
+    waiting = decision.waiting
+    start = (
+        None
+        if waiting.estimated_start is None
+        else dt.datetime.fromtimestamp(waiting.estimated_start, dt.UTC)
+    )
+    return Estimate(False, "", start, waiting.reason(clock=format_utc), pool, as_of, prices(pool), label)
+
+
+def _dry_run(spec: RequestSpec, pools: list[Pool], now: dt.datetime) -> CandidatePlan:
+    """A whole pass planned on a fresh snapshot with the candidate added (slow on a big cluster);
+    the candidate counts in the workload mix, as it will once submitted."""
     snapshot = load_cluster_snapshot()
     plan = plan_pass(
         snapshot.nodes,
@@ -49,16 +149,13 @@ def estimate_request(
         snapshot.quotas,
         now.timestamp(),
         DEFAULT_POLICY,
-        workload=snapshot.workload,
+        workload=WorkloadMix.from_requests([spec, *recent_specs(pools)][:WORKLOAD_WINDOW]),
     )
-    for start in plan.starts:
-        if start.request.id == CANDIDATE:
-            where = ", ".join(f"{start.placement.node}/gpu{i}" for i in start.placement.gpus)
-            return Estimate(True, where, now, "", prices)
-    waiting = next(w for w in plan.waiting if w.request_id == CANDIDATE)
-    estimate = (
-        None
-        if waiting.estimated_start is None
-        else dt.datetime.fromtimestamp(waiting.estimated_start, dt.UTC)
-    )
-    return Estimate(False, "", estimate, waiting.reason(clock=format_utc), prices)
+    return candidate_plan(plan, CANDIDATE)
+
+
+def _pool_of(node: str) -> str:
+    """The pool of the node the request would run on ('' for none)."""
+    if not node:
+        return ""
+    return Node.objects.filter(name=node).values_list("pool__name", flat=True).first() or ""

@@ -399,3 +399,15 @@ class Event(models.Model):
 
     def delete(self, *args, **kwargs):
         raise PermissionError("The event log is append-only.")
+
+
+class PassRecord(models.Model):
+    """What the last scheduling pass left (one row): the pure core's post-plan state, pickled, for
+    estimates; last_event_id is the newest event the pass saw, so later changes can be replayed."""
+
+    ran_at = models.DateTimeField()
+    last_event_id = models.BigIntegerField()
+    state = models.BinaryField()
+
+    def __str__(self) -> str:
+        return f"pass at {self.ran_at:%Y-%m-%d %H:%M:%S}"

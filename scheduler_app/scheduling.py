@@ -17,6 +17,7 @@ from scheduler_app.cluster_state import ClusterSnapshot, load_cluster_snapshot
 from scheduler_app.core.placement import DEFAULT_POLICY
 from scheduler_app.core.queueing import PassPlan, Preemption, Start, plan_pass
 from scheduler_app.models import GpuRequest
+from scheduler_app.pass_state import store_pass_state
 from scheduler_app.services import PlannedStart, Slice, place, requeue
 
 ACTOR = "scheduler"
@@ -43,7 +44,9 @@ def run_scheduling_pass(*, policy: str = DEFAULT_POLICY, now: dt.datetime | None
             policy,
             workload=snapshot.workload,
         )
-        return _apply(plan, snapshot, now)
+        result = _apply(plan, snapshot, now)
+        store_pass_state(snapshot, plan, result, now, policy)
+        return result
 
 
 def _apply(plan: PassPlan, snapshot: ClusterSnapshot, now: dt.datetime) -> PassResult:

@@ -42,17 +42,19 @@ class HourlyPriceSerializer(serializers.Serializer):
     usd_per_hour = serializers.DecimalField(
         max_digits=14, decimal_places=2, help_text="USD per hour for the whole request, rounded to cents."
     )
-    pool = serializers.CharField(help_text="The cheapest priced pool of this capacity type that matches.")
+    pool = serializers.CharField(help_text="The pool this price is for.")
     gpu_model = serializers.CharField(help_text="The GPU model of that pool.")
 
 
 class HourlyPricesSerializer(serializers.Serializer):
-    """What the request would cost per hour on-demand and on spot; null where no matching pool is priced."""
+    """What the request would cost per hour on-demand and on spot on one GPU model, in the cheapest
+    priced pool of each kind with that model; null where no such pool is priced."""
 
+    gpu_model = serializers.CharField(help_text="The GPU model compared (empty when none is known).")
     on_demand = HourlyPriceSerializer(allow_null=True)
     spot = HourlyPriceSerializer(allow_null=True)
     spot_saving_percent = serializers.IntegerField(
         allow_null=True,
-        help_text="How much less spot costs than on-demand, in whole percent; null unless both are priced "
-        "and are the same GPU model.",
+        help_text="How much less spot costs than on-demand on this model, in whole percent; null unless "
+        "both are priced.",
     )

@@ -3,7 +3,7 @@ types and ranges; the services decide what is allowed."""
 
 from rest_framework import serializers
 
-from billing_app.api.serializers import HourlyPricesSerializer
+from billing_app.api.serializers import HourlyPriceSerializer, HourlyPricesSerializer
 from portal.api.fields import (
     AwareDateTimeField,
     StrictBooleanField,
@@ -135,13 +135,38 @@ class SubmitSerializer(serializers.Serializer):
     command = StrictCharField(required=False, allow_blank=True, default="", max_length=10_000)
 
 
+class EstimateRequestSerializer(SubmitSerializer):
+    """A submit's fields for an estimate; the name may be left out (it does not change where work runs)."""
+
+    name = StrictCharField(required=False, allow_blank=True, max_length=100)
+
+
 class EstimateSerializer(serializers.Serializer):
+    """What the next scheduling pass would do with the request, judged on the cluster as of `as_of`."""
+
     starts_now = serializers.BooleanField()
-    where = serializers.CharField()
+    where = serializers.CharField(help_text="node/gpuN, ... when it would start now.")
     estimated_start_at = serializers.DateTimeField(allow_null=True)
-    reason = serializers.CharField()
+    reason = serializers.CharField(help_text="Why it would wait, as the pass would store it.")
+    pool = serializers.CharField(
+        help_text="The pool it would start in, now or at its reservation; empty if unknown."
+    )
+    as_of = serializers.DateTimeField(help_text="The time (UTC) of the cluster state the estimate used.")
+    summary = serializers.CharField(help_text="The estimate in one sentence, as the request form shows it.")
+    price = HourlyPriceSerializer(
+        source="prices.placed",
+        allow_null=True,
+        help_text="USD per hour in `pool`; null if unknown or unpriced.",
+    )
     prices = HourlyPricesSerializer(
-        help_text="USD per hour for this share on-demand and on spot, in the cheapest matching priced pools."
+        source="prices.compared",
+        help_text="On-demand against spot on the GPU model of `pool` (or the only model allowed).",
+    )
+    prices_by_model = HourlyPricesSerializer(
+        source="prices.by_model", many=True, help_text="On-demand against spot for each GPU model allowed."
+    )
+    price_lines = serializers.ListField(
+        child=serializers.CharField(), help_text="The prices in words, one line each, as the form shows them."
     )
 
 

@@ -17,6 +17,7 @@ from portal.api.throttling import PerNodeRateThrottle
 from portal.selectors import team_for_submit
 from scheduler_app.api.serializers import (
     ClusterSerializer,
+    EstimateRequestSerializer,
     EstimateSerializer,
     GpuRequestDetailSerializer,
     GpuRequestSerializer,
@@ -123,11 +124,14 @@ class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
         release_request(self.get_object(), user=request.user)
         return Response(self.get_serializer(self.get_queryset().get(pk=pk)).data)
 
-    @extend_schema(request=SubmitSerializer, responses=EstimateSerializer)
+    @extend_schema(request=EstimateRequestSerializer, responses=EstimateSerializer)
     @action(detail=False, methods=["post"])
     def estimate(self, request):
-        """Where the request would run now, or when it would start; nothing is submitted."""
-        fields = _submitted(request)
+        """Where the next scheduling pass would put the request, or when it would start; nothing is
+        submitted. The name is optional here."""
+        fields = _submitted(request, EstimateRequestSerializer)
+        if not fields.get("name", "").strip():
+            fields.pop("name", None)
         estimate = estimate_request(
             user=request.user,
             team=team_for_submit(request.user, fields.pop("team")),
@@ -148,8 +152,8 @@ class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
         return get_object_or_404(self.get_queryset(), pk=self.kwargs["pk"])
 
 
-def _submitted(request) -> dict:
-    serializer = SubmitSerializer(data=request.data)
+def _submitted(request, shape=SubmitSerializer) -> dict:
+    serializer = shape(data=request.data)
     serializer.is_valid(raise_exception=True)
     fields = dict(serializer.validated_data)
     fields.setdefault("team", "")

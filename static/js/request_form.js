@@ -1,5 +1,6 @@
 // The request form: show spot-only fields for spot billing, preview the share,
-// and ask the server where the request would run, and its price per hour, as the user edits it.
+// and ask the API (POST /api/v1/requests/estimate/, with the session and its CSRF token) where the
+// next scheduling pass would place the request, and its price per hour, as the user edits it.
 (function () {
   "use strict";
   const form = document.getElementById("request-form");
@@ -8,8 +9,13 @@
   const box = document.getElementById("estimate");
   const spotOnly = form.querySelector(".spot-only");
   const fill = document.getElementById("share-fill");
-  const priceText = document.getElementById("price-text");
-  const pricePools = document.getElementById("price-pools");
+  const priceLines = document.getElementById("price-lines");
+  const teamSlugs = JSON.parse(document.getElementById("team-slugs").textContent);
+  // Which form field an API field's error belongs to.
+  const formField = {
+    gpu_milli: "share", num_gpus: "share", gpu_memory_mib: "gpu_memory_gib",
+    checkpoint_interval_s: "checkpoint_interval_min", max_duration_s: "max_duration_h",
+  };
   function label(field) {
     const group = document.getElementById("field-" + field);
     const text = group && group.querySelector("label, .label");
@@ -38,38 +44,81 @@
     }));
   }
 
-  // The server words the price (price_text): the page and this script say the same thing.
+  // The server words the estimate (summary) and the prices (price_lines): the page says what the API says.
   function showPrice(answer) {
-    if (!priceText || answer.price_text === undefined) return;
-    priceText.textContent = answer.price_text;
-    pricePools.textContent = answer.price_pools;
+    priceLines.replaceChildren.apply(priceLines, answer.price_lines.map(function (line) {
+      const item = document.createElement("li");
+      item.textContent = line;
+      return item;
+    }));
   }
 
-  function render(answer) {
-    showPrice(answer);
-    if (!answer.ok) {
-      const problems = Object.entries(answer.errors).map(function ([field, messages]) {
-        const name = field === "__all__" ? "" : label(field) + ": ";
-        return name + messages.join(" ");
+  function render(ok, answer) {
+    if (!ok) {
+      const problems = Object.entries(answer).map(function ([field, messages]) {
+        const name = field === "non_field_errors" || field === "detail" ? "" : label(formField[field] || field) + ": ";
+        return name + [].concat(messages).join(" ");
       });
       show("problem", ["Not yet submittable. ", problems.join(" · ")]);
-    } else if (answer.starts_now) {
-      show("now", ["Would start now on ", { strong: answer.where }, "."]);
-    } else {
-      const when = answer.estimated_start_at ? new Date(answer.estimated_start_at).toLocaleString() : "unknown";
-      show("wait", ["Would wait. Estimated start: ", { strong: when }, ". ", answer.reason]);
+      return;
     }
+    showPrice(answer);
+    show(answer.starts_now ? "now" : "wait", [answer.summary]);
+  }
+
+  function checkedValue(name) {
+    const checked = form.querySelector("input[name=" + name + "]:checked");
+    return checked ? checked.value : "";
+  }
+
+  // The form's fields in the API's units; a number that does not parse goes as typed, for the API to refuse.
+  function body() {
+    const f = form.elements;
+    const share = parseInt(f.share.value, 10) || 0;
+    const whole = share > 1000;
+    const data = {
+      team: teamSlugs[f.team.value] || "",
+      name: f.name.value,
+      task_type: checkedValue("task_type"),
+      gpu_milli: whole ? 1000 : share,
+      num_gpus: whole ? share / 1000 : 1,
+      pool: f.pool.value,
+      gpu_model: f.gpu_model.value,
+      billing_mode: billing(),
+      allow_on_demand_fallback: f.allow_on_demand_fallback.checked,
+      priority: f.priority.value === "" ? 0 : Number(f.priority.value),
+      command: f.command.value,
+    };
+    function scaled(field, value, factor) {
+      if (value.trim() === "") return;
+      const number = Number(value);
+      data[field] = Number.isFinite(number) ? Math.round(number * factor) : value;
+    }
+    scaled("gpu_memory_mib", f.gpu_memory_gib.value, 1024);
+    scaled("checkpoint_interval_s", f.checkpoint_interval_min.value, 60);
+    scaled("max_duration_s", f.max_duration_h.value, 3600);
+    return data;
   }
 
   let timer = null;
   let sequence = 0;
   function estimate() {
-    const params = new URLSearchParams(new FormData(form));
-    params.delete("csrfmiddlewaretoken");
     const mine = ++sequence;
-    fetch(form.dataset.estimateUrl + "?" + params, { headers: { Accept: "application/json" } })
-      .then(function (response) { return response.json(); })
-      .then(function (answer) { if (mine === sequence) render(answer); })
+    fetch(form.dataset.estimateUrl, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: {
+        Accept: "application/json",
+        "Content-Type": "application/json",
+        "X-CSRFToken": form.elements.csrfmiddlewaretoken.value,
+      },
+      body: JSON.stringify(body()),
+    })
+      .then(function (response) {
+        if (response.status !== 200 && response.status !== 400) throw new Error(response.statusText);
+        return response.json().then(function (answer) { return [response.ok, answer]; });
+      })
+      .then(function ([ok, answer]) { if (mine === sequence) render(ok, answer); })
       .catch(function () { show("problem", ["The estimate is unavailable right now."]); });
   }
 

@@ -154,7 +154,9 @@ def test_the_estimate_gives_the_price_per_hour_on_demand_and_spot(
     )
 
     assert response.status_code == 200, response.json()
+    assert response.json()["price"] == {"usd_per_hour": "0.63", "pool": "a100", "gpu_model": "A100-80GB"}
     assert response.json()["prices"] == {
+        "gpu_model": "A100-80GB",
         "on_demand": {
             "usd_per_hour": "0.63",
             "pool": "a100",
@@ -172,4 +174,11 @@ def test_the_estimate_says_null_where_no_pool_is_priced(api_client, member, make
         "/api/v1/requests/estimate/", {"name": "x", "gpu_milli": 250}, format="json"
     )
 
-    assert response.json()["prices"] == {"on_demand": None, "spot": None, "spot_saving_percent": None}
+    answer = response.json()
+    assert answer["price"] is None and answer["prices_by_model"] == []
+    assert answer["prices"] == {
+        "gpu_model": "A100-80GB",
+        "on_demand": None,
+        "spot": None,
+        "spot_saving_percent": None,
+    }

@@ -221,14 +221,17 @@ def test_a_price_cannot_start_in_the_past_or_without_a_timezone(pool, operator):
 def test_price_per_hour_is_the_share_of_the_card_price_rounded_half_up_to_cents(pool, operator):
     set_pool_price(pool, "1.00", actor=operator)
 
-    assert price_per_hour(125, 1).on_demand.usd_per_hour == Decimal("0.13")  # 0.125: half-up, not to even
-    assert price_per_hour(1000, 8).on_demand.usd_per_hour == Decimal("8.00")
+    def usd(milli, count):
+        return price_per_hour(milli, count, placed_pool="a100").placed.usd_per_hour
+
+    assert usd(125, 1) == Decimal("0.13")  # 0.125: half-up, not to even
+    assert usd(1000, 8) == Decimal("8.00")
     set_pool_price(pool, "0.04", actor=operator)
-    assert price_per_hour(125, 1).on_demand.usd_per_hour == Decimal("0.01")  # 0.005
-    assert price_per_hour(100, 1).on_demand.usd_per_hour == Decimal("0.00")  # 0.004
+    assert usd(125, 1) == Decimal("0.01")  # 0.005
+    assert usd(100, 1) == Decimal("0.00")  # 0.004
 
 
-def test_price_per_hour_takes_the_cheapest_matching_pool_of_each_capacity_type(pool, spot_pool, operator):
+def test_price_per_hour_compares_on_demand_and_spot_per_gpu_model(pool, spot_pool, operator):
     cheaper = create_pool(name="a100-b", gpu_model="A100-80GB", capacity_type=CapacityType.ON_DEMAND)
     h100_spot = create_pool(name="h100-spot", gpu_model="H100", capacity_type=CapacityType.SPOT)
     create_pool(name="l4", gpu_model="L4", capacity_type=CapacityType.ON_DEMAND)  # unpriced: ignored
@@ -236,23 +239,23 @@ def test_price_per_hour_takes_the_cheapest_matching_pool_of_each_capacity_type(p
         set_pool_price(target, price, actor=operator)
 
     anywhere = price_per_hour(500, 1)
-    assert (anywhere.on_demand.pool, anywhere.on_demand.usd_per_hour) == ("a100-b", Decimal("1.50"))
-    assert (anywhere.spot.pool, anywhere.spot.usd_per_hour) == ("h100-spot", Decimal("0.50"))
-    assert anywhere.spot_saving_percent is None  # H100 spot against A100 on-demand: no like-for-like saving
-
-    a100 = price_per_hour(500, 1, gpu_model="A100-80GB")
-    assert (a100.spot.pool, a100.spot.usd_per_hour, a100.spot_saving_percent) == (
-        "a100-spot",
-        Decimal("0.75"),
-        50,
+    a100, h100 = anywhere.by_model
+    assert (a100.gpu_model, a100.on_demand.pool, a100.on_demand.usd_per_hour) == (
+        "A100-80GB",
+        "a100-b",
+        Decimal("1.50"),
     )
+    assert (a100.spot.pool, a100.spot.usd_per_hour) == ("a100-spot", Decimal("0.75"))
+    assert a100.spot_saving_percent == 50
+    assert (h100.gpu_model, h100.on_demand, h100.spot.usd_per_hour) == ("H100", None, Decimal("0.50"))
+    assert anywhere.placed is None and anywhere.compared.on_demand is None  # no placement, several models
+
+    placed = price_per_hour(500, 1, placed_pool="a100")
+    assert (placed.placed.pool, placed.placed.usd_per_hour) == ("a100", Decimal("2.00"))  # not the cheapest
+    assert placed.compared == a100
 
     in_pool = price_per_hour(1000, 2, pool=pool)
-    assert (in_pool.on_demand.pool, in_pool.on_demand.usd_per_hour, in_pool.spot) == (
-        "a100",
-        Decimal("8.00"),
-        None,
-    )
+    (only,) = in_pool.by_model
+    assert (only.on_demand.pool, only.on_demand.usd_per_hour, only.spot) == ("a100", Decimal("8.00"), None)
 
-    nothing = price_per_hour(500, 1, gpu_model="L4")
-    assert (nothing.on_demand, nothing.spot, nothing.spot_saving_percent) == (None, None, None)
+    assert price_per_hour(500, 1, gpu_model="L4").by_model == ()

@@ -34,6 +34,8 @@ def test_member_requests_a_quarter_gpu_on_spot_sees_it_placed_and_cancels_it(
     page.check("#id_billing_mode_1")
     page.fill("#id_checkpoint_interval_min", "15")
     expect(page.locator("#estimate-text")).to_contain_text("Would start now on spot-")
+    expect(page.locator("#estimate-text")).to_contain_text("as the next scheduling pass would place it")
+    expect(page.locator("#price-lines")).to_contain_text("For 1/4 GPU in a100-spot: not priced yet")
     screenshot(page, "02-request-form")
     page.click("text=Submit request")
     expect(page.locator("#state")).to_have_text("Pending")

@@ -3,8 +3,10 @@
 import pytest
 from django.urls import reverse
 
+from portal.views import requests as requests_views
 from scheduler_app.choices import CapacityType, RequestState
 from scheduler_app.models import Event, GpuRequest
+from scheduler_app.scheduling import run_scheduling_pass
 from scheduler_app.services import Slice, allocate, create_pool, submit_request, transition_request
 
 FORM = {
@@ -190,49 +192,74 @@ def test_user_in_no_team_is_told_to_ask_for_one(client, operator):
     assert '<form method="post" class="card request-form"' not in response.text
 
 
-# --- the estimate endpoint --------------------------------------------------------------------
+# --- the estimate: the form's script asks the API, with the session ------------------------------
+
+
+def estimate(client, team, **fields):
+    """What the form's script sends: the API's fields, the team by slug, the session's cookie."""
+    body = {"team": team.slug, "gpu_milli": 250, "task_type": "training"} | fields
+    return client.post(reverse("api:request-estimate"), body, content_type="application/json")
 
 
 def test_estimate_says_where_the_request_would_run_now(client, team, member, node):
     client.force_login(member)
 
-    answer = client.get(reverse("request_estimate"), form_data(team)).json()
+    answer = estimate(client, team, name="resnet").json()
 
-    assert answer["ok"] and answer["starts_now"]
+    assert answer["starts_now"]
     assert answer["where"].startswith("node-1/gpu")
+    assert answer["summary"].startswith(f"Would start now on {answer['where']} (pool a100), as the next")
     assert not GpuRequest.objects.exists()
 
 
 def test_estimate_does_not_need_a_name_yet(client, team, member, node):
     client.force_login(member)
 
-    answer = client.get(reverse("request_estimate"), form_data(team, name="")).json()
+    response = estimate(client, team)
 
-    assert answer["ok"] and answer["starts_now"]
+    assert response.status_code == 200 and response.json()["starts_now"]
 
 
 def test_estimate_of_what_cannot_start_gives_the_reason(client, team, member, node):
     client.force_login(member)
 
-    answer = client.get(reverse("request_estimate"), form_data(team, share="8000")).json()
+    answer = estimate(client, team, gpu_milli=1000, num_gpus=8).json()
 
-    assert answer["ok"] and not answer["starts_now"]
-    assert "ahead of you" in answer["reason"]
+    assert not answer["starts_now"]
+    assert "ahead of you" in answer["reason"] and answer["reason"] in answer["summary"]
 
 
 def test_estimate_reports_the_services_field_errors_and_writes_nothing(client, team, member, node):
     client.force_login(member)
     events_before = Event.objects.count()
 
-    answer = client.get(reverse("request_estimate"), form_data(team, billing_mode="spot")).json()
+    response = estimate(client, team, billing_mode="spot")
 
-    assert not answer["ok"]
-    assert answer["errors"] == {"checkpoint_interval_min": ["Spot work must declare a checkpoint interval."]}
+    assert response.status_code == 400
+    assert "checkpoint_interval_s" in str(response.json())
     assert not GpuRequest.objects.exists() and Event.objects.count() == events_before
 
 
 def test_estimate_needs_login(client, db):
-    assert client.get(reverse("request_estimate")).status_code == 302
+    assert client.post(reverse("api:request-estimate"), {}, content_type="application/json").status_code in (
+        401,
+        403,
+    )
+
+
+def test_the_page_only_estimate_route_is_gone(client, member):
+    client.force_login(member)
+
+    assert client.get("/requests/estimate/").status_code == 404
+
+
+def test_the_form_asks_the_api_for_its_estimate(client, team, member, node):
+    client.force_login(member)
+
+    page = client.get(reverse("request_new")).text
+
+    assert f'data-estimate-url="{reverse("api:request-estimate")}"' in page
+    assert f'"{team.pk}": "{team.slug}"' in page  # the script names the team as the API does
 
 
 # --- the list ---------------------------------------------------------------------------------
@@ -340,6 +367,32 @@ def test_detail_shows_timeline_and_segments(client, member, node, two_teams):
     assert "placed on node-1/gpu0" in timeline
     segments = response.text.split("Allocation segments")[1]
     assert "node-1/gpu0" in segments and "250 milli-GPU" in segments and "10240 MiB" in segments
+
+
+def test_detail_badge_and_timeline_agree_when_a_pass_commits_between_the_reads(
+    client, member, team, node, monkeypatch
+):
+    # Given a pending request, and a pass that commits just after the page reads the request row
+    request = submit_request(user=member, team=team, name="racing", task_type="training", gpu_milli=250)
+    real_events = requests_views.request_events
+    passes = []
+
+    def events_after_a_pass(gpu_request):
+        if not passes:
+            passes.append(run_scheduling_pass())
+        return real_events(gpu_request)
+
+    monkeypatch.setattr(requests_views, "request_events", events_after_a_pass)
+    client.force_login(member)
+
+    # When the detail page is drawn
+    page = client.get(reverse("request_detail", args=[request.pk])).text
+
+    # Then the badge shows the state the timeline ends in
+    assert passes[0].started == 1
+    badge = page.split('id="state">')[1].split("<")[0]
+    steps = page.split('id="timeline"')[1].split("</ol>")[0]
+    assert badge == "Scheduled" and "scheduled" in steps
 
 
 def test_pending_request_shows_why_it_waits(client, member, two_teams):

@@ -13,14 +13,6 @@ from scheduler_app.choices import CapacityType
 from scheduler_app.models import Event
 from scheduler_app.services import create_pool
 
-FORM = {
-    "name": "resnet",
-    "task_type": "training",
-    "share": "250",
-    "billing_mode": "on-demand",
-    "priority": "0",
-}
-
 
 @pytest.fixture
 def spot_pool(db):
@@ -46,8 +38,7 @@ def test_the_request_page_shows_on_demand_and_spot_prices_for_the_share(client, 
 
     block = price_block(client.get(reverse("request_new")).text)
 
-    assert "For 1/4 GPU: On-demand $1.00/h · Spot $0.25/h (save 75 %)" in block
-    assert "on-demand a100 (A100-80GB), spot a100-spot (A100-80GB)" in block
+    assert "A100-80GB: on-demand $1.00/h · spot $0.25/h (save 75 %)" in block
 
 
 def test_the_request_page_says_when_no_matching_pool_is_priced(client, member, make_node):
@@ -60,36 +51,34 @@ def test_the_request_page_says_when_no_matching_pool_is_priced(client, member, m
     assert "$" not in block
 
 
+def estimate(client, team, **fields):
+    body = {"team": team.slug, "gpu_milli": 250} | fields
+    return client.post(reverse("api:request-estimate"), body, content_type="application/json").json()
+
+
 def test_the_estimate_answer_prices_the_chosen_share(client, team, member, priced):
     client.force_login(member)
 
-    answer = client.get(reverse("request_estimate"), FORM | {"team": team.pk, "share": "2000"}).json()
+    answer = estimate(client, team, gpu_milli=1000, num_gpus=2)
 
-    assert answer["ok"] is True
-    assert answer["price_text"] == "For 2 GPUs: On-demand $8.00/h · Spot $2.00/h (save 75 %)"
-    assert answer["prices"]["on_demand"] == {"usd_per_hour": "8.00", "pool": "a100", "gpu_model": "A100-80GB"}
+    assert answer["price_lines"] == [
+        "For 2 GPUs in a100 (A100-80GB): $8.00/h",
+        "A100-80GB: on-demand $8.00/h · spot $2.00/h (save 75 %)",
+    ]
+    assert answer["price"] == {"usd_per_hour": "8.00", "pool": "a100", "gpu_model": "A100-80GB"}
     assert answer["prices"]["spot"]["usd_per_hour"] == "2.00"
 
 
 def test_the_estimate_answer_prices_only_the_chosen_pool(client, team, member, priced):
     client.force_login(member)
 
-    answer = client.get(reverse("request_estimate"), FORM | {"team": team.pk, "pool": "a100"}).json()
+    answer = estimate(client, team, pool="a100")
 
-    assert answer["price_text"] == "For 1/4 GPU: On-demand $1.00/h · Spot not priced"
+    assert answer["price_lines"] == [
+        "For 1/4 GPU in a100 (A100-80GB): $1.00/h",
+        "A100-80GB: on-demand $1.00/h · spot not priced",
+    ]
     assert answer["prices"]["spot"] is None
-
-
-def test_the_price_follows_the_share_while_the_form_has_errors(client, team, member, priced):
-    client.force_login(member)
-
-    # spot billing without a checkpoint interval is not submittable yet
-    answer = client.get(
-        reverse("request_estimate"), FORM | {"team": team.pk, "share": "500", "billing_mode": "spot"}
-    ).json()
-
-    assert answer["ok"] is False
-    assert answer["price_text"] == "For 1/2 GPU: On-demand $2.00/h · Spot $0.50/h (save 75 %)"
 
 
 # Operators price pools on the pools page
@@ -161,6 +150,26 @@ def test_the_price_says_so_when_spot_costs_more(client, team, member, make_node,
     set_pool_price(spot_pool, "5.00", actor=operator)
     client.force_login(member)
 
-    answer = client.get(reverse("request_estimate"), FORM | {"team": team.pk}).json()
+    answer = estimate(client, team)
 
-    assert answer["price_text"] == "For 1/4 GPU: On-demand $1.00/h · Spot $1.25/h (spot costs 25 % more)"
+    assert answer["price_lines"][-1] == "A100-80GB: on-demand $1.00/h · spot $1.25/h (spot costs 25 % more)"
+
+
+def test_the_price_is_that_of_the_placement_and_spot_is_compared_on_the_same_model(
+    client, team, member, priced, operator
+):
+    # The cheapest on-demand pool is RTX; a 2-GPU request only fits the A100 node, so it pays A100 rates,
+    # and spot is compared with on-demand A100, never A100 spot against RTX on-demand.
+    rtx = create_pool(name="rtx", gpu_model="RTX-4090", capacity_type=CapacityType.ON_DEMAND)
+    set_pool_price(rtx, "0.40", actor=operator)
+    client.force_login(member)
+
+    answer = estimate(client, team, gpu_milli=1000, num_gpus=2)
+
+    assert answer["starts_now"] and answer["pool"] == "a100"
+    assert answer["price_lines"] == [
+        "For 2 GPUs in a100 (A100-80GB): $8.00/h",
+        "A100-80GB: on-demand $8.00/h · spot $2.00/h (save 75 %)",
+        "RTX-4090: on-demand $0.80/h · spot not priced",
+    ]
+    assert answer["prices"]["on_demand"]["gpu_model"] == answer["prices"]["spot"]["gpu_model"] == "A100-80GB"

@@ -172,6 +172,21 @@ def test_estimate_tells_where_and_writes_nothing(api_client, member, cluster):
     assert not GpuRequest.objects.exists()
 
 
+def test_estimate_needs_no_name_but_a_submit_does(api_client, member, cluster):
+    client = api_client(member)
+    nameless = {k: v for k, v in GOOD.items() if k != "name"}
+
+    estimate = client.post(f"{URL}estimate/", nameless, format="json")
+    blank = client.post(f"{URL}estimate/", nameless | {"name": ""}, format="json")
+    submit = client.post(URL, nameless, format="json")
+
+    assert (estimate.status_code, blank.status_code) == (200, 200)
+    assert estimate.json()["summary"].startswith("Would start now on node-1/gpu")
+    assert "as the next scheduling pass would place it, using the cluster as of" in estimate.json()["summary"]
+    assert submit.status_code == 400 and "name" in submit.json()["error"]["fields"]
+    assert not GpuRequest.objects.exists()
+
+
 def test_cluster_shows_capacity_but_not_other_teams_work(
     api_client, member, team, theirs, outsider, other_team
 ):

@@ -153,7 +153,7 @@ def test_pass_query_count_does_not_grow_with_the_queue(submit, make_node, django
     for i in range(40):
         submit(f"r{i}", gpu_milli=500)
 
-    with django_assert_max_num_queries(20):
+    with django_assert_max_num_queries(26):  # 20 for the pass, a constant few to store its state
         result = run_scheduling_pass()
 
     assert result.started == 16

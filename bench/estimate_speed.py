@@ -1,0 +1,186 @@
+"""How long the request form's estimate takes: 8,000 GPUs (1,000 nodes x 8), 8,000 requests pending.
+
+    python -m bench.estimate_speed [--database-url postgres://postgres@127.0.0.1:5432/gpu_portal_bench_estimate]
+                                   [--estimates 50]
+
+Builds a scratch PostgreSQL database (created if missing, emptied each run) in
+bulk: two pools (A100 on-demand, A100 spot), 1,000 nodes of 8 cards nearly full
+of running work with max durations, and 8,000 pending requests of mixed shapes
+over four teams; runs one `run_scheduling_pass()` (it stores the state estimates
+read), then times `estimate_request()` for mixed shapes (fractions, gangs, spot
+with and without fallback, a named pool): validation, the stored state, the
+pure core, the price. Target: under 100 ms. Prints the median and the p95.
+"""
+
+import argparse
+import datetime as dt
+import os
+import random
+import statistics
+import time
+
+NODES, GPUS_PER_NODE, PENDING = 1000, 8, 8000
+SHAPES = [(125, 1), (250, 1), (500, 1), (750, 1), (1000, 1), (1000, 2), (1000, 4), (1000, 8)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--database-url", default="postgres://postgres@127.0.0.1:5432/gpu_portal_bench_estimate"
+    )
+    parser.add_argument("--estimates", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=42)
+    args = parser.parse_args()
+
+    from bench.db_pass import _create_database
+
+    _create_database(args.database_url)
+    os.environ["DATABASE_URL"] = args.database_url
+    os.environ.pop("REDIS_URL", None)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    rng = random.Random(args.seed)
+    user, teams = _reset_and_seed(rng)
+
+    from scheduler_app.estimates import estimate_request
+    from scheduler_app.scheduling import run_scheduling_pass
+
+    begin = time.perf_counter()
+    result = run_scheduling_pass()
+    print(
+        f"setup pass: {time.perf_counter() - begin:.1f} s, started {result.started}, waiting {result.waiting}"
+    )
+    timings, outcomes = [], {"now": 0, "waits": 0}
+    for i in range(args.estimates):
+        fields = _mixed_fields(rng, i)
+        begin = time.perf_counter()
+        estimate = estimate_request(user=user, team=teams[i % len(teams)], **fields)
+        timings.append((time.perf_counter() - begin) * 1000)
+        outcomes["now" if estimate.starts_now else "waits"] += 1
+    timings.sort()
+    p95 = timings[min(len(timings) - 1, int(0.95 * len(timings)))]
+    print(f"estimates: {len(timings)} ({outcomes['now']} start now, {outcomes['waits']} wait)")
+    print(
+        f"estimate time: median {statistics.median(timings):.1f} ms, p95 {p95:.1f} ms "
+        f"with {PENDING} pending on {NODES * GPUS_PER_NODE} GPUs (target < 100 ms)"
+    )
+
+
+def _mixed_fields(rng: random.Random, i: int) -> dict:
+    milli, count = SHAPES[i % len(SHAPES)]
+    fields = {"task_type": rng.choice(["training", "inference"]), "gpu_milli": milli, "num_gpus": count}
+    if i % 5 == 1:
+        fields |= {"billing_mode": "spot", "checkpoint_interval_s": 600}
+        fields["allow_on_demand_fallback"] = i % 2 == 0
+    elif i % 7 == 3:
+        fields["pool_name"] = "a100"
+    return fields
+
+
+def _reset_and_seed(rng: random.Random):
+    """The cluster in bulk: cards nearly full of running work, then the pending queue."""
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+    from django.utils import timezone
+
+    from portal.models import Membership, Team
+    from scheduler_app.choices import CapacityType, RequestState
+    from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, PassRecord, Pool
+
+    with connection.cursor() as cursor:
+        tables = [
+            "scheduler_app_passrecord",
+            "scheduler_app_allocation",
+            "scheduler_app_event",
+            "scheduler_app_gpurequest",
+            "scheduler_app_gpu",
+            "scheduler_app_node",
+            "scheduler_app_teamquota",
+            "scheduler_app_pool",
+            "portal_membership",
+            "portal_team",
+            "auth_user",
+        ]
+        cursor.execute(f"truncate {', '.join(tables)} cascade")
+    assert not PassRecord.objects.exists()
+    on_demand = Pool.objects.create(name="a100", gpu_model="A100-80GB")
+    spot = Pool.objects.create(name="a100-spot", gpu_model="A100-80GB", capacity_type=CapacityType.SPOT)
+    nodes = Node.objects.bulk_create(
+        Node(
+            name=f"bench-{n:04d}",
+            pool=spot if n % 4 == 3 else on_demand,
+            cpu_milli=256_000,
+            memory_mib=2_048_000,
+        )
+        for n in range(NODES)
+    )
+    gpus = Gpu.objects.bulk_create(
+        Gpu(node=node, index=i, uuid=f"GPU-{node.name}-{i}", model="A100-80GB", memory_mib=81920)
+        for node in nodes
+        for i in range(GPUS_PER_NODE)
+    )
+    teams = Team.objects.bulk_create(Team(name=f"team-{t}", slug=f"team-{t}") for t in range(4))
+    user = get_user_model().objects.create_user("bench")
+    Membership.objects.bulk_create(Membership(team=team, user=user) for team in teams)
+    now = timezone.now()
+    running, pieces = [], []
+    for i, gpu in enumerate(gpus):
+        milli = rng.choice([1000, 1000, 1000, 875, 750])  # nearly full: an eighth or a quarter left at most
+        running.append(
+            GpuRequest(
+                team=teams[i % 4],
+                user=user,
+                name=f"running-{i}",
+                gpu_milli=milli,
+                cpu_milli=1000,
+                memory_mib=4096,
+                state=RequestState.RUNNING,
+                max_duration_s=rng.choice([3600, 4 * 3600, 12 * 3600]),
+                created_at=now - dt.timedelta(hours=1),
+            )
+        )
+        pieces.append((gpu, milli))
+    running = GpuRequest.objects.bulk_create(running, batch_size=2000)
+    Allocation.objects.bulk_create(
+        (
+            Allocation(
+                request=request,
+                gpu=gpu,
+                milli=milli,
+                gpu_memory_mib=81920 * milli // 1000,
+                billing_mode="spot" if gpu.node.pool_id == spot.pk else "on-demand",
+                started_at=now - dt.timedelta(minutes=rng.randint(1, 50)),
+            )
+            for request, (gpu, milli) in zip(running, pieces, strict=True)
+        ),
+        batch_size=2000,
+    )
+    pending = []
+    for i in range(PENDING):
+        milli, count = rng.choice(SHAPES[2:])  # half cards and up: they wait for a card to free up
+        pending.append(
+            GpuRequest(
+                team=teams[i % 4],
+                user=user,
+                name=f"pending-{i}",
+                gpu_milli=milli,
+                num_gpus=count,
+                cpu_milli=1000,
+                memory_mib=4096,
+                max_duration_s=rng.choice([600, 3600, 6 * 3600]),
+                created_at=now - dt.timedelta(seconds=PENDING - i),
+            )
+        )
+    GpuRequest.objects.bulk_create(pending, batch_size=2000)
+    return user, teams
+
+
+if __name__ == "__main__":
+    main()
