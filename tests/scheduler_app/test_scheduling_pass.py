@@ -11,7 +11,7 @@ from portal.models import Team
 from scheduler_app.choices import CapacityType, NodeStatus, RequestState
 from scheduler_app.models import Allocation, Event, GpuRequest, TeamQuota
 from scheduler_app.scheduling import run_scheduling_pass
-from scheduler_app.services import create_pool, set_node_status, submit_request
+from scheduler_app.services import create_pool, set_node_status, submit_request, transition_requests
 from scheduler_app.tasks import scheduling_pass
 
 
@@ -151,7 +151,8 @@ def test_owner_reclaims_borrowed_capacity_and_victim_is_requeued(
 
 def test_pass_query_count_does_not_grow_with_the_queue(submit, make_node):
     def queries_of_a_pass(cards: int, requests: int):
-        GpuRequest.objects.filter(state=RequestState.PENDING).update(state=RequestState.CANCELLED)
+        pending = GpuRequest.objects.filter(state=RequestState.PENDING).values_list("pk", flat=True)
+        transition_requests(pending, RequestState.CANCELLED, from_states=[RequestState.PENDING])
         run_scheduling_pass()  # the stored pass state exists from then on: both passes update it
         for n in range(cards // 2):
             make_node(f"node-{cards}-{n}", gpus=2)
