@@ -297,8 +297,8 @@ def run_clients(port: int, tokens: list[tuple[str, str]], duration_s: float, see
 
 
 class Processes:
-    """The portal's processes, each in its own process group; every one is stopped on exit,
-    killed if it does not stop within 15 s (also on Ctrl-C or an error)."""
+    """The portal's processes, each in its own process group; on exit (also on Ctrl-C or an
+    error) each is asked to stop (SIGTERM) and its group is killed after 15 s at most."""
 
     def __init__(self, env: dict, logs: Path):
         self.env = os.environ | env
@@ -325,12 +325,12 @@ class Processes:
 
     def __exit__(self, *exc) -> None:
         for process in self.running.values():
-            _signal_group(process, signal.SIGTERM)
+            process.terminate()  # the main process only: it stops its own children (warm shutdown)
         deadline = time.monotonic() + 15
         for process in self.running.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            _signal_group(process, signal.SIGKILL)  # also reaps children the main process left
+            _signal_group(process, signal.SIGKILL)  # whatever is left of the group, children included
             process.wait()
 
 

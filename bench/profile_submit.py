@@ -31,6 +31,7 @@ def main() -> int:
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/4")
     parser.add_argument("--submits", type=int, default=300)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--save", help="also write the cProfile stats to this file (for pstats or snakeviz)")
     args = parser.parse_args()
     os.environ.update(
         {
@@ -108,6 +109,8 @@ def _profile(args) -> None:
     for n in range(21 + args.submits, 21 + 2 * args.submits):
         submit(n)
     profiler.disable()
+    if args.save:
+        profiler.dump_stats(args.save)
     for order in ("cumulative", "tottime"):
         out = io.StringIO()
         pstats.Stats(profiler, stream=out).sort_stats(order).print_stats(args.top)
