@@ -54,7 +54,9 @@ def validated_request(*, user, team: Team | None, pool_name: str = "", **fields)
         raise ValidationError(errors)
 
     request = GpuRequest(team=team, user=user, pool=pool, state=RequestState.PENDING, **fields)
-    request.full_clean(validate_constraints=False)
+    # Team, user and pool are rows in hand: full_clean need not query each one's existence again.
+    held = [name for name, row in (("team", team), ("user", user), ("pool", pool)) if row is not None]
+    request.full_clean(exclude=held, validate_constraints=False)
     _check_fits_some_gpu(request)
     return request
 
@@ -70,16 +72,20 @@ def submit_request(*, user, team: Team | None, pool_name: str = "", **fields) ->
 
 
 def _check_fits_some_gpu(request: GpuRequest) -> None:
-    """Refuse what no card of the cluster could ever hold, rather than leave it pending forever."""
+    """Refuse what no card of the cluster could ever hold, rather than leave it pending forever.
+
+    Only a GPU model or a memory size can rule every card out; without either, no query."""
+    if not (request.gpu_model or request.gpu_memory_mib):
+        return
     gpus = Gpu.objects.all()
     if request.pool_id:
         gpus = gpus.filter(node__pool=request.pool)
     if request.gpu_model:
         gpus = gpus.filter(model=request.gpu_model)
-        if not gpus.exists():
-            where = f" in pool {request.pool.name}" if request.pool_id else ""
-            raise ValidationError({"gpu_model": f"No GPU of model {request.gpu_model!r}{where}."})
-    largest = gpus.aggregate(largest=Max("memory_mib"))["largest"]
+    largest = gpus.aggregate(largest=Max("memory_mib"))["largest"]  # None: no such card at all
+    if request.gpu_model and largest is None:
+        where = f" in pool {request.pool.name}" if request.pool_id else ""
+        raise ValidationError({"gpu_model": f"No GPU of model {request.gpu_model!r}{where}."})
     if request.gpu_memory_mib and largest is not None and request.gpu_memory_mib > largest:
         raise ValidationError(
             {"gpu_memory_mib": f"No GPU has {request.gpu_memory_mib} MiB; the largest has {largest} MiB."}

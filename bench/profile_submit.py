@@ -1,0 +1,121 @@
+"""Where one API submit spends its time: cProfile and the SQL of POST /api/v1/requests/, in-process.
+
+    python -m bench.profile_submit [--database-url postgres://postgres@127.0.0.1:5432/gpu_portal_d_profile]
+                                   [--redis-url redis://127.0.0.1:6379/4] [--submits 300] [--top 25]
+
+Recreates its own PostgreSQL database (dropped at the end), seeds the demo cluster and a user
+with an API token, warms up, then sends submits through DRF's test client with the token, as
+production settings would serve them (DEBUG=0, Redis for Celery, the channel layer and the
+throttle cache). Prints the queries of one submit (CaptureQueriesContext), the mean time per
+submit, and the cProfile functions with the most cumulative time over all submits.
+"""
+
+import argparse
+import cProfile
+import datetime as dt
+import io
+import os
+import pstats
+import sys
+import time
+import urllib.parse
+
+from bench.load import _drop_database, _purge_broker, _recreate_database, submit_body
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/gpu_portal_d_profile")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/4")
+    parser.add_argument("--submits", type=int, default=300)
+    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--save", help="also write the cProfile stats to this file (for pstats or snakeviz)")
+    args = parser.parse_args()
+    os.environ.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "portal.settings",
+            "DEBUG": "0",
+            "SECRET_KEY": "bench-profile-" + os.urandom(16).hex(),
+            "ALLOWED_HOSTS": "testserver",
+            "SECURE_SSL_REDIRECT": "0",
+            "DATABASE_URL": args.database_url,
+            "REDIS_URL": args.redis_url,
+            "API_THROTTLE_RATE": "100000/s",
+            "LOG_LEVEL": "WARNING",
+        }
+    )
+    database = urllib.parse.urlparse(args.database_url).path.lstrip("/")
+    _recreate_database(args.database_url, database)
+    try:
+        _profile(args)
+    finally:
+        from django.db import connections
+
+        connections.close_all()
+        _drop_database(args.database_url, database)
+        _purge_broker(args.redis_url)
+    return 0
+
+
+def _profile(args) -> None:
+    import random
+
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+    from rest_framework.test import APIClient
+
+    from portal.models import Membership, Team
+    from portal.services import create_api_token
+    from scheduler_app.demo import seed_demo
+
+    call_command("migrate", verbosity=0)
+    seed_demo()
+    team = Team.objects.create(name="Profile", slug="profile")
+    user = get_user_model().objects.create_user("profile")
+    Membership.objects.create(team=team, user=user)
+    secret = create_api_token(user, name="profile", expires_at=timezone.now() + dt.timedelta(days=1))[1]
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    rng = random.Random(1)
+
+    def submit(n: int) -> None:
+        response = client.post("/api/v1/requests/", submit_body(rng, "profile", n), format="json")
+        assert response.status_code == 201, response.content
+
+    for n in range(20):  # warm-up: imports, ContentType cache, connections
+        submit(n)
+    with CaptureQueriesContext(connection) as queries:
+        submit(20)
+    print(f"{len(queries)} queries in one submit:")
+    for query in queries.captured_queries:
+        print(f"  {query['time']}s  {query['sql'][:160]}")
+
+    began = time.perf_counter()
+    for n in range(21, 21 + args.submits):
+        submit(n)
+    each_ms = (time.perf_counter() - began) / args.submits * 1000
+    print(f"\n{args.submits} submits: {each_ms:.1f} ms each without the profiler")
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for n in range(21 + args.submits, 21 + 2 * args.submits):
+        submit(n)
+    profiler.disable()
+    if args.save:
+        profiler.dump_stats(args.save)
+    for order in ("cumulative", "tottime"):
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats(order).print_stats(args.top)
+        print(out.getvalue())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
