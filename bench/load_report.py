@@ -1,20 +1,18 @@
 """What bench.load reads back from the database after a run, and which of its targets failed.
 
-The invariant counts are plain ORM queries (any backend), so tests can plant a defect
-and see it counted; only `open_connections` is PostgreSQL-only.
+The capacity counts are DESIGN's invariants as scheduler_app.invariants states them (the same
+queries the test suite runs after every test); only `open_connections` is PostgreSQL-only.
 """
 
 import datetime as dt
 import statistics
 
 from django.db import connection
-from django.db.models import Count, F, Q, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import Count
 
 from scheduler_app.choices import RequestState
-from scheduler_app.constants import MILLI_PER_GPU
-from scheduler_app.lifecycle import ACTIVE_STATES
-from scheduler_app.models import Allocation, Gpu, GpuRequest
+from scheduler_app.invariants import over_committed_gpus, slices_of_inactive_requests
+from scheduler_app.models import GpuRequest
 
 # A pending request must have a reason (or be placed) within this many scheduling passes.
 PASSES_BEFORE_REASON = 2
@@ -28,24 +26,6 @@ COUNT_TARGETS = (
 )
 SUBMITS_PER_S_TARGET = 150.0
 P95_SUBMIT_MS_TARGET = 250.0
-
-
-def open_slices_of_inactive_requests() -> int:
-    """Open allocation segments (ended_at NULL) whose request is not scheduled, running or migrating."""
-    return Allocation.objects.filter(ended_at__isnull=True).exclude(request__state__in=ACTIVE_STATES).count()
-
-
-def gpus_over_capacity() -> int:
-    """Cards whose open segments hold more than 1000 milli-GPU or more MiB than the card has."""
-    open_segments = Q(allocations__ended_at__isnull=True)
-    return (
-        Gpu.objects.annotate(
-            open_milli=Coalesce(Sum("allocations__milli", filter=open_segments), 0),
-            open_mib=Coalesce(Sum("allocations__gpu_memory_mib", filter=open_segments), 0),
-        )
-        .filter(Q(open_milli__gt=MILLI_PER_GPU) | Q(open_mib__gt=F("memory_mib")))
-        .count()
-    )
 
 
 def pending_without_reason(now: dt.datetime, interval_s: int) -> int:
@@ -76,8 +56,8 @@ def open_connections(database: str) -> int:
 
 def invariants(now: dt.datetime, interval_s: int) -> dict[str, int]:
     return {
-        "open_slices_of_inactive_requests": open_slices_of_inactive_requests(),
-        "gpus_over_capacity": gpus_over_capacity(),
+        "open_slices_of_inactive_requests": len(slices_of_inactive_requests()),
+        "gpus_over_capacity": len(over_committed_gpus()),
         "pending_without_reason": pending_without_reason(now, interval_s),
     }
 
