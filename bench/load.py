@@ -23,7 +23,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -31,6 +30,8 @@ import time
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from bench import production
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -88,25 +89,12 @@ def _run(args, env: dict, database: str, logs: Path, stamp: str) -> int:
     tokens = _seed()
     connections.close_all()
     _purge_broker(args.redis_url)
-    port = _free_port()
-    python_bin = Path(sys.executable).parent
+    port = production.free_port()
     commands = {
-        "web": [
-            str(python_bin / "uvicorn"),
-            "portal.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "2",
-            "--no-access-log",
-        ],
-        "worker": [str(python_bin / "celery"), "-A", "portal", "worker", "-l", "info"],
-        "beat": [
-            str(python_bin / "celery"),
-            *("-A", "portal", "beat", "-l", "info", "--schedule", str(logs / "celerybeat-schedule")),
-        ],
+        "web": production.command("ASGI server", port),
+        "worker": production.command("Celery worker", port),
+        # beat keeps its schedule file with the run's logs, not in the checkout
+        "beat": [*production.command("Celery beat", port), "--schedule", str(logs / "celerybeat-schedule")],
     }
     with Processes(env, logs) as processes:
         for name, command in commands.items():
@@ -154,6 +142,8 @@ def _production_env(args, logs: Path) -> dict:
         "API_THROTTLE_RATE": THROTTLE_RATE,
         "STATIC_ROOT": str(logs / "static"),
         "LOG_LEVEL": "WARNING",
+        # the README's commands name `uvicorn` and `celery`: the ones of this Python
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
     }
 
 
@@ -365,18 +355,12 @@ def _purge_broker(redis_url: str) -> None:
     redis.Redis.from_url(redis_url).delete("celery", "unacked", "unacked_index")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait_until_up(port: int) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            conn.request("GET", "/healthz")
+            conn.request("GET", "/healthz/ready")
             if conn.getresponse().status == 200:
                 return
         except OSError:

@@ -115,7 +115,9 @@ class GpuRequestSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
         ]
 
     def get_allocations(self, request) -> list[dict]:
-        """Open segments: where the request runs now."""
+        """Open segments: where the request runs now (only an active request holds any: DESIGN rule 1)."""
+        if not request.is_active():
+            return []
         return AllocationSerializer(
             [a for a in request.allocations.all() if a.ended_at is None], many=True
         ).data

@@ -108,9 +108,8 @@ class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
             pool_name=fields.pop("pool"),
             **fields,
         )
-        return Response(
-            self.get_serializer(self.get_queryset().get(pk=gpu_request.pk)).data, status.HTTP_201_CREATED
-        )
+        # Answered from the saved row: a new request holds no slice yet, so nothing needs re-reading.
+        return Response(self.get_serializer(gpu_request).data, status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses=GpuRequestSerializer)
     @action(detail=True, methods=["post"])

@@ -8,9 +8,7 @@ killed with it whatever happens, and the scratch database is dropped at the end.
 
 import json
 import os
-import re
 import secrets
-import shlex
 import signal
 import socket
 import subprocess
@@ -28,6 +26,8 @@ import dj_database_url
 import psycopg
 import pytest
 from django.conf import settings
+
+from bench.production import command, free_port
 
 pytestmark = pytest.mark.postgres
 
@@ -52,26 +52,6 @@ register_node(pool=pool, name="node-1", cpu_milli=64000, memory_mib=524288, gpus
 _, secret = create_api_token(user, name="production check", expires_at=timezone.now() + dt.timedelta(hours=1))
 print(secret)
 """
-
-
-def production_commands() -> dict[str, list[str]]:
-    """Process name -> argv, from the README's table under "Running in production"."""
-    section = (ROOT / "README.md").read_text().split("## Running in production", 1)[1]
-    rows = re.findall(r"^\| ([^|]+?) \| `([^`]+)`", section, flags=re.MULTILINE)
-    return {process: shlex.split(command) for process, command in rows}
-
-
-def command(process_prefix: str, port: int) -> list[str]:
-    (argv,) = [argv for name, argv in production_commands().items() if name.startswith(process_prefix)]
-    if "--port" in argv:
-        argv[argv.index("--port") + 1] = str(port)
-    return argv
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

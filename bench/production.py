@@ -1,0 +1,34 @@
+"""The production processes as README's "Running in production" table writes them.
+
+The production-mode test and bench.load start exactly these commands, so the README cannot
+drift from what is tested; only the address changes (loopback and a free port).
+"""
+
+import re
+import shlex
+import socket
+from pathlib import Path
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def production_commands() -> dict[str, list[str]]:
+    """Process name -> argv, from the README's table under "Running in production"."""
+    section = README.read_text().split("## Running in production", 1)[1]
+    rows = re.findall(r"^\| ([^|]+?) \| `([^`]+)`", section, flags=re.MULTILINE)
+    return {process: shlex.split(command) for process, command in rows}
+
+
+def command(process_prefix: str, port: int) -> list[str]:
+    """The README's command for the process whose name starts with `process_prefix`, on 127.0.0.1:port."""
+    (argv,) = [argv for name, argv in production_commands().items() if name.startswith(process_prefix)]
+    for flag, value in (("--host", "127.0.0.1"), ("--port", str(port))):
+        if flag in argv:
+            argv[argv.index(flag) + 1] = value
+    return argv
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
