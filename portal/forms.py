@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from portal.choices import Role
 from portal.models import Team
-from scheduler_app.choices import BillingMode, NodeStatus, RequestState, TaskType
+from scheduler_app.choices import BillingMode, NodeStatus, TaskType
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.models import Gpu, Pool
 
@@ -140,29 +140,6 @@ class RequestForm(ServiceErrorsMixin, forms.Form):
             "max_duration_s": None if duration is None else int(duration * Decimal(3600)),
             "priority": data["priority"],
             "command": data["command"],
-        }
-
-
-class RequestFilterForm(forms.Form):
-    """The filters of the request list; a value that does not parse is ignored, not an error page."""
-
-    q = forms.CharField(required=False, label="Name contains")
-    state = forms.ChoiceField(required=False, choices=[("", "Any state"), *RequestState.choices])
-    team = forms.ModelChoiceField(required=False, queryset=Team.objects.none(), empty_label="Any team")
-    task_type = forms.ChoiceField(required=False, choices=[("", "Any task"), *TaskType.choices])
-
-    def __init__(self, *args, teams, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["team"].queryset = teams
-
-    def filters(self) -> dict:
-        self.is_valid()
-        data = {name: value for name, value in self.cleaned_data.items() if value}
-        return {
-            "search": data.get("q", "").strip(),
-            "state": data.get("state", ""),
-            "team_id": data["team"].pk if "team" in data else None,
-            "task_type": data.get("task_type", ""),
         }
 
 

@@ -8,10 +8,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from billing_app.selectors import price_per_hour
-from portal.forms import RequestFilterForm, RequestForm
-from portal.models import Team
+from portal.forms import RequestForm
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.estimates import price_lines, share_label
+from scheduler_app.filters import GpuRequestFilter
 from scheduler_app.lifecycle import IllegalTransition
 from scheduler_app.models import Pool
 from scheduler_app.selectors import request_events, request_list, request_segments, requests_visible_to
@@ -55,11 +55,12 @@ def _form_price_lines(form: RequestForm) -> list[str]:
 
 @login_required
 def request_index(request):
-    teams = Team.objects.filter(memberships__user=request.user)
-    filters = RequestFilterForm(request.GET, teams=teams)
-    requests = request_list(request.user, **filters.filters())
+    # The form sends every field, an empty one meaning any; the filter refuses empty values (API).
+    given = {name: value for name, value in request.GET.items() if value}
+    filters = GpuRequestFilter(given, request_list(request.user), request=request)
+    requests = filters.qs if filters.is_valid() else filters.queryset.none()
     page = Paginator(requests, PAGE_SIZE).get_page(request.GET.get("page"))
-    return render(request, "portal/requests/index.html", {"filters": filters, "page": page})
+    return render(request, "portal/requests/index.html", {"filters": filters.form, "page": page})
 
 
 def _visible_request(request, pk):
