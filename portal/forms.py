@@ -15,26 +15,12 @@ from django.utils import timezone
 
 from portal.choices import Role
 from portal.models import Team
-from scheduler_app.choices import BillingMode, NodeStatus, RequestState, TaskType
+from portal.share import Share
+from scheduler_app.choices import BillingMode, NodeStatus, TaskType
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.models import Gpu, Pool
 
 MIB_PER_GIB = 1024
-
-# The portal offers eighths of a card, or whole cards for gangs; the value is the total milli-GPU.
-SHARE_CHOICES = [
-    (125, "1/8 GPU"),
-    (250, "1/4 GPU"),
-    (375, "3/8 GPU"),
-    (500, "1/2 GPU"),
-    (625, "5/8 GPU"),
-    (750, "3/4 GPU"),
-    (875, "7/8 GPU"),
-    (1000, "1 GPU"),
-    (2000, "2 GPUs"),
-    (4000, "4 GPUs"),
-    (8000, "8 GPUs"),
-]
 
 
 class ServiceErrorsMixin:
@@ -53,6 +39,16 @@ class ServiceErrorsMixin:
     def service_error_dict(self) -> dict[str, list[str]]:
         """The form's errors keyed by field ('__all__' for the rest), for JSON answers."""
         return {name: list(messages) for name, messages in self.errors.items()}
+
+
+class ShareSelect(forms.Select):
+    """Each option carries its share per card and its card count, so the form's script does no arithmetic."""
+
+    def create_option(self, name, value, *args, **kwargs):
+        option = super().create_option(name, value, *args, **kwargs)
+        share = Share.parse(value)
+        option["attrs"].update({"data-gpu-milli": share.gpu_milli, "data-num-gpus": share.num_gpus})
+        return option
 
 
 class RequestForm(ServiceErrorsMixin, forms.Form):
@@ -75,9 +71,10 @@ class RequestForm(ServiceErrorsMixin, forms.Form):
         help_text="Training packs onto few cards; inference spreads out for isolation.",
     )
     share = forms.TypedChoiceField(
-        choices=SHARE_CHOICES,
-        coerce=int,
+        choices=Share.choices,
+        coerce=Share.parse,
         initial=250,
+        widget=ShareSelect,
         label="GPU share",
         help_text="Eighths of one card, or whole cards together on one node.",
     )
@@ -121,7 +118,6 @@ class RequestForm(ServiceErrorsMixin, forms.Form):
         """The keyword arguments of submit_request / estimate_request, from the cleaned data."""
         data = self.cleaned_data
         share = data["share"]
-        whole = share > MILLI_PER_GPU
         memory = data["gpu_memory_gib"]
         interval = data["checkpoint_interval_min"]
         duration = data["max_duration_h"]
@@ -130,8 +126,8 @@ class RequestForm(ServiceErrorsMixin, forms.Form):
             "pool_name": data["pool"],
             "name": data["name"].strip(),
             "task_type": data["task_type"],
-            "gpu_milli": MILLI_PER_GPU if whole else share,
-            "num_gpus": share // MILLI_PER_GPU if whole else 1,
+            "gpu_milli": share.gpu_milli,
+            "num_gpus": share.num_gpus,
             "gpu_model": data["gpu_model"],
             "gpu_memory_mib": None if memory is None else memory * MIB_PER_GIB,
             "billing_mode": data["billing_mode"],
@@ -140,29 +136,6 @@ class RequestForm(ServiceErrorsMixin, forms.Form):
             "max_duration_s": None if duration is None else int(duration * Decimal(3600)),
             "priority": data["priority"],
             "command": data["command"],
-        }
-
-
-class RequestFilterForm(forms.Form):
-    """The filters of the request list; a value that does not parse is ignored, not an error page."""
-
-    q = forms.CharField(required=False, label="Name contains")
-    state = forms.ChoiceField(required=False, choices=[("", "Any state"), *RequestState.choices])
-    team = forms.ModelChoiceField(required=False, queryset=Team.objects.none(), empty_label="Any team")
-    task_type = forms.ChoiceField(required=False, choices=[("", "Any task"), *TaskType.choices])
-
-    def __init__(self, *args, teams, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["team"].queryset = teams
-
-    def filters(self) -> dict:
-        self.is_valid()
-        data = {name: value for name, value in self.cleaned_data.items() if value}
-        return {
-            "search": data.get("q", "").strip(),
-            "state": data.get("state", ""),
-            "team_id": data["team"].pk if "team" in data else None,
-            "task_type": data.get("task_type", ""),
         }
 
 

@@ -135,7 +135,7 @@ def estimate_request(
         if waiting.estimated_start is None
         else dt.datetime.fromtimestamp(waiting.estimated_start, dt.UTC)
     )
-    return Estimate(False, "", start, waiting.reason(clock=format_utc), pool, as_of, prices(pool), label)
+    return Estimate(False, "", start, waiting.reason(format_utc), pool, as_of, prices(pool), label)
 
 
 def _dry_run(spec: RequestSpec, pools: list[Pool], now: dt.datetime) -> CandidatePlan:

@@ -105,7 +105,7 @@ def _explain_waiting(plan: PassPlan, snapshot: ClusterSnapshot, refused: dict[in
             if waiting.estimated_start is not None
             else None
         )
-        reasons[waiting.request_id] = (waiting.reason(clock=format_utc), estimate)
+        reasons[waiting.request_id] = (waiting.reason(format_utc), estimate)
     for request_id, why in refused.items():
         reasons[request_id] = (f"placement refused under lock ({why}); retried next pass", None)
     for request_id, why in snapshot.unplaceable.items():

@@ -48,19 +48,10 @@ def quota_usage(team: Team) -> list[dict]:
     ]
 
 
-def request_list(
-    user, *, state: str = "", team_id: int | None = None, task_type: str = "", search: str = ""
-) -> QuerySet[GpuRequest]:
-    """The user's visible requests, filtered, with team, pool and open segments (GPU, node, pool) loaded."""
+def request_list(user) -> QuerySet[GpuRequest]:
+    """The user's visible requests with team, pool and open segments (GPU, node, pool) loaded;
+    scheduler_app.filters.GpuRequestFilter narrows them."""
     requests = requests_visible_to(user)
-    if state:
-        requests = requests.filter(state=state)
-    if team_id:
-        requests = requests.filter(team_id=team_id)
-    if task_type:
-        requests = requests.filter(task_type=task_type)
-    if search:
-        requests = requests.filter(name__icontains=search)
     return requests.select_related("team", "pool").prefetch_related(
         Prefetch(
             "allocations",

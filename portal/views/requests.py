@@ -8,10 +8,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from billing_app.selectors import price_per_hour
-from portal.forms import RequestFilterForm, RequestForm
-from portal.models import Team
-from scheduler_app.constants import MILLI_PER_GPU
-from scheduler_app.estimates import price_lines, share_label
+from portal.forms import RequestForm
+from portal.share import Share
+from scheduler_app.estimates import price_lines
+from scheduler_app.filters import GpuRequestFilter
 from scheduler_app.lifecycle import IllegalTransition
 from scheduler_app.models import Pool
 from scheduler_app.selectors import request_events, request_list, request_segments, requests_visible_to
@@ -45,21 +45,21 @@ def _form_price_lines(form: RequestForm) -> list[str]:
     """The price block before any script runs: the chosen share (or the form's initial one) per hour,
     on-demand against spot per GPU model (where it would run is the estimate's to say)."""
     data = getattr(form, "cleaned_data", {}) if form.is_bound else {}
-    share = data.get("share") or form.fields["share"].initial
-    whole = share > MILLI_PER_GPU
-    milli, count = (MILLI_PER_GPU, share // MILLI_PER_GPU) if whole else (share, 1)
+    share = data.get("share") or Share.parse(form.fields["share"].initial)
     pool = Pool.objects.filter(name=data["pool"]).first() if data.get("pool") else None
-    prices = price_per_hour(milli, count, gpu_model=data.get("gpu_model") or None, pool=pool)
-    return price_lines(prices, share_label(milli, count))
+    model = data.get("gpu_model") or None
+    prices = price_per_hour(share.gpu_milli, share.num_gpus, gpu_model=model, pool=pool)
+    return price_lines(prices, share.label)
 
 
 @login_required
 def request_index(request):
-    teams = Team.objects.filter(memberships__user=request.user)
-    filters = RequestFilterForm(request.GET, teams=teams)
-    requests = request_list(request.user, **filters.filters())
+    # The form sends every field, an empty one meaning any; the filter refuses empty values (API).
+    given = {name: value for name, value in request.GET.items() if value}
+    filters = GpuRequestFilter(given, request_list(request.user), request=request)
+    requests = filters.qs if filters.is_valid() else filters.queryset.none()
     page = Paginator(requests, PAGE_SIZE).get_page(request.GET.get("page"))
-    return render(request, "portal/requests/index.html", {"filters": filters, "page": page})
+    return render(request, "portal/requests/index.html", {"filters": filters.form, "page": page})
 
 
 def _visible_request(request, pk):

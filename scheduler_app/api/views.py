@@ -3,7 +3,8 @@ serialize."""
 
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -30,9 +31,10 @@ from scheduler_app.api.serializers import (
     SubmitSerializer,
     UtilizationSerializer,
 )
-from scheduler_app.choices import NodeStatus, RequestState, TaskType
+from scheduler_app.choices import NodeStatus
 from scheduler_app.estimates import estimate_request
-from scheduler_app.models import Allocation, Event, Pool
+from scheduler_app.filters import GpuRequestFilter
+from scheduler_app.models import Allocation, Event, GpuRequest, Pool
 from scheduler_app.selectors import (
     cluster_picture,
     nodes_for_operators,
@@ -48,50 +50,22 @@ from scheduler_app.services import (
 )
 from scheduler_app.telemetry import record_gpu_samples
 
-FILTERS = [
-    OpenApiParameter("state", str, enum=RequestState.values, description="Only requests in this state."),
-    OpenApiParameter("team", str, description="Only this team's requests (slug)."),
-    OpenApiParameter("task_type", str, enum=TaskType.values),
-    OpenApiParameter("search", str, description="Part of the request name."),
-]
-
 
 class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = GpuRequestSerializer
     lookup_value_converter = "int"
+    queryset = GpuRequest.objects.none()  # names the model for the schema; get_queryset scopes it
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = GpuRequestFilter
 
     def get_queryset(self):
         segments = Allocation.objects.select_related("gpu__node").order_by("started_at", "id")
-        queryset = (
+        return (
             requests_visible_to(self.request.user)
             .select_related("team", "user", "pool")
             .prefetch_related(Prefetch("allocations", queryset=segments))
             .order_by("-created_at", "-id")
         )
-        return self._filtered(queryset) if self.action == "list" else queryset
-
-    def _filtered(self, queryset):
-        params = self.request.query_params
-        errors = {}
-        for name, allowed in (("state", RequestState.values), ("task_type", TaskType.values)):
-            if name not in params:
-                continue
-            value = params[name]
-            if value not in allowed:
-                errors[name] = [f"{value!r} is not one of {', '.join(allowed)}."]
-            else:
-                queryset = queryset.filter(**{name: value})
-        if errors:
-            raise ValidationError(errors)
-        if team := params.get("team"):
-            queryset = queryset.filter(team__slug=team)
-        if search := params.get("search"):
-            queryset = queryset.filter(name__icontains=search)
-        return queryset
-
-    @extend_schema(parameters=FILTERS)
-    def list(self, request, *args, **kwargs):
-        return super().list(request, *args, **kwargs)
 
     @extend_schema(responses=GpuRequestDetailSerializer)
     def retrieve(self, request, *args, **kwargs):

@@ -276,7 +276,7 @@ class Fgd(Policy):
         ix = self.index
         cpu, gpu, model, mem = ix.cpu_free[rows], ix.gpu_free[rows], ix.gpu_model[rows], ix.mem_free[rows]
         cpu_after, mem_after = cpu - request.cpu_milli, mem - request.memory_mib
-        before = self._now(rows)
+        before = self._current_fragmentation(rows)
         if request.num_gpus == 1:
             r, c = np.nonzero(cards)
             gpu_after = gpu[r].copy()
@@ -304,8 +304,8 @@ class Fgd(Policy):
         """The fragmentation measures this policy ranks by, for K node states."""
         return (self.model.batch(cpu, gpu, model),)
 
-    def _now(self, rows: np.ndarray) -> tuple:
-        """``_frag`` of the nodes as they are now."""
+    def _current_fragmentation(self, rows: np.ndarray) -> tuple:
+        """``_frag`` of the nodes in their current state (before a placement)."""
         ix = self.index
         return self._frag(ix.cpu_free[rows], ix.gpu_free[rows], ix.gpu_model[rows], ix.mem_free[rows])
 
@@ -397,8 +397,8 @@ class FgdPlus(Fgd):
         self.host_model = FragmentationModel(mix, index.models, host_aware=True)
         self.gangs = _GangRoom(index, mix.gangs) if mix.gangs else None
         n = len(index.nodes)
-        self.now_plain, self.now_host = np.zeros(n), np.zeros(n)
-        self.now_version = np.full(n, -1, dtype=np.int64)
+        self.current_plain, self.current_host = np.zeros(n), np.zeros(n)
+        self.current_version = np.full(n, -1, dtype=np.int64)
 
     def _frag(self, cpu: np.ndarray, gpu: np.ndarray, model: np.ndarray, mem: np.ndarray) -> tuple:
         if len(cpu) <= _DEDUPE_FROM:
@@ -418,13 +418,13 @@ class FgdPlus(Fgd):
         )
         return plain[inverse], host[inverse]
 
-    def _now(self, rows: np.ndarray) -> tuple:
+    def _current_fragmentation(self, rows: np.ndarray) -> tuple:
         # Cached per node version: most rescoring is of the one node the last placement touched.
-        stale = rows[self.now_version[rows] != self.index.version[rows]]
+        stale = rows[self.current_version[rows] != self.index.version[rows]]
         if len(stale):
-            self.now_plain[stale], self.now_host[stale] = super()._now(stale)
-            self.now_version[stale] = self.index.version[stale]
-        return self.now_plain[rows], self.now_host[rows]
+            self.current_plain[stale], self.current_host[stale] = super()._current_fragmentation(stale)
+            self.current_version[stale] = self.index.version[stale]
+        return self.current_plain[rows], self.current_host[rows]
 
     def _ranks(self, before: tuple, after: tuple) -> tuple[np.ndarray, np.ndarray]:
         # The host-aware increase stays raw, not rounded like FGD's rank: it only orders FGD's ties.

@@ -69,12 +69,13 @@ class FluidEstimator:
         for tank in self._tanks.values():
             tank.releases.sort()
 
-    def reserved(self, pool: str, request: RequestSpec, at: float) -> None:
+    def take_reservation(self, pool: str, request: RequestSpec, at: float) -> None:
         """A reservation takes its share of the pool at its reserved time."""
         self._tanks[pool].take(request.total_milli(), at, request.max_duration_s)
 
-    def estimate(self, request: RequestSpec) -> tuple[float, bool] | None:
-        """(start s, firm) for a waiting request, which is then counted as started then."""
+    def take_earliest(self, request: RequestSpec) -> tuple[float, bool] | None:
+        """(start s, firm) for a waiting request at the earliest a pool has room; the request takes that
+        room from then, so requests behind it start later."""
         need = request.total_milli()
         best: tuple[float, bool, str] | None = None
         for pool, tank in self._tanks.items():

@@ -46,7 +46,7 @@ class Ledger:
         use[2] += sign * request.memory_mib
         self._pool_milli[request.team, self.pool_of[node]] += sign * request.total_milli()
 
-    def share(self, team: str) -> float:
+    def dominant_share(self, team: str) -> float:
         """Dominant share of the cluster, 0.0 .. 1.0 (more when over-counted)."""
         use = self._use[team]
         return max(u / c for u, c in zip(use, self._capacity, strict=True))

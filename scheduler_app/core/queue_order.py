@@ -60,7 +60,7 @@ class FairQueue:
         self._version[team] += 1
         if self._fair:
             tier = 0 if self._ledger.quota_pools(queue[0]) else 1
-            key = (tier, self._ledger.share(team), team)
+            key = (tier, self._ledger.dominant_share(team), team)
         else:
             key = ()
         heapq.heappush(self._heap, (key, self._version[team], team))

@@ -184,7 +184,7 @@ class ReservationBook:
             if name not in live:
                 continue
             if name not in futures:
-                futures[name] = self._future(live[name])
+                futures[name] = self._less_claims(live[name])
                 free[name] = _usable_milli(futures[name], range(len(live[name].gpus)))
             if hold is not None:
                 before = _usable_milli(futures[name], hold.gpus)
@@ -197,7 +197,8 @@ class ReservationBook:
                     return max(self.now, at), firm.get(name, True), placement
         return None
 
-    def _future(self, node: NodeState) -> NodeState:
+    def _less_claims(self, node: NodeState) -> NodeState:
+        """A scratch copy of the node less everything the reservations on it claim."""
         future = copy_node(node)
         claims = self._claims.get(node.name)
         if claims:

@@ -102,10 +102,10 @@ class Waiting:
     ahead: int
     estimated_start: float | None = None
 
-    def reason(self, clock: Callable[[float], str] = lambda t: f"{t:.0f} s") -> str:
-        """The sentence a user reads; `clock` formats a time (the caller knows the time zone)."""
+    def reason(self, format_time: Callable[[float], str] = lambda t: f"{t:.0f} s") -> str:
+        """The sentence a user reads; `format_time` words a time (the caller knows the time zone)."""
         ahead = "1 request" if self.ahead == 1 else f"{self.ahead} requests"
-        start = "unknown" if self.estimated_start is None else clock(self.estimated_start)
+        start = "unknown" if self.estimated_start is None else format_time(self.estimated_start)
         return f"{self.cause}; {ahead} ahead of you; estimated start {start}"
 
 
@@ -218,10 +218,10 @@ class _Pass:
         fluid = FluidEstimator(self.nodes, releases, self.now)
         for i, (request, reservation) in enumerate(self._waiting):
             if reservation is not None:
-                fluid.reserved(pool_of[reservation.node], request, reservation.start_at)
+                fluid.take_reservation(pool_of[reservation.node], request, reservation.start_at)
                 estimate = (reservation.start_at, reservation.firm)
             else:
-                estimate = fluid.estimate(request)
+                estimate = fluid.take_earliest(request)
             if estimate is not None and estimate[1]:
                 w = self.plan.waiting[i]
                 self.plan.waiting[i] = Waiting(w.request_id, w.cause, w.ahead, estimate[0])

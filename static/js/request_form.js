@@ -27,11 +27,19 @@
     return checked ? checked.value : "";
   }
 
+  // The chosen share as the API takes it; each option carries it (portal.share.Share).
+  function chosenShare() {
+    const option = form.elements.share.selectedOptions[0];
+    return option
+      ? { gpu_milli: Number(option.dataset.gpuMilli), num_gpus: Number(option.dataset.numGpus) }
+      : { gpu_milli: 0, num_gpus: 1 };
+  }
+
   function refreshFields() {
     spotOnly.hidden = billing() !== "spot";
-    const share = parseInt(form.elements.share.value, 10) || 0;
-    fill.style.width = Math.min(share, 1000) / 10 + "%";
-    fill.textContent = share > 1000 ? share / 1000 + " whole GPUs, one node" : "";
+    const share = chosenShare();
+    fill.style.width = share.gpu_milli / 10 + "%";
+    fill.textContent = share.num_gpus > 1 ? share.num_gpus + " whole GPUs, one node" : "";
   }
 
   function show(kind, parts) {
@@ -74,14 +82,13 @@
   // The form's fields in the API's units; a number that does not parse goes as typed, for the API to refuse.
   function body() {
     const f = form.elements;
-    const share = parseInt(f.share.value, 10) || 0;
-    const whole = share > 1000;
+    const share = chosenShare();
     const data = {
       team: teamSlugs[f.team.value] || "",
       name: f.name.value,
       task_type: checkedValue("task_type"),
-      gpu_milli: whole ? 1000 : share,
-      num_gpus: whole ? share / 1000 : 1,
+      gpu_milli: share.gpu_milli,
+      num_gpus: share.num_gpus,
       pool: f.pool.value,
       gpu_model: f.gpu_model.value,
       billing_mode: billing(),

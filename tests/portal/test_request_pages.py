@@ -303,7 +303,7 @@ def test_list_shows_gpu_pool_and_share_of_a_scheduled_request(client, member, no
 @pytest.mark.parametrize(
     ("query", "shown", "hidden"),
     [
-        ({"q": "serve"}, "vision-serve", "vision-train"),
+        ({"search": "serve"}, "vision-serve", "vision-train"),
         ({"task_type": "inference"}, "vision-serve", "vision-train"),
         ({"state": "cancelled"}, "vision-train", "vision-serve"),
     ],
@@ -321,7 +321,42 @@ def test_list_filters_by_team(client, team, other_team, member, two_teams):
     other_team.memberships.create(user=member)
     client.force_login(member)
 
-    response = client.get(reverse("requests"), {"team": other_team.pk})
+    response = client.get(reverse("requests"), {"team": other_team.slug})
+
+    assert "language-job" in response.text and "vision-train" not in response.text
+
+
+def test_list_form_sends_empty_fields_meaning_any(client, member, two_teams):
+    client.force_login(member)
+
+    response = client.get(reverse("requests"), {"search": "", "state": "", "team": "", "task_type": ""})
+
+    assert "vision-train" in response.text and "vision-serve" in response.text
+    assert "errorlist" not in response.text
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ({"state": "sleeping"}, "&#x27;sleeping&#x27; is not one of pending, scheduled,"),
+        ({"task_type": "gaming"}, "&#x27;gaming&#x27; is not one of training, inference"),
+        ({"team": "language"}, "&#x27;language&#x27; is none of your teams."),
+    ],
+)
+def test_list_shows_a_bad_filter_inline_and_lists_nothing(client, member, two_teams, query, message):
+    client.force_login(member)
+
+    response = client.get(reverse("requests"), query)
+
+    assert response.status_code == 200
+    assert message in response.text
+    assert "vision-train" not in response.text and "the filter above is not valid" in response.text
+
+
+def test_operator_filters_the_list_by_any_team(client, operator, other_team, two_teams):
+    client.force_login(operator)
+
+    response = client.get(reverse("requests"), {"team": other_team.slug})
 
     assert "language-job" in response.text and "vision-train" not in response.text
 

@@ -119,6 +119,46 @@ def test_list_filters_and_search(api_client, member, team, cluster):
     assert bad_size.status_code == 400 and "page_size" in bad_size.json()["error"]["fields"]
 
 
+@pytest.mark.parametrize(
+    ("query", "field", "message"),
+    [
+        ({"state": "sleeping"}, "state", "'sleeping' is not one of pending, scheduled, running, migrating,"),
+        ({"state": ""}, "state", "'' is not one of pending,"),
+        ({"task_type": "gaming"}, "task_type", "'gaming' is not one of training, inference."),
+        ({"team": "language"}, "team", "'language' is none of your teams."),
+    ],
+)
+def test_list_refuses_a_bad_filter_naming_the_parameter(api_client, member, theirs, query, field, message):
+    response = api_client(member).get(URL, query)
+
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "validation_error" and error["message"].startswith(f"{field}: {message}")
+    assert list(error["fields"]) == [field] and error["fields"][field][0].startswith(message)
+
+
+def test_list_filters_by_team_slug_and_operators_by_any_team(api_client, member, operator, team, theirs):
+    submit_request(user=member, team=team, **GOOD)
+
+    mine = api_client(member).get(URL, {"team": "vision"}).json()["results"]
+    everyone = api_client(operator).get(URL, {"team": "language"}).json()["results"]
+
+    assert [r["name"] for r in mine] == ["train"]
+    assert [r["name"] for r in everyone] == ["secret-project"]
+
+
+def test_schema_documents_the_list_filters(client, member):
+    client.force_login(member)
+    schema = client.get("/api/v1/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+
+    parameters = {p["name"]: p for p in schema["paths"]["/api/v1/requests/"]["get"]["parameters"]}
+
+    assert {"search", "state", "team", "task_type", "page", "page_size"} <= set(parameters)
+    assert "pending" in parameters["state"]["schema"]["enum"]
+    assert parameters["task_type"]["schema"]["enum"] == ["inference", "training"]
+    assert parameters["team"]["description"] == "Only this team's requests (slug)."
+
+
 def test_detail_has_segments_and_event_timeline(api_client, member, team, cluster):
     request = submit_request(user=member, team=team, **GOOD)
     run_scheduling_pass()

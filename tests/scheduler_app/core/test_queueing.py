@@ -240,7 +240,7 @@ def test_pending_reason_names_the_missing_slice_the_queue_and_the_estimate():
     # when
     plan = plan_pass(nodes, [*ahead, mine], [busy], [], 100, POLICY)
     # then
-    reason = plan.waiting[-1].reason(clock=lambda t: f"t+{t:.0f}s")
+    reason = plan.waiting[-1].reason(format_time=lambda t: f"t+{t:.0f}s")
     assert reason == (
         "no GPU with 500 milli-GPU and 40960 MiB free in pool spot-a100; 3 requests ahead of you; "
         "estimated start t+900s"
