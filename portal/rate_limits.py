@@ -32,19 +32,28 @@ class Window:
 
 
 def hit(key: str, duration_s: int, now: float | None = None) -> Window:
-    """Count one hit for `key` in its current window of `duration_s` seconds."""
+    """Count one hit for `key` in its current window of `duration_s` seconds.
+
+    Two cache round trips in the usual case (read the anchor, increment the counter); the
+    first hit of an identity or of a window adds what is missing, with `add` so racers agree.
+    """
     now = time.time() if now is None else now
-    cache.add(f"{key}:anchor", now, max(ANCHOR_TTL_S, 2 * duration_s))
-    anchor = cache.get(f"{key}:anchor", now)
+    anchor = cache.get(f"{key}:anchor")
+    if anchor is None:
+        cache.add(f"{key}:anchor", now, max(ANCHOR_TTL_S, 2 * duration_s))
+        anchor = cache.get(f"{key}:anchor", now)
     index = max(0, math.floor((now - anchor) / duration_s))
     # Named by anchor and index, a counter outlives its window harmlessly: no later window reads it.
     counter = f"{key}:{anchor}:{index}"
-    cache.add(counter, 0, 2 * duration_s)
     try:
         hits = cache.incr(counter)
-    except ValueError:  # evicted between add and incr (a full locmem cache culls)
-        cache.add(counter, 1, 2 * duration_s)
-        hits = 1
+    except ValueError:  # the window's first hit (or a full locmem cache culled the counter)
+        cache.add(counter, 0, 2 * duration_s)
+        try:
+            hits = cache.incr(counter)
+        except ValueError:  # culled again between add and incr
+            cache.add(counter, 1, 2 * duration_s)
+            hits = 1
     return Window(counter=counter, hits=hits, ends_in_s=anchor + (index + 1) * duration_s - now)
 
 

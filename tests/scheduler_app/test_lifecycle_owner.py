@@ -194,19 +194,23 @@ def test_twenty_threads_submitting_and_cancelling_while_passes_run_leak_nothing(
         try:
             while not stop.is_set():
                 run_scheduling_pass()
+                connection.close()
         except Exception as error:  # reported below: a failed pass fails the test
             errors.append(error)
         finally:
             connections.close_all()
 
     def client(i):
+        # Each call holds a pooled connection only while it runs, as a web request does.
         try:
-            mine = [
-                submit_request(user=member, team=team, name=f"c{i}-{k}", gpu_milli=125 * (1 + (i + k) % 8))
-                for k in range(12)
-            ]
+            mine = []
+            for k in range(12):
+                share = 125 * (1 + (i + k) % 8)
+                mine.append(submit_request(user=member, team=team, name=f"c{i}-{k}", gpu_milli=share))
+                connection.close()
             for request in mine:
                 cancel_request(request, user=member)
+                connection.close()
         except Exception as error:
             errors.append(error)
         finally:
