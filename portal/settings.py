@@ -43,6 +43,8 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "portal",
+    "teams",
+    "audit",
     "scheduler_app",
     "billing_app",
 ]

@@ -9,16 +9,17 @@ from django.views.decorators.http import require_POST
 
 from billing_app.selectors import price_per_hour
 from portal.forms import RequestFilterForm, RequestForm
-from portal.models import Team
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.estimates import price_lines, share_label
 from scheduler_app.lifecycle import IllegalTransition
 from scheduler_app.models import Pool
 from scheduler_app.selectors import request_events, request_list, request_segments, requests_visible_to
-from scheduler_app.services import cancel_request, release_request, submit_request
+from scheduler_app.services.requests import cancel_request, release_request, submit_request
+from teams.models import Team
+from teams.permissions import NotAllowed
 
 PAGE_SIZE = 25
-REFUSALS = (PermissionError, ValidationError, IllegalTransition)
+REFUSALS = (NotAllowed, ValidationError, IllegalTransition)
 
 
 @login_required

@@ -7,14 +7,13 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
-from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from audit.models import Event
 from portal.api.authentication import NodeCredentialAuthentication
-from portal.api.permissions import IsNodeAgent
+from portal.api.permissions import IsNodeAgent, IsOperator
 from portal.api.throttling import PerNodeRateThrottle
-from portal.selectors import team_for_submit
 from scheduler_app.api.serializers import (
     ClusterSerializer,
     EstimateRequestSerializer,
@@ -32,21 +31,17 @@ from scheduler_app.api.serializers import (
 )
 from scheduler_app.choices import NodeStatus, RequestState, TaskType
 from scheduler_app.estimates import estimate_request
-from scheduler_app.models import Allocation, Event, Pool
+from scheduler_app.models import Allocation, Pool
 from scheduler_app.selectors import (
     cluster_picture,
     nodes_for_operators,
     request_utilization,
     requests_visible_to,
 )
-from scheduler_app.services import (
-    cancel_request,
-    release_request,
-    set_node_status,
-    submit_request,
-    update_pool,
-)
+from scheduler_app.services.inventory import set_node_status, update_pool
+from scheduler_app.services.requests import cancel_request, release_request, submit_request
 from scheduler_app.telemetry import record_gpu_samples
+from teams.selectors import team_for_submit
 
 FILTERS = [
     OpenApiParameter("state", str, enum=RequestState.values, description="Only requests in this state."),
@@ -190,7 +185,7 @@ class NodeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     """Operators: every node with its load; drain (no new work) and undrain, each logged with a reason."""
 
     serializer_class = OperatorNodeSerializer
-    permission_classes = [IsAdminUser]
+    permission_classes = [IsOperator]
     lookup_value_converter = "int"
 
     def get_queryset(self):
