@@ -67,10 +67,11 @@ def _reset_and_seed(rng: random.Random) -> None:
     from django.db import connection
 
     from bench.trace import load_pods
-    from portal.models import Membership, Team
     from scheduler_app.choices import CapacityType
     from scheduler_app.models import Pool
-    from scheduler_app.services import create_pool, register_node, submit_request
+    from scheduler_app.services.inventory import create_pool, register_node
+    from scheduler_app.services.requests import submit_request
+    from teams.models import Membership, Team
 
     with connection.cursor() as cursor:
         tables = [

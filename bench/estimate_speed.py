@@ -90,9 +90,9 @@ def _reset_and_seed(rng: random.Random):
     from django.db import connection
     from django.utils import timezone
 
-    from portal.models import Membership, Team
     from scheduler_app.choices import CapacityType, RequestState
     from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, PassRecord, Pool
+    from teams.models import Membership, Team
 
     with connection.cursor() as cursor:
         tables = [

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN_SCRIPT = (
     "import datetime as dt; from django.utils import timezone;"
-    " from django.contrib.auth import get_user_model; from portal.services import create_api_token;"
+    " from django.contrib.auth import get_user_model; from teams.services import create_api_token;"
     " user = get_user_model().objects.get(username=USERNAME);"
     " print(create_api_token(user, name='fuzz', expires_at=timezone.now() + dt.timedelta(days=1))[1])"
 )

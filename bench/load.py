@@ -152,11 +152,11 @@ def _seed() -> list[tuple[str, str]]:
     from django.contrib.auth import get_user_model
     from django.utils import timezone
 
-    from portal.models import Membership, Team
-    from portal.services import create_api_token
     from scheduler_app.demo import seed_demo
     from scheduler_app.models import Pool
-    from scheduler_app.services import register_node
+    from scheduler_app.services.inventory import register_node
+    from teams.models import Membership, Team
+    from teams.services import create_api_token
 
     seed_demo()
     on_demand, spot = Pool.objects.get(name="a100-80gb"), Pool.objects.get(name="a100-80gb-spot")

@@ -72,9 +72,9 @@ def _profile(args) -> None:
     from django.utils import timezone
     from rest_framework.test import APIClient
 
-    from portal.models import Membership, Team
-    from portal.services import create_api_token
     from scheduler_app.demo import seed_demo
+    from teams.models import Membership, Team
+    from teams.services import create_api_token
 
     call_command("migrate", verbosity=0)
     seed_demo()

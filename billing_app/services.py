@@ -11,12 +11,14 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from audit.events import log_event
 from billing_app.constants import MAX_USD_PER_GPU_HOUR, PRICE_DECIMAL_PLACES, PUBLIC_PRICES_RELATIVE_PATH
 from billing_app.models import PoolPrice
+from billing_app.permissions import can_set_prices
 from billing_app.public_prices import PublicPrices
 from billing_app.selectors import price_in_force
-from scheduler_app.events import log_event
 from scheduler_app.models import Pool
+from teams.permissions import require
 
 SYSTEM = "system"
 
@@ -35,8 +37,8 @@ def set_pool_price(
     `actor` is a staff user, or None for a system part named by actor_name (the demo seed,
     the import command). The older prices stay: each applies until the next one starts.
     """
-    if actor is not None and not actor.is_staff:
-        raise PermissionError("Only platform operators set prices.")
+    if actor is not None:
+        require(can_set_prices(actor), "Only platform operators set prices.")
     now = timezone.now()
     price = _usd_per_gpu_hour(usd_per_gpu_hour)
     if effective_from is None:
@@ -60,11 +62,17 @@ def set_pool_price(
         )
         log_event(
             locked,
-            f"{price} USD/GPU-h",
-            from_state=f"{before.usd_per_gpu_hour} USD/GPU-h" if before else "unpriced",
+            "priced",
             actor=actor,
             actor_name=actor_name or SYSTEM,
             reason=f"price from {row.effective_from:%Y-%m-%d %H:%M:%S} UTC; source: {source}",
+            data={
+                "usd_per_gpu_hour": {
+                    "from": str(before.usd_per_gpu_hour) if before else None,
+                    "to": str(price),
+                },
+                "effective_from": row.effective_from.isoformat(),
+            },
         )
     return row
 

@@ -3,4 +3,4 @@ from django.apps import AppConfig
 
 class PortalConfig(AppConfig):
     name = "portal"
-    verbose_name = "Teams and access"
+    verbose_name = "Portal"

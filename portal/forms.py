@@ -13,12 +13,12 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from portal.choices import Role
-from portal.models import Team
 from portal.share import Share
 from scheduler_app.choices import BillingMode, NodeStatus, TaskType
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.models import Gpu, Pool
+from teams.choices import Role
+from teams.models import Team
 
 MIB_PER_GIB = 1024
 

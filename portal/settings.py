@@ -44,6 +44,8 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_filters",
     "portal",
+    "teams",
+    "audit",
     "scheduler_app",
     "billing_app",
 ]

@@ -3,8 +3,9 @@ from django.contrib import admin, messages
 from portal.admin_base import RecordAdmin
 from scheduler_app.choices import NodeStatus, RequestState
 from scheduler_app.lifecycle import TERMINAL_STATES, TRANSITIONS
-from scheduler_app.models import Allocation, Event, Gpu, GpuRequest, GpuSample, Node, Pool, TeamQuota
-from scheduler_app.services import set_node_status, transition_requests
+from scheduler_app.models import Allocation, Gpu, GpuRequest, GpuSample, Node, Pool, TeamQuota
+from scheduler_app.services.inventory import set_node_status
+from scheduler_app.services.transitions import transition_requests
 
 
 @admin.register(Pool)
@@ -128,22 +129,6 @@ class AllocationAdmin(RecordAdmin):
     list_filter = ["billing_mode", "borrowed", "gpu__node__pool", ("ended_at", admin.EmptyFieldListFilter)]
     search_fields = ["request__name", "gpu__uuid", "gpu__node__name"]
     list_select_related = ["request", "gpu__node"]
-
-
-@admin.register(Event)
-class EventAdmin(RecordAdmin):
-    list_display = [
-        "created_at",
-        "actor_label",
-        "content_type",
-        "object_id",
-        "from_state",
-        "to_state",
-        "reason",
-    ]
-    list_filter = ["content_type", "to_state", "team"]
-    search_fields = ["actor_label", "reason"]
-    date_hierarchy = "created_at"
 
 
 @admin.register(GpuSample)

@@ -1,8 +1,8 @@
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from portal.selectors import team_for_member
 from scheduler_app.live import team_group
+from teams.selectors import team_for_member
 
 FORBIDDEN = 4403
 

@@ -12,18 +12,14 @@ from django.db import transaction
 
 from billing_app.public_prices import PriceFileError, read_public_prices
 from billing_app.services import default_public_prices_path, price_pools_from_public
-from portal.choices import Role
-from portal.models import Membership, Team
 from scheduler_app.choices import BillingMode, CapacityType, RequestState, TaskType
 from scheduler_app.models import GpuRequest, Node, Pool, TeamQuota
-from scheduler_app.services import (
-    Slice,
-    allocate,
-    create_pool,
-    register_node,
-    submit_request,
-    transition_request,
-)
+from scheduler_app.services.inventory import create_pool, register_node
+from scheduler_app.services.placement import Slice, allocate
+from scheduler_app.services.requests import submit_request
+from scheduler_app.services.transitions import transition_request
+from teams.choices import Role
+from teams.models import Membership, Team
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from scheduler_app.core.queueing import plan_pass
 from scheduler_app.models import Node, Pool
 from scheduler_app.pass_state import next_pass_state, recent_specs
 from scheduler_app.scheduling import format_utc
-from scheduler_app.services import validated_request
+from scheduler_app.services.requests import validated_request
 
 # The candidate's id until it is saved; a reason that names its own reservation reads "(12, this request)".
 CANDIDATE = "this request"

@@ -4,9 +4,9 @@ from django.core.exceptions import ValidationError
 from django_filters import CharFilter, ChoiceFilter, FilterSet, ModelChoiceFilter
 from django_filters.fields import ChoiceField
 
-from portal.selectors import teams_visible_to
 from scheduler_app.choices import RequestState, TaskType
 from scheduler_app.models import GpuRequest
+from teams.selectors import teams_visible_to
 
 
 class GivenChoiceField(ChoiceField):

@@ -27,6 +27,14 @@ TERMINAL_STATES = frozenset(state for state, targets in TRANSITIONS.items() if n
 ACTIVE_STATES = frozenset({S.SCHEDULED, S.RUNNING, S.MIGRATING})
 
 
+def release_target(state: str) -> str | None:
+    """Where releasing a request in `state` leads: work that never started ends cancelled, other active
+    work succeeded; None when it holds no GPU. The step must still be in TRANSITIONS (not from migrating)."""
+    if state not in ACTIVE_STATES:
+        return None
+    return S.CANCELLED if state == S.SCHEDULED else S.SUCCEEDED
+
+
 class StateConflict(ValidationError):
     """The object is not in a state that allows this; reported on `state` (HTTP 409 in the API)."""
 

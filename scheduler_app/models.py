@@ -1,12 +1,10 @@
-"""Cluster inventory, requests, allocations and the event log.
+"""Cluster inventory, requests, allocations and the last pass's state (the event log is in audit).
 
 Units: GPU share in milli-GPU (1..1000 per card), memory in MiB, CPU in
 milli-cores, durations in seconds, times aware UTC.
 """
 
 from django.conf import settings
-from django.contrib.contenttypes.fields import GenericForeignKey
-from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -111,7 +109,7 @@ class Gpu(models.Model):
 class TeamQuota(models.Model):
     """A team's guaranteed share of a pool in milli-GPU; use above it is borrowed and preemptible."""
 
-    team = models.ForeignKey("portal.Team", on_delete=models.CASCADE, related_name="quotas")
+    team = models.ForeignKey("teams.Team", on_delete=models.CASCADE, related_name="quotas")
     pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="quotas")
     guaranteed_milli = models.PositiveIntegerField()
 
@@ -129,7 +127,7 @@ class GpuRequest(models.Model):
     gpu_memory_mib is per card; null means in proportion to the share.
     """
 
-    team = models.ForeignKey("portal.Team", on_delete=models.PROTECT, related_name="requests")
+    team = models.ForeignKey("teams.Team", on_delete=models.PROTECT, related_name="requests")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="gpu_requests")
     name = models.CharField(max_length=100)
     task_type = models.CharField(max_length=16, choices=TaskType.choices, default=TaskType.TRAINING)
@@ -358,47 +356,6 @@ class GpuSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.gpu} at {self.sampled_at:%Y-%m-%d %H:%M:%S}: {self.gpu_util_percent} %"
-
-
-class EventQuerySet(models.QuerySet):
-    def delete(self):
-        raise PermissionError("The event log is append-only.")
-
-    def update(self, **kwargs):
-        raise PermissionError("The event log is append-only.")
-
-
-class Event(models.Model):
-    """An append-only record of one state change: who or what, on which object, from, to, why, when."""
-
-    content_type = models.ForeignKey(ContentType, on_delete=models.PROTECT)
-    object_id = models.PositiveBigIntegerField()
-    subject = GenericForeignKey("content_type", "object_id")
-    team = models.ForeignKey("portal.Team", on_delete=models.PROTECT, null=True, blank=True, related_name="+")
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
-    actor_label = models.CharField(max_length=100, help_text="The user, or the system part that acted.")
-    from_state = models.CharField(max_length=32, blank=True)
-    to_state = models.CharField(max_length=32)
-    reason = models.CharField(max_length=500, blank=True)
-    created_at = models.DateTimeField(default=timezone.now, db_index=True)
-
-    objects = EventQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["created_at", "id"]
-        indexes = [models.Index(fields=["content_type", "object_id", "created_at"])]
-
-    def __str__(self) -> str:
-        when = f"{self.created_at:%Y-%m-%d %H:%M:%S}"
-        return f"{when} {self.actor_label}: {self.from_state or '∅'} → {self.to_state}"
-
-    def save(self, *args, **kwargs):
-        if not self._state.adding:
-            raise PermissionError("The event log is append-only.")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args, **kwargs):
-        raise PermissionError("The event log is append-only.")
 
 
 class PassRecord(models.Model):

@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from scheduler_app.choices import NodeStatus
 from scheduler_app.models import Allocation, Node
-from scheduler_app.services import requeue, set_node_status
+from scheduler_app.services.inventory import set_node_status
+from scheduler_app.services.transitions import requeue
 
 WATCHDOG = "heartbeat watchdog"
 

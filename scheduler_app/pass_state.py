@@ -12,13 +12,14 @@ import pickle
 from django.contrib.contenttypes.models import ContentType
 from django.db.models import Max
 
+from audit.models import Event
 from scheduler_app.choices import RequestState
 from scheduler_app.cluster_state import WORKLOAD_WINDOW, ClusterSnapshot, request_spec
 from scheduler_app.core.cluster import RequestSpec
 from scheduler_app.core.next_pass import PassState, after_pass, replay
 from scheduler_app.core.queueing import PassPlan
 from scheduler_app.lifecycle import ACTIVE_STATES
-from scheduler_app.models import Event, GpuRequest, PassRecord, Pool
+from scheduler_app.models import GpuRequest, PassRecord, Pool
 
 RECORD_PK = 1
 

@@ -18,7 +18,8 @@ from scheduler_app.core.placement import DEFAULT_POLICY
 from scheduler_app.core.queueing import PassPlan, Preemption, Start, plan_pass
 from scheduler_app.models import GpuRequest
 from scheduler_app.pass_state import store_pass_state
-from scheduler_app.services import PlannedStart, Slice, place, requeue
+from scheduler_app.services.placement import PlannedStart, Slice, place
+from scheduler_app.services.transitions import requeue
 
 ACTOR = "scheduler"
 

@@ -8,11 +8,12 @@ from django.contrib.contenttypes.models import ContentType
 from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
 from django.utils import timezone
 
-from portal.models import Membership, Team
+from audit.models import Event
 from scheduler_app.choices import RequestState
 from scheduler_app.constants import MILLI_PER_GPU, UTILIZATION_MAX_POINTS, UTILIZATION_WINDOW_S
-from scheduler_app.models import Allocation, Event, Gpu, GpuRequest, GpuSample, Node, Pool, TeamQuota
+from scheduler_app.models import Allocation, Gpu, GpuRequest, GpuSample, Node, Pool, TeamQuota
 from scheduler_app.telemetry import Point, Summary, downsample, summarize
+from teams.models import Membership, Team
 
 
 def requests_visible_to(user) -> QuerySet[GpuRequest]:

@@ -23,7 +23,7 @@ from scheduler_app.constants import (
     UTIL_STDDEV_TARGET_PERCENT,
 )
 from scheduler_app.models import Gpu, GpuSample, Node
-from scheduler_app.services import set_node_status
+from scheduler_app.services.inventory import set_node_status
 
 AGENT = "node agent"
 READING_FIELDS = ("uuid", "gpu_util_percent", "memory_used_mib", "power_mw", "temperature_c")

@@ -8,10 +8,10 @@ import os
 import pytest
 from django.db import connection, connections
 
-from portal.choices import Role
-from portal.models import Membership, Team
 from scheduler_app.choices import CapacityType
-from scheduler_app.services import create_pool, register_node
+from scheduler_app.services.inventory import create_pool, register_node
+from teams.choices import Role
+from teams.models import Membership, Team
 
 REQUIRE_SERVICES = os.environ.get("PORTAL_REQUIRE_SERVICES") == "1"
 
@@ -157,7 +157,7 @@ def api_client():
     from django.utils import timezone
     from rest_framework.test import APIClient
 
-    from portal.services import create_api_token
+    from teams.services import create_api_token
 
     def make(user=None):
         client = APIClient()

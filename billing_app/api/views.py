@@ -2,13 +2,13 @@
 
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from billing_app.api.serializers import PoolPriceSerializer, SetPoolPriceSerializer
 from billing_app.selectors import prices_in_force
 from billing_app.services import set_pool_price
+from portal.api.permissions import MaySetPrices
 from scheduler_app.models import Pool
 
 
@@ -24,7 +24,7 @@ class PriceListView(APIView):
 class PoolPriceView(APIView):
     """Operators price a pool from now (or a later effective_from); earlier prices stay in the history."""
 
-    permission_classes = [IsAdminUser]
+    permission_classes = [MaySetPrices]
 
     @extend_schema(
         request=SetPoolPriceSerializer,

@@ -3,8 +3,8 @@ from django.utils.translation import gettext_lazy as _
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
-from portal.services import user_for_api_token
-from scheduler_app.services import node_for_agent_token
+from scheduler_app.services.inventory import node_for_agent_token
+from teams.services import user_for_api_token
 
 
 class BearerAuthentication(authentication.BaseAuthentication):

@@ -2,7 +2,7 @@
 
     {"error": {"code": "validation_error", "message": "…", "fields": {"gpu_milli": ["…"]}}}
 
-Services raise Django's ValidationError and PermissionError; they arrive here
+Services raise Django's ValidationError and NotAllowed (a PermissionDenied); they arrive here
 as 400 and 403 like DRF's own errors. `fields` is always there: empty when no
 field is at fault.
 """
@@ -34,7 +34,7 @@ def api_exception_handler(exc, context):
     elif isinstance(exc, DjangoValidationError):
         fields = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
         exc = exceptions.ValidationError(fields)
-    elif isinstance(exc, PermissionError | PermissionDenied):
+    elif isinstance(exc, PermissionDenied):
         exc = exceptions.PermissionDenied(str(exc) or None)
     elif isinstance(exc, Http404):
         exc = exceptions.NotFound()

@@ -3,8 +3,8 @@ import datetime as dt
 from rest_framework import serializers
 
 from portal.api.fields import StrictCharField, StrictIntegerField
-from portal.choices import Role
-from portal.models import ApiToken, Membership
+from teams.choices import Role
+from teams.models import ApiToken, Membership
 
 
 class TeamSerializer(serializers.ModelSerializer):

@@ -17,13 +17,13 @@ from portal.api.serializers import (
     RoleSerializer,
     TeamSerializer,
 )
-from portal.models import ApiToken, Membership
-from portal.selectors import team_members, teams_visible_to
-from portal.services import add_member, change_role, create_api_token, remove_member, revoke_api_token
 from scheduler_app.api.serializers import QuotaSerializer, SetQuotaSerializer
 from scheduler_app.models import Pool
 from scheduler_app.selectors import quota_usage
-from scheduler_app.services import set_team_quota
+from scheduler_app.services.quotas import set_team_quota
+from teams.models import ApiToken, Membership
+from teams.selectors import team_members, teams_visible_to
+from teams.services import add_member, change_role, create_api_token, remove_member, revoke_api_token
 
 
 class TeamViewSet(viewsets.GenericViewSet):

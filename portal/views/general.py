@@ -3,8 +3,8 @@ from django.http import JsonResponse
 from django.shortcuts import render
 
 from portal.health import readiness
-from portal.models import Membership
 from scheduler_app.selectors import requests_visible_to
+from teams.models import Membership
 
 
 @login_required

@@ -12,8 +12,10 @@ from billing_app.selectors import prices_in_force
 from billing_app.services import set_pool_price
 from portal.forms import NodeStatusForm, PoolForm, PoolPriceForm, QuotaForm
 from scheduler_app.models import Node, Pool, TeamQuota
+from scheduler_app.permissions import can_operate
 from scheduler_app.selectors import nodes_for_operators, recent_audit_events
-from scheduler_app.services import set_node_status, set_team_quota, update_pool
+from scheduler_app.services.inventory import set_node_status, update_pool
+from scheduler_app.services.quotas import set_team_quota
 
 
 def staff_required(view):
@@ -22,7 +24,7 @@ def staff_required(view):
     @login_required
     @wraps(view)
     def guarded(request, *args, **kwargs):
-        if not request.user.is_staff:
+        if not can_operate(request.user):
             raise PermissionDenied("Operator pages are for platform operators.")
         return view(request, *args, **kwargs)
 

@@ -15,10 +15,11 @@ from scheduler_app.filters import GpuRequestFilter
 from scheduler_app.lifecycle import IllegalTransition
 from scheduler_app.models import Pool
 from scheduler_app.selectors import request_events, request_list, request_segments, requests_visible_to
-from scheduler_app.services import cancel_request, release_request, submit_request
+from scheduler_app.services.requests import cancel_request, release_request, submit_request
+from teams.permissions import NotAllowed
 
 PAGE_SIZE = 25
-REFUSALS = (PermissionError, ValidationError, IllegalTransition)
+REFUSALS = (NotAllowed, ValidationError, IllegalTransition)
 
 
 @login_required

@@ -2,14 +2,15 @@
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from portal.forms import AddMemberForm, RoleForm
-from portal.selectors import team_members, teams_visible_to
-from portal.services import add_member, can_manage_team, change_role, remove_member
 from scheduler_app.selectors import quota_usage
+from teams.permissions import can_manage_team
+from teams.selectors import team_members, teams_visible_to
+from teams.services import add_member, change_role, remove_member
 
 
 def _visible_team(request, slug):
@@ -50,8 +51,6 @@ def member_add(request, slug):
     if form.is_valid():
         try:
             add_member(team, actor=request.user, **form.cleaned_data)
-        except PermissionError as refusal:
-            raise PermissionDenied(str(refusal)) from refusal
         except ValidationError as error:
             form.add_service_errors(error)
         else:
@@ -71,8 +70,6 @@ def member_role(request, slug, membership_id):
         return redirect("team_detail", slug=slug)
     try:
         changed = change_role(membership, actor=request.user, **form.cleaned_data)
-    except PermissionError as refusal:
-        raise PermissionDenied(str(refusal)) from refusal
     except ValidationError as error:
         messages.error(request, f"Role not changed: {' '.join(error.messages)}")
     else:
@@ -87,8 +84,6 @@ def member_remove(request, slug, membership_id):
     membership = get_object_or_404(team.memberships.select_related("user"), pk=membership_id)
     try:
         remove_member(membership, actor=request.user)
-    except PermissionError as refusal:
-        raise PermissionDenied(str(refusal)) from refusal
     except ValidationError as error:
         messages.error(request, f"Not removed: {' '.join(error.messages)}")
     else:

@@ -8,7 +8,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from portal.forms import ApiTokenForm
-from portal.services import create_api_token, revoke_api_token
+from teams.services import create_api_token, revoke_api_token
 
 
 @login_required

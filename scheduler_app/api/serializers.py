@@ -5,6 +5,7 @@ import copy
 
 from rest_framework import serializers
 
+from audit.models import Event
 from billing_app.api.serializers import HourlyPriceSerializer, HourlyPricesSerializer
 from portal.api.fields import (
     AwareDateTimeField,
@@ -21,7 +22,7 @@ from scheduler_app.constants import (
     MAX_TEMPERATURE_C,
     MILLI_PER_GPU,
 )
-from scheduler_app.models import Allocation, Event, GpuRequest, GpuSample, Node, Pool
+from scheduler_app.models import Allocation, GpuRequest, GpuSample, Node, Pool
 
 
 class FieldsBuiltOnce:

@@ -8,14 +8,13 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
-from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from audit.models import Event
 from portal.api.authentication import NodeCredentialAuthentication
-from portal.api.permissions import IsNodeAgent
+from portal.api.permissions import IsNodeAgent, IsOperator
 from portal.api.throttling import PerNodeRateThrottle
-from portal.selectors import team_for_submit
 from scheduler_app.api.serializers import (
     ClusterSerializer,
     EstimateRequestSerializer,
@@ -34,21 +33,17 @@ from scheduler_app.api.serializers import (
 from scheduler_app.choices import NodeStatus
 from scheduler_app.estimates import estimate_request
 from scheduler_app.filters import GpuRequestFilter
-from scheduler_app.models import Allocation, Event, GpuRequest, Pool
+from scheduler_app.models import Allocation, GpuRequest, Pool
 from scheduler_app.selectors import (
     cluster_picture,
     nodes_for_operators,
     request_utilization,
     requests_visible_to,
 )
-from scheduler_app.services import (
-    cancel_request,
-    release_request,
-    set_node_status,
-    submit_request,
-    update_pool,
-)
+from scheduler_app.services.inventory import set_node_status, update_pool
+from scheduler_app.services.requests import cancel_request, release_request, submit_request
 from scheduler_app.telemetry import record_gpu_samples
+from teams.selectors import team_for_submit
 
 
 class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -163,7 +158,7 @@ class NodeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     """Operators: every node with its load; drain (no new work) and undrain, each logged with a reason."""
 
     serializer_class = OperatorNodeSerializer
-    permission_classes = [IsAdminUser]
+    permission_classes = [IsOperator]
     lookup_value_converter = "int"
 
     def get_queryset(self):

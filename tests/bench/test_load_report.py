@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from bench.load_report import failed_targets, latency_ms, pending_without_reason
 from scheduler_app.models import GpuRequest
-from scheduler_app.services import submit_request
+from scheduler_app.services.requests import submit_request
 
 SHARE = {"name": "train", "task_type": "training", "gpu_milli": 500}
 

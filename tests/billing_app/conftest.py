@@ -4,7 +4,7 @@ price files written in tmp_path in the real file's format."""
 import pytest
 
 from scheduler_app.choices import CapacityType
-from scheduler_app.services import create_pool
+from scheduler_app.services.inventory import create_pool
 
 HEADER = (
     "cloud,region,zone,instance_type,gpu_model,gpu_count,vcpus,memory_gib,"

@@ -8,12 +8,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from audit.models import Event
 from billing_app.models import PoolPrice
 from billing_app.selectors import price_in_force
 from billing_app.services import set_pool_price
 from scheduler_app.choices import CapacityType
-from scheduler_app.models import Event
-from scheduler_app.services import create_pool
+from scheduler_app.services.inventory import create_pool
 
 PRICES = "/api/v1/prices/"
 
@@ -72,7 +72,7 @@ def test_an_operator_sets_a_pool_price(api_client, operator, pool):
     body = response.json()
     assert (body["pool"], body["usd_per_gpu_hour"], body["source"]) == ("a100", "2.500000", "set by ops")
     assert str(price_in_force(pool).usd_per_gpu_hour) == "2.500000"
-    assert Event.objects.filter(content_type__model="pool", to_state="2.500000 USD/GPU-h").exists()
+    assert Event.objects.filter(content_type__model="pool", data__usd_per_gpu_hour__to="2.500000").exists()
 
 
 def test_an_operator_schedules_a_price_for_later(api_client, operator, pool):

@@ -9,13 +9,14 @@ import time_machine
 from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 
+from audit.models import Event
 from billing_app.models import PoolPrice
 from billing_app.public_prices import read_public_prices
 from billing_app.selectors import price_in_force, price_per_hour, prices_in_force
 from billing_app.services import set_pool_price
 from scheduler_app.choices import CapacityType
-from scheduler_app.models import Event
-from scheduler_app.services import create_pool
+from scheduler_app.services.inventory import create_pool
+from teams.permissions import NotAllowed
 
 T0 = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
 
@@ -179,16 +180,17 @@ def test_setting_a_price_is_audited_on_the_pool(pool, operator):
     set_pool_price(pool, Decimal("2.75"), actor=operator)
 
     first, second = Event.objects.filter(content_type__model="pool", object_id=pool.pk).order_by("id")
-    assert (first.from_state, first.to_state, first.actor_label) == ("unpriced", "2.500000 USD/GPU-h", "ops")
+    assert (first.to_state, first.actor_label) == ("priced", "ops")
+    assert first.data["usd_per_gpu_hour"] == {"from": None, "to": "2.500000"}
     assert "source: contract 2025" in first.reason
-    assert (second.from_state, second.to_state) == ("2.500000 USD/GPU-h", "2.750000 USD/GPU-h")
+    assert second.data["usd_per_gpu_hour"] == {"from": "2.500000", "to": "2.750000"}
     assert price_in_force(pool).source == "set by ops"
     assert price_in_force(pool).created_by == operator
 
 
 @pytest.mark.parametrize("user", ["team_admin", "member", "outsider"])
 def test_only_operators_set_prices(pool, user, request):
-    with pytest.raises(PermissionError):
+    with pytest.raises(NotAllowed):
         set_pool_price(pool, "2.50", actor=request.getfixturevalue(user))
 
     assert not PoolPrice.objects.exists()

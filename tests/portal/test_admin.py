@@ -1,9 +1,10 @@
 import pytest
 from django.urls import reverse
 
-from portal.models import Membership, Team
+from audit.models import Event
 from scheduler_app.demo import seed_demo
-from scheduler_app.models import Allocation, Event, Gpu, GpuRequest, Node, Pool, TeamQuota
+from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, Pool, TeamQuota
+from teams.models import Membership, Team
 
 MODELS = [Team, Membership, Pool, Node, Gpu, TeamQuota, GpuRequest, Allocation, Event]
 

@@ -6,8 +6,8 @@ import pytest
 from django.utils import timezone
 
 from portal.api.throttling import PerUserRateThrottle
-from portal.models import ApiToken
 from scheduler_app.models import TeamQuota
+from teams.models import ApiToken
 
 
 def test_token_lifecycle_over_the_api(api_client, member):
@@ -46,7 +46,7 @@ def test_bad_token_request_names_the_field(api_client, member, payload, field):
 
 
 def test_cannot_revoke_someone_elses_token(api_client, member, outsider):
-    theirs, _ = __import__("portal.services", fromlist=["x"]).create_api_token(
+    theirs, _ = __import__("teams.services", fromlist=["x"]).create_api_token(
         outsider, name="theirs", expires_at=timezone.now() + dt.timedelta(days=1)
     )
     response = api_client(member).post(f"/api/v1/tokens/{theirs.pk}/revoke/")

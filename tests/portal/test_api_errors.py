@@ -8,7 +8,8 @@ import json
 import pytest
 from django.test import override_settings
 
-from scheduler_app.models import Event, GpuRequest
+from audit.models import Event
+from scheduler_app.models import GpuRequest
 
 URL = "/api/v1/requests/"
 GOOD = {"name": "train", "task_type": "training", "gpu_milli": 250}

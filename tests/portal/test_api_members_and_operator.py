@@ -2,8 +2,9 @@
 
 import pytest
 
-from portal.models import Membership
-from scheduler_app.models import Event, Node, Pool, TeamQuota
+from audit.models import Event
+from scheduler_app.models import Node, Pool, TeamQuota
+from teams.models import Membership
 
 
 def test_members_list_for_the_team_and_404_for_outsiders(api_client, team, team_admin, member, outsider):

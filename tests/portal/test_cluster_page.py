@@ -6,7 +6,9 @@ import pytest
 from django.urls import reverse
 
 from scheduler_app.choices import CapacityType, NodeStatus
-from scheduler_app.services import Slice, allocate, create_pool, set_node_status, submit_request
+from scheduler_app.services.inventory import create_pool, set_node_status
+from scheduler_app.services.placement import Slice, allocate
+from scheduler_app.services.requests import submit_request
 
 
 @pytest.fixture

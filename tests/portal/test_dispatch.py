@@ -8,7 +8,7 @@ from kombu.exceptions import OperationalError
 
 from scheduler_app import tasks
 from scheduler_app.models import GpuRequest
-from scheduler_app.services import submit_request
+from scheduler_app.services.requests import submit_request
 from tests.portal.test_health import closed_port_url
 
 pytestmark = pytest.mark.django_db

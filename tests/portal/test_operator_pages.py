@@ -3,9 +3,10 @@
 import pytest
 from django.urls import reverse
 
+from audit.models import Event
 from scheduler_app.choices import NodeStatus
-from scheduler_app.models import Event, Pool, TeamQuota
-from scheduler_app.services import set_node_status
+from scheduler_app.models import Pool, TeamQuota
+from scheduler_app.services.inventory import set_node_status
 
 PAGES = ["operator", "operator_nodes", "operator_pools", "operator_quotas"]
 

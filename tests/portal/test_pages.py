@@ -1,7 +1,7 @@
 import pytest
 from django.urls import reverse
 
-from scheduler_app.services import submit_request
+from scheduler_app.services.requests import submit_request
 
 
 def test_login_page_is_served(client, db):

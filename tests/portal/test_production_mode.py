@@ -38,11 +38,11 @@ SEED = """
 import datetime as dt
 from django.contrib.auth import get_user_model
 from django.utils import timezone
-from portal.choices import Role
-from portal.models import Membership, Team
-from portal.services import create_api_token
+from teams.choices import Role
+from teams.models import Membership, Team
+from teams.services import create_api_token
 from scheduler_app.choices import CapacityType
-from scheduler_app.services import create_pool, register_node
+from scheduler_app.services.inventory import create_pool, register_node
 user = get_user_model().objects.create_user("prod-check")
 team = Team.objects.create(name="Production check", slug="production-check")
 Membership.objects.create(team=team, user=user, role=Role.TEAM_ADMIN)

@@ -6,12 +6,12 @@ import html
 import pytest
 from django.urls import reverse
 
+from audit.models import Event
 from billing_app.models import PoolPrice
 from billing_app.selectors import price_in_force
 from billing_app.services import set_pool_price
 from scheduler_app.choices import CapacityType
-from scheduler_app.models import Event
-from scheduler_app.services import create_pool
+from scheduler_app.services.inventory import create_pool
 
 
 @pytest.fixture
@@ -110,7 +110,8 @@ def test_an_operator_sets_a_price_on_the_pools_page_and_it_is_audited(client, op
         operator,
     )
     event = Event.objects.get(content_type__model="pool", object_id=pool.pk)
-    assert (event.from_state, event.to_state, event.actor_label) == ("unpriced", "3.250000 USD/GPU-h", "ops")
+    assert (event.to_state, event.actor_label) == ("priced", "ops")
+    assert event.data["usd_per_gpu_hour"] == {"from": None, "to": "3.250000"}
     assert "3.250000 USD/GPU-h" in client.get(reverse("operator")).text
 
 

@@ -4,9 +4,14 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from portal.choices import Role
-from portal.models import ApiToken, Membership
-from portal.services import (
+from audit.models import Event
+from scheduler_app.models import TeamQuota
+from scheduler_app.services.inventory import update_pool
+from scheduler_app.services.quotas import set_team_quota
+from teams.choices import Role
+from teams.models import ApiToken, Membership
+from teams.permissions import NotAllowed
+from teams.services import (
     add_member,
     change_role,
     create_api_token,
@@ -14,8 +19,6 @@ from portal.services import (
     revoke_api_token,
     user_for_api_token,
 )
-from scheduler_app.models import Event, TeamQuota
-from scheduler_app.services import set_team_quota, update_pool
 
 
 def test_team_admin_adds_a_member_with_an_event(team, team_admin, outsider):
@@ -26,7 +29,7 @@ def test_team_admin_adds_a_member_with_an_event(team, team_admin, outsider):
 
 
 def test_member_cannot_manage_the_team(team, member, outsider):
-    with pytest.raises(PermissionError):
+    with pytest.raises(NotAllowed):
         add_member(team, username="mallory", actor=member)
     assert not Membership.objects.filter(team=team, user=outsider).exists()
 
@@ -66,7 +69,7 @@ def test_api_token_is_shown_once_stored_hashed_and_acts_as_its_user(member):
 
 def test_revoked_or_expired_token_no_longer_works(member, outsider):
     token, secret = create_api_token(member, name="old", expires_at=timezone.now() + dt.timedelta(days=1))
-    with pytest.raises(PermissionError):
+    with pytest.raises(NotAllowed):
         revoke_api_token(token, user=outsider)
     assert user_for_api_token(secret) == member
 
@@ -91,15 +94,18 @@ def test_bad_token_input_names_the_field(member, name, days, field):
 
 
 def test_only_operators_set_quotas_and_each_change_is_audited(team, pool, operator, team_admin):
-    with pytest.raises(PermissionError):
+    with pytest.raises(NotAllowed):
         set_team_quota(team=team, pool=pool, guaranteed_milli=4000, actor=team_admin)
 
     set_team_quota(team=team, pool=pool, guaranteed_milli=4000, actor=operator)
     set_team_quota(team=team, pool=pool, guaranteed_milli=2000, actor=operator)
 
     assert TeamQuota.objects.get().guaranteed_milli == 2000
-    changes = list(Event.objects.filter(actor=operator).values_list("from_state", "to_state"))
-    assert changes == [("0", "4000"), ("4000", "2000")]
+    changes = list(Event.objects.filter(actor=operator).values_list("from_state", "to_state", "data"))
+    assert changes == [
+        ("", "updated", {"pool": "a100", "guaranteed_milli": {"from": 0, "to": 4000}}),
+        ("", "updated", {"pool": "a100", "guaranteed_milli": {"from": 4000, "to": 2000}}),
+    ]
 
 
 def test_negative_quota_is_refused(team, pool, operator):
@@ -109,7 +115,7 @@ def test_negative_quota_is_refused(team, pool, operator):
 
 
 def test_operator_updates_pool_granularity_with_audit(pool, operator, member):
-    with pytest.raises(PermissionError):
+    with pytest.raises(NotAllowed):
         update_pool(pool, actor=member, granularity_milli=250)
     with pytest.raises(ValidationError):
         update_pool(pool, actor=operator, granularity_milli=0)

@@ -3,10 +3,12 @@
 import pytest
 from django.urls import reverse
 
-from portal.choices import Role
-from portal.models import Membership
-from scheduler_app.models import Event, TeamQuota
-from scheduler_app.services import Slice, allocate, submit_request
+from audit.models import Event
+from scheduler_app.models import TeamQuota
+from scheduler_app.services.placement import Slice, allocate
+from scheduler_app.services.requests import submit_request
+from teams.choices import Role
+from teams.models import Membership
 
 
 @pytest.fixture

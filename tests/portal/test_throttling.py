@@ -15,8 +15,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from portal.api.throttling import PerNodeRateThrottle, PerUserRateThrottle
-from portal.services import create_api_token
-from scheduler_app.services import issue_agent_credential
+from scheduler_app.services.inventory import issue_agent_credential
+from teams.services import create_api_token
 
 T0 = dt.datetime(2025, 3, 1, 12, 0, tzinfo=dt.UTC)
 

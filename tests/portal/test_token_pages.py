@@ -6,8 +6,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from portal.models import ApiToken
-from portal.services import create_api_token, user_for_api_token
+from teams.models import ApiToken
+from teams.services import create_api_token, user_for_api_token
 
 
 def make_token(user, name="laptop"):

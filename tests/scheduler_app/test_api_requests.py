@@ -4,9 +4,10 @@ import datetime as dt
 
 import pytest
 
-from scheduler_app.models import Event, GpuRequest, Node
+from audit.models import Event
+from scheduler_app.models import GpuRequest, Node
 from scheduler_app.scheduling import run_scheduling_pass
-from scheduler_app.services import submit_request
+from scheduler_app.services.requests import submit_request
 
 URL = "/api/v1/requests/"
 GOOD = {"name": "train", "task_type": "training", "gpu_milli": 250}
@@ -79,7 +80,7 @@ def test_bad_input_is_a_400_naming_the_field_and_writes_nothing(
 
 
 def test_member_of_several_teams_must_name_one(api_client, member, other_team, cluster):
-    from portal.models import Membership
+    from teams.models import Membership
 
     Membership.objects.create(team=other_team, user=member)
     response = api_client(member).post(URL, GOOD, format="json")
@@ -184,7 +185,7 @@ def test_outsider_gets_404_for_another_teams_request(
 
 
 def test_member_cancels_and_releases(api_client, member, team, cluster):
-    from scheduler_app.services import transition_request
+    from scheduler_app.services.transitions import transition_request
 
     client = api_client(member)
     pending = submit_request(user=member, team=team, **GOOD)

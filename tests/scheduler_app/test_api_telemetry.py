@@ -11,7 +11,9 @@ from rest_framework.test import APIClient
 
 from portal.api.permissions import IsNodeAgent
 from scheduler_app.models import GpuSample, Node
-from scheduler_app.services import Slice, allocate, issue_agent_credential, submit_request
+from scheduler_app.services.inventory import issue_agent_credential
+from scheduler_app.services.placement import Slice, allocate
+from scheduler_app.services.requests import submit_request
 from scheduler_app.telemetry import record_gpu_samples
 
 INGEST = "/api/v1/agent/samples/"

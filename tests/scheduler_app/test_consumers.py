@@ -8,7 +8,7 @@ from django.contrib.auth.models import AnonymousUser
 
 from portal.routing import websocket_urlpatterns
 from scheduler_app.consumers import FORBIDDEN
-from scheduler_app.services import submit_request
+from scheduler_app.services.requests import submit_request
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -7,20 +7,15 @@ from django.db.models import Count, Q, Sum
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from portal.models import Membership, Team
 from scheduler_app.choices import CapacityType, NodeStatus, RequestState
 from scheduler_app.lifecycle import ACTIVE_STATES, TERMINAL_STATES
 from scheduler_app.models import Allocation, Gpu, GpuRequest, Node
 from scheduler_app.node_health import handle_node_loss
 from scheduler_app.scheduling import run_scheduling_pass
-from scheduler_app.services import (
-    cancel_request,
-    create_pool,
-    register_node,
-    release_request,
-    submit_request,
-    transition_request,
-)
+from scheduler_app.services.inventory import create_pool, register_node
+from scheduler_app.services.requests import cancel_request, release_request, submit_request
+from scheduler_app.services.transitions import transition_request
+from teams.models import Membership, Team
 
 shapes = st.one_of(
     st.tuples(st.sampled_from([125, 250, 375, 500, 750, 1000]), st.just(1)),

@@ -1,8 +1,9 @@
 from django.contrib.auth import get_user_model
 
-from portal.models import Team
+from audit.models import Event
 from scheduler_app.demo import seed_demo
-from scheduler_app.models import Event, Gpu, GpuRequest, Node, Pool
+from scheduler_app.models import Gpu, GpuRequest, Node, Pool
+from teams.models import Team
 
 
 def counts():

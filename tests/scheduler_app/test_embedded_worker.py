@@ -6,7 +6,7 @@ import pytest
 
 from scheduler_app.dispatch import EmbeddedWorker
 from scheduler_app.models import GpuRequest
-from scheduler_app.services import submit_request
+from scheduler_app.services.requests import submit_request
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

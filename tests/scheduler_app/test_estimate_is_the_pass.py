@@ -5,18 +5,15 @@ import random
 import pytest
 from django.utils import timezone
 
-from portal.models import Membership, Role, Team
 from scheduler_app.choices import CapacityType, RequestState
 from scheduler_app.estimates import estimate_request
 from scheduler_app.models import Allocation, GpuRequest, PassRecord
 from scheduler_app.scheduling import run_scheduling_pass
-from scheduler_app.services import (
-    cancel_request,
-    create_pool,
-    release_request,
-    set_team_quota,
-    submit_request,
-)
+from scheduler_app.services.inventory import create_pool
+from scheduler_app.services.quotas import set_team_quota
+from scheduler_app.services.requests import cancel_request, release_request, submit_request
+from teams.choices import Role
+from teams.models import Membership, Team
 
 SHARES = [125, 250, 375, 500, 750, 1000]
 

@@ -16,7 +16,8 @@ from scheduler_app.invariants import (
     violations,
 )
 from scheduler_app.models import Allocation, GpuRequest
-from scheduler_app.services import Slice, allocate, submit_request
+from scheduler_app.services.placement import Slice, allocate
+from scheduler_app.services.requests import submit_request
 
 pytestmark = pytest.mark.breaks_invariants
 

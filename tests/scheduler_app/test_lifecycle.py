@@ -3,6 +3,7 @@ import itertools
 import pytest
 from django.contrib.contenttypes.models import ContentType
 
+from audit.models import Event
 from scheduler_app.choices import RequestState
 from scheduler_app.lifecycle import (
     ACTIVE_STATES,
@@ -11,8 +12,10 @@ from scheduler_app.lifecycle import (
     StateConflict,
     check_transition,
 )
-from scheduler_app.models import Allocation, Event, GpuRequest
-from scheduler_app.services import Slice, allocate, submit_request, transition_request
+from scheduler_app.models import Allocation, GpuRequest
+from scheduler_app.services.placement import Slice, allocate
+from scheduler_app.services.requests import submit_request
+from scheduler_app.services.transitions import transition_request
 
 S = RequestState
 ALL_PAIRS = list(itertools.product(S.values, repeat=2))

@@ -14,16 +14,9 @@ from scheduler_app.models import Allocation, GpuRequest
 from scheduler_app.node_health import handle_node_loss
 from scheduler_app.scheduling import run_scheduling_pass
 from scheduler_app.selectors import request_events
-from scheduler_app.services import (
-    PlannedStart,
-    Slice,
-    allocate,
-    cancel_request,
-    place,
-    release_request,
-    requeue,
-    submit_request,
-)
+from scheduler_app.services.placement import PlannedStart, Slice, allocate, place
+from scheduler_app.services.requests import cancel_request, release_request, submit_request
+from scheduler_app.services.transitions import requeue
 
 
 @pytest.fixture

@@ -5,11 +5,13 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
+from audit.models import Event
 from scheduler_app.choices import NodeStatus, RequestState
-from scheduler_app.models import Allocation, Event, Node
+from scheduler_app.models import Allocation, Node
 from scheduler_app.node_health import check_heartbeats, handle_node_loss
 from scheduler_app.scheduling import run_scheduling_pass
-from scheduler_app.services import submit_request, transition_request
+from scheduler_app.services.requests import submit_request
+from scheduler_app.services.transitions import transition_request
 
 
 @pytest.fixture

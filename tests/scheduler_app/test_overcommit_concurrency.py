@@ -6,7 +6,7 @@ import pytest
 from django.db import connection, connections
 
 from scheduler_app.models import GpuRequest
-from scheduler_app.services import OverCommitError, Slice, allocate
+from scheduler_app.services.placement import OverCommitError, Slice, allocate
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

@@ -7,12 +7,15 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from portal.models import Team
+from audit.models import Event
 from scheduler_app.choices import CapacityType, NodeStatus, RequestState
-from scheduler_app.models import Allocation, Event, GpuRequest, TeamQuota
+from scheduler_app.models import Allocation, GpuRequest, TeamQuota
 from scheduler_app.scheduling import run_scheduling_pass
-from scheduler_app.services import create_pool, set_node_status, submit_request, transition_requests
+from scheduler_app.services.inventory import create_pool, set_node_status
+from scheduler_app.services.requests import submit_request
+from scheduler_app.services.transitions import transition_requests
 from scheduler_app.tasks import scheduling_pass
+from teams.models import Team
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 from rest_framework import serializers
 
 from scheduler_app.api.serializers import GpuRequestDetailSerializer, GpuRequestSerializer, SubmitSerializer
-from scheduler_app.services import submit_request
+from scheduler_app.services.requests import submit_request
 
 SHARE = {"name": "train", "task_type": "training", "gpu_milli": 250}
 

@@ -1,18 +1,13 @@
 import pytest
 from django.core.exceptions import ValidationError
 
+from audit.models import Event
 from scheduler_app.choices import NodeStatus, RequestState
-from scheduler_app.models import Allocation, Event, GpuRequest
-from scheduler_app.services import (
-    OverCommitError,
-    Slice,
-    allocate,
-    cancel_request,
-    node_for_agent_token,
-    register_node,
-    set_node_status,
-    submit_request,
-)
+from scheduler_app.models import Allocation, GpuRequest
+from scheduler_app.services.inventory import node_for_agent_token, register_node, set_node_status
+from scheduler_app.services.placement import OverCommitError, Slice, allocate
+from scheduler_app.services.requests import cancel_request, submit_request
+from teams.permissions import NotAllowed
 
 GOOD = {"name": "train", "task_type": "training", "gpu_milli": 250}
 
@@ -191,7 +186,7 @@ def test_cancel_closes_segments_and_ends_cancelled(submit, make_node, member):
 
 def test_outsider_cannot_cancel_another_teams_request(submit, outsider):
     request = submit()
-    with pytest.raises(PermissionError):
+    with pytest.raises(NotAllowed):
         cancel_request(request, user=outsider)
     request.refresh_from_db()
     assert request.state == RequestState.PENDING
@@ -213,7 +208,8 @@ def test_agent_credential_is_stored_hashed_and_authenticates(pool):
 
 
 def test_release_ends_running_work_succeeded(submit, make_node, member):
-    from scheduler_app.services import release_request, transition_request
+    from scheduler_app.services.requests import release_request
+    from scheduler_app.services.transitions import transition_request
 
     gpu = make_node(gpus=1).gpus.get()
     request = submit()
@@ -227,7 +223,7 @@ def test_release_ends_running_work_succeeded(submit, make_node, member):
 
 
 def test_release_of_pending_request_is_refused(submit, member):
-    from scheduler_app.services import release_request
+    from scheduler_app.services.requests import release_request
 
     request = submit()
     with pytest.raises(ValidationError, match="holds no GPU to release"):
@@ -239,7 +235,7 @@ def test_release_of_pending_request_is_refused(submit, member):
     [("spot", "on-demand", "is spot capacity"), ("on-demand", "spot", "is on-demand")],
 )
 def test_billing_mode_must_match_the_named_pool(team, member, capacity, billing, message):
-    from scheduler_app.services import create_pool
+    from scheduler_app.services.inventory import create_pool
 
     create_pool(name="named", gpu_model="A100", capacity_type=capacity)
     assert_refused(

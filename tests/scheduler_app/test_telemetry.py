@@ -9,9 +9,10 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.urls import reverse
 
+from audit.models import Event
 from scheduler_app.choices import NodeStatus
-from scheduler_app.models import Event, GpuSample, Node
-from scheduler_app.services import set_node_status
+from scheduler_app.models import GpuSample, Node
+from scheduler_app.services.inventory import set_node_status
 from scheduler_app.telemetry import downsample, record_gpu_samples, summarize
 
 NOW = dt.datetime(2025, 3, 1, 12, 0, tzinfo=dt.UTC)

@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 from gpu_portal_sdk import ResourceManager
 
-from portal.services import create_api_token
+from teams.services import create_api_token
 
 
 class FakeTime:

@@ -12,7 +12,7 @@ from billing_app.services import set_pool_price
 from portal.api.throttling import PerUserRateThrottle
 from scheduler_app.models import GpuRequest
 from scheduler_app.scheduling import run_scheduling_pass
-from scheduler_app.services import submit_request
+from scheduler_app.services.requests import submit_request
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from billing_app.services import set_pool_price
 from portal.api.pagination import Pagination
 from scheduler_app.models import GpuRequest, Node
 from scheduler_app.scheduling import run_scheduling_pass
-from scheduler_app.services import submit_request
+from scheduler_app.services.requests import submit_request
 
 
 def test_request_allocation_asks_for_half_a_card_on_spot_with_a_checkpoint(connect, member, cluster):

@@ -10,7 +10,9 @@ from django.utils import timezone
 from gpu_portal_sdk import GpuSample, NotFoundError, Utilization
 from gpu_portal_sdk.cli import NOT_FOUND, main
 
-from scheduler_app.services import Slice, allocate, issue_agent_credential, submit_request
+from scheduler_app.services.inventory import issue_agent_credential
+from scheduler_app.services.placement import Slice, allocate
+from scheduler_app.services.requests import submit_request
 
 
 @pytest.fixture

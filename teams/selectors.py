@@ -1,7 +1,7 @@
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
-from portal.models import Membership, Team
+from teams.models import Membership, Team
 
 
 def team_for_member(user, slug: str) -> Team | None:

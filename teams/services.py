@@ -7,23 +7,21 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from portal.choices import Role
-from portal.models import ApiToken, Membership, Team
-from portal.tokens import hash_token, new_token
-from scheduler_app.events import log_event
+from audit.events import log_event
+from teams.choices import Role
+from teams.models import ApiToken, Membership, Team
+from teams.permissions import can_manage_team, can_revoke_token, require
+from teams.tokens import hash_token, new_token
 
 MAX_TOKEN_LIFETIME = dt.timedelta(days=365)
 # Writing last_used_at on every API call would turn each read into a write.
 LAST_USED_RESOLUTION = dt.timedelta(minutes=1)
 
 
-def can_manage_team(user, team: Team) -> bool:
-    return user.is_staff or Membership.objects.filter(team=team, user=user, role=Role.TEAM_ADMIN).exists()
-
-
 def _require_manager(user, team: Team) -> None:
-    if not can_manage_team(user, team):
-        raise PermissionError(f"Only team admins of {team.name} (or operators) can manage its members.")
+    require(
+        can_manage_team(user, team), f"Only team admins of {team.name} (or operators) can manage its members."
+    )
 
 
 def add_member(team: Team, *, username: str, role: str = Role.MEMBER, actor) -> Membership:
@@ -103,8 +101,7 @@ def create_api_token(user, *, name: str, expires_at: dt.datetime) -> tuple[ApiTo
 
 
 def revoke_api_token(token: ApiToken, *, user) -> ApiToken:
-    if token.user_id != user.pk:
-        raise PermissionError("You can revoke only your own tokens.")
+    require(can_revoke_token(user, token), "You can revoke only your own tokens.")
     if token.revoked_at is None:
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])

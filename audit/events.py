@@ -4,8 +4,8 @@ from collections.abc import Sequence
 
 from django.contrib.contenttypes.models import ContentType
 
+from audit.models import Event
 from scheduler_app.live import publish_after_commit
-from scheduler_app.models import Event
 
 
 def build_event(
@@ -17,8 +17,12 @@ def build_event(
     actor_name: str = "",
     reason: str = "",
     team=None,
+    data: dict | None = None,
 ) -> Event:
-    """An unsaved Event for `subject`; team defaults to the subject's own team, if it has one."""
+    """An unsaved Event for `subject`; team defaults to the subject's own team, if it has one.
+
+    `data` holds structured details (JSON: numbers, money as decimal strings), never a state.
+    """
     team = team or getattr(subject, "team", None)
     return Event(
         content_type=ContentType.objects.get_for_model(subject),
@@ -29,6 +33,7 @@ def build_event(
         from_state=from_state,
         to_state=to_state,
         reason=reason[:500],
+        data=data or {},
     )
 
 
@@ -45,6 +50,7 @@ def record_events(events: Sequence[Event]) -> list[Event]:
                     "from": event.from_state,
                     "to": event.to_state,
                     "reason": event.reason,
+                    "data": event.data,
                     "actor": event.actor_label,
                     "at": event.created_at.isoformat(),
                 },

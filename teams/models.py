@@ -1,7 +1,7 @@
 from django.conf import settings
 from django.db import models
 
-from portal.choices import Role
+from teams.choices import Role
 
 
 class Team(models.Model):
@@ -13,6 +13,7 @@ class Team(models.Model):
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="teams")
 
     class Meta:
+        db_table = "portal_team"  # created by the portal app before teams moved here; kept in place
         ordering = ["name"]
 
     def __str__(self) -> str:
@@ -28,6 +29,7 @@ class Membership(models.Model):
     joined_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        db_table = "portal_membership"
         ordering = ["team__name", "user__username"]
         constraints = [
             models.UniqueConstraint(fields=["team", "user"], name="membership_unique_team_user"),
@@ -61,6 +63,7 @@ class ApiToken(models.Model):
     objects = ApiTokenQuerySet.as_manager()
 
     class Meta:
+        db_table = "portal_apitoken"
         ordering = ["-created_at", "-id"]
 
     def __str__(self) -> str:

@@ -1,0 +1,80 @@
+"""The event log: an append-only record of every state change, for timelines, the audit page and the
+estimates' replay."""
+
+from django.conf import settings
+from django.contrib.contenttypes.fields import GenericForeignKey
+from django.contrib.contenttypes.models import ContentType
+from django.db import models
+from django.utils import timezone
+
+from teams.permissions import NotAllowed
+
+APPEND_ONLY = "The event log is append-only."
+# The units of the values services put in Event.data, as the audit page shows them.
+UNITS = {
+    "guaranteed_milli": " milli-GPU",
+    "granularity_milli": " milli-GPU",
+    "usd_per_gpu_hour": " USD/GPU-h",
+}
+
+
+class EventQuerySet(models.QuerySet):
+    def delete(self):
+        raise NotAllowed(APPEND_ONLY)
+
+    def update(self, **kwargs):
+        raise NotAllowed(APPEND_ONLY)
+
+
+class Event(models.Model):
+    """An append-only record of one state change: who or what, on which object, from, to, why, when.
+
+    from_state/to_state are states (a request's, a node's, a member's role); numbers and other
+    structured details go in `data` (e.g. {"guaranteed_milli": {"from": 0, "to": 500}}).
+    """
+
+    content_type = models.ForeignKey(ContentType, on_delete=models.PROTECT)
+    object_id = models.PositiveBigIntegerField()
+    subject = GenericForeignKey("content_type", "object_id")
+    team = models.ForeignKey("teams.Team", on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    actor_label = models.CharField(max_length=100, help_text="The user, or the system part that acted.")
+    from_state = models.CharField(max_length=32, blank=True)
+    to_state = models.CharField(max_length=32)
+    reason = models.CharField(max_length=500, blank=True)
+    data = models.JSONField(default=dict, blank=True, help_text="Structured details: values changed, units.")
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    objects = EventQuerySet.as_manager()
+
+    class Meta:
+        db_table = "scheduler_app_event"  # created by scheduler_app before the log moved here; kept in place
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["content_type", "object_id", "created_at"])]
+
+    def __str__(self) -> str:
+        when = f"{self.created_at:%Y-%m-%d %H:%M:%S}"
+        return f"{when} {self.actor_label}: {self.from_state or '∅'} → {self.to_state}"
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise NotAllowed(APPEND_ONLY)
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise NotAllowed(APPEND_ONLY)
+
+    def change(self) -> str:
+        """The change as people read it: "pending → running", or each changed value in `data` with its
+        unit ("guaranteed_milli: 0 → 500 milli-GPU")."""
+        values = [
+            f"{name}: {_shown(value['from'])} → {_shown(value['to'])}{UNITS.get(name, '')}"
+            for name, value in self.data.items()
+            if isinstance(value, dict) and value.keys() == {"from", "to"}
+        ]
+        states = f"{self.from_state} → {self.to_state}" if self.from_state else self.to_state
+        return "; ".join(values) if values else states
+
+
+def _shown(value) -> str:
+    return "none" if value is None else str(value)

@@ -1,0 +1,13 @@
+"""Every write to the cluster, requests and allocations goes through a function in this package.
+
+Each one validates first (a ValidationError naming the field; nothing written),
+writes in one transaction, logs an Event and publishes the live update. Who owns what:
+
+- requests.py: a user's requests: validated_request, submit_request, cancel_request, release_request.
+- transitions.py: the request lifecycle owner: transition_request, transition_requests, requeue.
+- placement.py: giving pending requests their slices: place, allocate (Slice, PlannedStart, Placed,
+  OverCommitError).
+- inventory.py: pools, nodes and agent credentials: create_pool, update_pool, register_node,
+  issue_agent_credential, node_for_agent_token, set_node_status.
+- quotas.py: team quotas: set_team_quota.
+"""

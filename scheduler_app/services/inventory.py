@@ -1,0 +1,95 @@
+"""Pools, nodes and their agents' credentials: created, changed and drained here, each change logged."""
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from audit.events import log_event
+from scheduler_app.choices import NodeStatus
+from scheduler_app.models import Gpu, Node, Pool
+from scheduler_app.permissions import can_operate
+from teams.permissions import require
+from teams.tokens import hash_token, new_token
+
+SYSTEM = "system"
+
+
+def set_node_status(node: Node, status: str, *, actor=None, reason: str = "", actor_name: str = "") -> Node:
+    """Drain, undrain, mark suspect, lost or reclaimed; logged like every state change."""
+    if status not in NodeStatus.values:
+        raise ValidationError(
+            {"status": f"{status!r} is not a node status; choose from {', '.join(NodeStatus.values)}."}
+        )
+    with transaction.atomic():
+        locked = Node.objects.select_for_update().get(pk=node.pk)
+        if locked.status == status:
+            return locked
+        from_state, locked.status = locked.status, status
+        locked.save(update_fields=["status"])
+        log_event(locked, status, from_state=from_state, actor=actor, actor_name=actor_name, reason=reason)
+    node.refresh_from_db()
+    return node
+
+
+def create_pool(
+    *, name: str, gpu_model: str, capacity_type: str, granularity_milli: int = 125, **extra
+) -> Pool:
+    pool = Pool(
+        name=name,
+        gpu_model=gpu_model,
+        capacity_type=capacity_type,
+        granularity_milli=granularity_milli,
+        **extra,
+    )
+    pool.full_clean()
+    pool.save()
+    return pool
+
+
+def register_node(
+    *, pool: Pool, name: str, cpu_milli: int, memory_mib: int, gpus: list[dict]
+) -> tuple[Node, str]:
+    """Add a node and its cards; returns the node and its agent credential, shown this once."""
+    node = Node(pool=pool, name=name, cpu_milli=cpu_milli, memory_mib=memory_mib)
+    node.full_clean(exclude=["agent_token_hash"])
+    with transaction.atomic():
+        node.save()
+        for index, spec in enumerate(gpus):
+            gpu = Gpu(node=node, index=index, **spec)
+            gpu.full_clean()
+            gpu.save()
+        token = issue_agent_credential(node)
+        log_event(node, node.status, reason="registered", actor_name=SYSTEM)
+    return node, token
+
+
+def issue_agent_credential(node: Node) -> str:
+    """A fresh random credential for the node's agent; only its hash is stored."""
+    token = new_token("node")
+    Node.objects.filter(pk=node.pk).update(agent_token_hash=hash_token(token))
+    node.agent_token_hash = hash_token(token)
+    return token
+
+
+def node_for_agent_token(token: str) -> Node | None:
+    if not token:
+        return None
+    return Node.objects.filter(agent_token_hash=hash_token(token)).first()
+
+
+def update_pool(pool: Pool, *, actor, **fields) -> Pool:
+    """Operators change a pool's description, granularity or capacity type; logged with the old values."""
+    require(can_operate(actor), "Only platform operators change pools.")
+    allowed = {"description", "granularity_milli", "capacity_type", "gpu_model"}
+    if unknown := set(fields) - allowed:
+        raise ValidationError({name: "This field cannot be changed here." for name in unknown})
+    with transaction.atomic():
+        locked = Pool.objects.select_for_update().get(pk=pool.pk)
+        before = {name: getattr(locked, name) for name in fields}
+        for name, value in fields.items():
+            setattr(locked, name, value)
+        locked.full_clean()
+        locked.save(update_fields=list(fields))
+        change = ", ".join(f"{name}: {before[name]} → {value}" for name, value in fields.items())
+        data = {name: {"from": before[name], "to": value} for name, value in fields.items()}
+        log_event(locked, "updated", actor=actor, reason=change, data=data)
+    return locked

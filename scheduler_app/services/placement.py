@@ -1,0 +1,140 @@
+"""Giving pending requests their slices: the one writer of allocations, under the cards' row locks."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from scheduler_app.choices import RequestState
+from scheduler_app.constants import MILLI_PER_GPU
+from scheduler_app.lifecycle import StateConflict
+from scheduler_app.models import Allocation, Gpu, GpuRequest
+from scheduler_app.services.transitions import _move
+
+
+class OverCommitError(Exception):
+    """A start would put a card over 1000 milli-GPU or over its memory, or use an unschedulable card."""
+
+
+@dataclass(frozen=True)
+class Slice:
+    """A piece of one card for one request: milli-GPU and GPU memory (MiB)."""
+
+    gpu_id: int
+    milli: int
+    gpu_memory_mib: int
+
+
+@dataclass(frozen=True)
+class PlannedStart:
+    """Start a pending request on these slices (one per card of its gang), billed as `billing_mode`."""
+
+    request_id: int
+    slices: tuple[Slice, ...]
+    billing_mode: str
+    borrowed: bool = False
+    note: str = ""
+
+
+@dataclass
+class Placed:
+    """What `place` did: the requests now scheduled, and for each start it could not make, why."""
+
+    started: list[int] = field(default_factory=list)
+    refused: dict[int, str] = field(default_factory=dict)
+
+
+def place(starts: Sequence[PlannedStart], *, actor_name: str = "scheduler", now=None) -> Placed:
+    """Give pending requests their slices and mark them scheduled: the one writer of allocations.
+
+    Locks the cards (id order), then the requests (id order), and re-checks the
+    committed capacity under those locks, so no card ever exceeds 1000 milli-GPU
+    or its memory (DESIGN rule 1) whatever runs concurrently. A start that no
+    longer fits, or whose request is no longer pending, is refused with the reason.
+    """
+    now = now or timezone.now()
+    result = Placed()
+    with transaction.atomic():
+        gpu_ids = sorted({piece.gpu_id for start in starts for piece in start.slices})
+        gpus = {
+            gpu.pk: gpu
+            for gpu in Gpu.objects.select_for_update(of=("self",))
+            .filter(pk__in=gpu_ids)
+            .select_related("node")
+            .order_by("pk")
+        }
+        committed = Allocation.objects.committed_by_gpu(gpu_ids)
+        pending = {
+            r.pk: r
+            for r in GpuRequest.objects.select_for_update(of=("self",))
+            .filter(pk__in=[s.request_id for s in starts], state=RequestState.PENDING)
+            .select_related("team")
+            .order_by("pk")
+        }
+        allocations, reasons = [], {}
+        for start in starts:
+            request = pending.get(start.request_id)
+            refusal = _refusal(request, start, gpus, committed)
+            if refusal:
+                result.refused[start.request_id] = refusal
+                continue
+            for piece in start.slices:
+                milli, memory = committed.get(piece.gpu_id, (0, 0))
+                committed[piece.gpu_id] = (milli + piece.milli, memory + piece.gpu_memory_mib)
+            allocations += [
+                Allocation(
+                    request_id=request.pk,
+                    gpu_id=piece.gpu_id,
+                    milli=piece.milli,
+                    gpu_memory_mib=piece.gpu_memory_mib,
+                    billing_mode=start.billing_mode,
+                    borrowed=start.borrowed,
+                    started_at=now,
+                )
+                for piece in start.slices
+            ]
+            where = ", ".join(str(gpus[piece.gpu_id]) for piece in start.slices)
+            reasons[request.pk] = f"placed on {where}{start.note}"
+            result.started.append(request.pk)
+        moving = [pending[pk] for pk in sorted(result.started)]
+        _move(moving, RequestState.SCHEDULED, actor_name=actor_name, reasons=reasons, now=now)
+        Allocation.objects.bulk_create(allocations)
+    return result
+
+
+def allocate(
+    request: GpuRequest, slices: list[Slice], *, borrowed: bool = False, actor_name: str = "scheduler"
+) -> list[Allocation]:
+    """`place` for one pending request and its gang; OverCommitError (nothing written) when refused."""
+    if request.state != RequestState.PENDING:
+        raise StateConflict(f"A {request.state} request cannot be placed; only pending ones.")
+    if len(slices) != request.num_gpus or len({s.gpu_id for s in slices}) != len(slices):
+        raise ValidationError({"slices": f"{request.name} needs {request.num_gpus} distinct card(s)."})
+    start = PlannedStart(request.pk, tuple(slices), request.billing_mode, borrowed)
+    refused = place([start], actor_name=actor_name).refused
+    if refused:
+        raise OverCommitError(refused[request.pk])
+    request.refresh_from_db()
+    return list(Allocation.objects.committed().filter(request=request).order_by("gpu_id"))
+
+
+def _refusal(request: GpuRequest | None, start: PlannedStart, gpus, committed) -> str:
+    """Why `start` cannot be made under the locks just taken ("" when it can)."""
+    if request is None:
+        return "no longer pending"
+    if len(start.slices) != request.num_gpus or len({s.gpu_id for s in start.slices}) != request.num_gpus:
+        return f"{request.name} needs {request.num_gpus} distinct card(s)"
+    for piece in start.slices:
+        gpu = gpus.get(piece.gpu_id)
+        if gpu is None:
+            return f"no GPU with id {piece.gpu_id}"
+        if not gpu.node.is_schedulable():
+            return f"{gpu} is on a {gpu.node.status} node"
+        milli, memory = committed.get(gpu.pk, (0, 0))
+        if milli + piece.milli > MILLI_PER_GPU:
+            return f"{gpu} has {MILLI_PER_GPU - milli} milli-GPU free, not {piece.milli}"
+        if memory + piece.gpu_memory_mib > gpu.memory_mib:
+            return f"{gpu} has {gpu.memory_mib - memory} MiB free, not {piece.gpu_memory_mib}"
+    return ""

@@ -1,0 +1,133 @@
+"""The request lifecycle owner: every change of a request's state goes through a function here, which
+also closes its slices, stamps it, writes the events and publishes the live updates."""
+
+import datetime as dt
+from collections.abc import Iterable
+
+from django.db import transaction
+from django.utils import timezone
+
+from audit.events import build_event, record_events
+from scheduler_app.choices import RequestState
+from scheduler_app.dispatch import schedule_soon
+from scheduler_app.lifecycle import ACTIVE_STATES, StateConflict, check_transition
+from scheduler_app.models import Allocation, GpuRequest
+
+
+def transition_request(
+    request: GpuRequest, to_state: str, *, actor=None, reason: str = "", actor_name: str = ""
+) -> GpuRequest:
+    """The one way a single request changes state; IllegalTransition (nothing written) if not allowed."""
+    with transaction.atomic():
+        locked = GpuRequest.objects.select_for_update().get(pk=request.pk)
+        check_transition(locked.state, to_state)
+        _refuse_scheduling_without_cards(to_state)
+        _move([locked], to_state, actor=actor, actor_name=actor_name, reasons={locked.pk: reason})
+    request.refresh_from_db()
+    return request
+
+
+def transition_requests(
+    request_ids: Iterable[int],
+    to_state: str,
+    *,
+    from_states: Iterable[str],
+    actor=None,
+    actor_name: str = "",
+    reason: str = "",
+    reasons: dict[int, str] | None = None,
+    now: dt.datetime | None = None,
+) -> list[GpuRequest]:
+    """The bulk form: lock the rows in id order and move those still in `from_states`; returns them.
+
+    Requests that left `from_states` meanwhile (another writer got there first)
+    are skipped, not an error: a pass or the watchdog acts on a snapshot.
+    """
+    _refuse_scheduling_without_cards(to_state)
+    sources = set(from_states)
+    for source in sources:
+        check_transition(source, to_state)
+    with transaction.atomic():
+        locked = list(
+            GpuRequest.objects.select_for_update(of=("self",))
+            .filter(pk__in=list(request_ids), state__in=sources)
+            .select_related("team")
+            .order_by("pk")
+        )
+        why = {r.pk: (reasons or {}).get(r.pk, reason) for r in locked}
+        _move(locked, to_state, actor=actor, actor_name=actor_name, reasons=why, now=now)
+    return locked
+
+
+def _refuse_scheduling_without_cards(to_state: str) -> None:
+    if to_state == RequestState.SCHEDULED:
+        raise StateConflict("A request is scheduled only by placing it on cards (services.placement.place).")
+
+
+def requeue(
+    request_ids: Iterable[int],
+    *,
+    reason: str,
+    actor=None,
+    actor_name: str = "",
+    now: dt.datetime | None = None,
+) -> list[GpuRequest]:
+    """Put active requests back in the queue (node lost, preempted, reclaimed): their slices close and
+    the reason becomes their pending reason. Serves preemption and node loss alike."""
+    return transition_requests(
+        request_ids,
+        RequestState.PENDING,
+        from_states=ACTIVE_STATES,
+        actor=actor,
+        actor_name=actor_name,
+        reason=reason,
+        now=now,
+    )
+
+
+def _move(
+    locked: list[GpuRequest],
+    to_state: str,
+    *,
+    actor=None,
+    actor_name: str = "",
+    reasons: dict[int, str],
+    now: dt.datetime | None = None,
+) -> None:
+    """Move rows already locked by the caller, with every consequence: stamps, the pending reason,
+    slices closed when the request leaves the active states, events, live updates, a pass when
+    capacity came free."""
+    if not locked:
+        return
+    now = now or timezone.now()
+    leaving = [r.pk for r in locked if r.state in ACTIVE_STATES and to_state not in ACTIVE_STATES]
+    if leaving:
+        Allocation.objects.committed().filter(request_id__in=leaving).update(ended_at=now)
+    stamp = {RequestState.SCHEDULED: "scheduled_at", RequestState.RUNNING: "started_at"}.get(to_state)
+    events = []
+    for request in locked:
+        from_state, request.state = request.state, to_state
+        if stamp and getattr(request, stamp) is None:
+            setattr(request, stamp, now)
+        if request.is_terminal():
+            request.ended_at = now
+        request.pending_reason = reasons[request.pk][:300] if to_state == RequestState.PENDING else ""
+        request.estimated_start_at = None
+        events.append(
+            build_event(
+                request,
+                to_state,
+                from_state=from_state,
+                actor=actor,
+                actor_name=actor_name,
+                reason=reasons[request.pk],
+            )
+        )
+    GpuRequest.objects.bulk_update(
+        locked,
+        ["state", "scheduled_at", "started_at", "ended_at", "pending_reason", "estimated_start_at"],
+        batch_size=500,
+    )
+    record_events(events)
+    if leaving:
+        schedule_soon()

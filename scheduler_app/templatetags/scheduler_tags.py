@@ -1,0 +1,18 @@
+"""Permission filters for the pages, so templates ask scheduler_app.permissions instead of repeating
+lifecycle rules: {% if r|can_cancel:user %}."""
+
+from django import template
+
+from scheduler_app import permissions
+
+register = template.Library()
+
+
+@register.filter
+def can_cancel(request, user) -> bool:
+    return permissions.can_cancel(user, request)
+
+
+@register.filter
+def can_release(request, user) -> bool:
+    return permissions.can_release(user, request)

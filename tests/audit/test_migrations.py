@@ -1,0 +1,81 @@
+"""An existing database keeps its event log when the Event model moves from scheduler_app to audit."""
+
+import pytest
+from django.contrib.contenttypes.models import ContentType
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+from audit.models import Event
+from scheduler_app.models import GpuRequest
+from teams.models import Membership
+
+# The last migrations before the move, and the apps it added (unapplied entirely to go back).
+BEFORE = [
+    ("teams", None),
+    ("audit", None),
+    ("portal", "0002_api_tokens"),
+    ("scheduler_app", "0004_pass_state"),
+]
+
+
+def migrate(targets):
+    """Migrate the test database to `targets`; returns the historical apps there."""
+    executor = MigrationExecutor(connection)
+    executor.migrate(targets)
+    executor.loader.build_graph()
+    return executor.loader.project_state([node for node in targets if node[1]]).apps
+
+
+def latest():
+    return MigrationExecutor(connection).loader.graph.leaf_nodes()
+
+
+@pytest.fixture
+def before_the_move(transactional_db):
+    """Historical apps of a database from before the move; the database ends migrated forward again."""
+    old = migrate(BEFORE)
+    yield old
+    migrate(latest())
+    ContentType.objects.clear_cache()
+
+
+def test_events_survive_the_move_with_their_subjects(before_the_move):
+    old = before_the_move
+    types = old.get_model("contenttypes", "ContentType").objects
+    user = old.get_model("auth", "User").objects.create(username="alice")
+    team = old.get_model("portal", "Team").objects.create(name="Vision", slug="vision")
+    membership = old.get_model("portal", "Membership").objects.create(team=team, user=user)
+    request = old.get_model("scheduler_app", "GpuRequest").objects.create(
+        team=team, user=user, name="train", gpu_milli=500, num_gpus=1
+    )
+    old_event = old.get_model("scheduler_app", "Event")
+    old_event.objects.create(
+        content_type=types.get_or_create(app_label="scheduler_app", model="gpurequest")[0],
+        object_id=request.pk,
+        team=team,
+        actor=user,
+        actor_label="alice",
+        to_state="pending",
+        reason="submitted",
+    )
+    old_event.objects.create(
+        content_type=types.get_or_create(app_label="portal", model="membership")[0],
+        object_id=membership.pk,
+        team=team,
+        actor_label="system",
+        to_state="member",
+        reason="alice added",
+    )
+
+    migrate(latest())
+
+    submitted, added = Event.objects.order_by("id")
+    assert (submitted.to_state, submitted.reason, submitted.actor.username) == (
+        "pending",
+        "submitted",
+        "alice",
+    )
+    assert submitted.subject == GpuRequest.objects.get(pk=request.pk)
+    assert submitted.team.slug == "vision" and submitted.data == {}
+    assert added.subject == Membership.objects.get(pk=membership.pk)
+    assert ContentType.objects.get_for_model(Event).app_label == "audit"

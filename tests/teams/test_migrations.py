@@ -1,0 +1,73 @@
+"""An existing database migrates in place when teams, membership and tokens move from portal to teams."""
+
+import datetime as dt
+
+import pytest
+from django.contrib.contenttypes.models import ContentType
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+from django.utils import timezone
+
+from scheduler_app.models import GpuRequest, TeamQuota
+from teams.models import ApiToken, Membership, Team
+
+# The last migrations before the move, and the apps it added (unapplied entirely to go back).
+BEFORE = [
+    ("teams", None),
+    ("audit", None),
+    ("portal", "0002_api_tokens"),
+    ("scheduler_app", "0004_pass_state"),
+]
+
+
+def migrate(targets):
+    """Migrate the test database to `targets`; returns the historical apps there."""
+    executor = MigrationExecutor(connection)
+    executor.migrate(targets)
+    executor.loader.build_graph()
+    return executor.loader.project_state([node for node in targets if node[1]]).apps
+
+
+def latest():
+    return MigrationExecutor(connection).loader.graph.leaf_nodes()
+
+
+@pytest.fixture
+def before_the_move(transactional_db):
+    """Historical apps of a database from before the move; the database ends migrated forward again."""
+    old = migrate(BEFORE)
+    yield old
+    migrate(latest())
+    ContentType.objects.clear_cache()
+
+
+def test_team_membership_and_token_survive_the_move(before_the_move):
+    old = before_the_move
+    user = old.get_model("auth", "User").objects.create(username="alice")
+    team = old.get_model("portal", "Team").objects.create(name="Vision", slug="vision")
+    old.get_model("portal", "Membership").objects.create(team=team, user=user, role="team_admin")
+    old.get_model("portal", "ApiToken").objects.create(
+        user=user,
+        name="ci",
+        prefix="gpp_abc",
+        token_hash="h" * 64,
+        expires_at=timezone.now() + dt.timedelta(days=1),
+    )
+    pool = old.get_model("scheduler_app", "Pool").objects.create(
+        name="a100", gpu_model="A100-80GB", capacity_type="on-demand"
+    )
+    request = old.get_model("scheduler_app", "GpuRequest").objects.create(
+        team=team, user=user, name="train", gpu_milli=500, num_gpus=1
+    )
+    old.get_model("scheduler_app", "TeamQuota").objects.create(team=team, pool=pool, guaranteed_milli=2000)
+
+    migrate(latest())
+
+    moved = Team.objects.get(pk=team.pk)
+    assert moved.slug == "vision" and list(moved.members.values_list("username", flat=True)) == ["alice"]
+    assert Membership.objects.get(team=moved).is_team_admin()
+    assert ApiToken.objects.get().user.username == "alice"
+    assert GpuRequest.objects.get(pk=request.pk).team == moved
+    assert list(moved.requests.values_list("name", flat=True)) == ["train"]
+    assert TeamQuota.objects.get().team == moved
+    assert ContentType.objects.get_for_model(Team).app_label == "teams"
