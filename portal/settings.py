@@ -137,6 +137,8 @@ CELERY_TIMEZONE = "UTC"
 
 # How often a scheduling pass runs besides the ones that submits and releases ask for.
 SCHEDULER_INTERVAL_S = env_int("SCHEDULER_INTERVAL_S", 10, minimum=1)
+# Changes within this many seconds share one scheduling pass (production; 0: a pass at once).
+SCHEDULER_BATCH_S = env_int("SCHEDULER_BATCH_S", 1, minimum=0)
 # A ready node silent this long becomes suspect (no new work); this long, lost (its work is requeued).
 NODE_SUSPECT_AFTER_S = env_int("NODE_SUSPECT_AFTER_S", 60, minimum=5)
 NODE_LOST_AFTER_S = env_int("NODE_LOST_AFTER_S", 300, minimum=10)

@@ -32,7 +32,10 @@ def _wake() -> None:
 
 
 def queue_pass() -> None:
-    """Queue one Celery pass unless one is already queued and not started: one per burst of submits.
+    """Queue one Celery pass, SCHEDULER_BATCH_S from now, unless one is already queued and not started.
+
+    Every change committed before that pass starts is in it, so a burst of submits shares one pass
+    and a busy portal runs at most about one pass a batch instead of one after another.
 
     Redis or the broker being away only logs a warning: the change is committed, and the periodic
     pass (SCHEDULER_INTERVAL_S) schedules it; the caller must not fail or wait for it.
@@ -46,7 +49,7 @@ def queue_pass() -> None:
         log.warning("cannot reach Redis to queue a scheduling pass; the periodic pass will: %s", error)
         return
     try:
-        scheduling_pass.apply_async(retry=False)
+        scheduling_pass.apply_async(countdown=settings.SCHEDULER_BATCH_S, retry=False)
     except OperationalError as error:
         log.warning("cannot reach the broker to queue a scheduling pass; the periodic pass will: %s", error)
         with suppress(RedisError):  # else the key expires on its own

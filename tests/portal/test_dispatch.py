@@ -30,11 +30,14 @@ def submit(member, team, django_capture_on_commit_callbacks):
         return submit_request(user=member, team=team, **SUBMIT)
 
 
-def test_a_burst_of_submits_queues_one_pass(queued, member, team, django_capture_on_commit_callbacks):
+def test_a_burst_of_submits_queues_one_pass_a_batch_later(
+    queued, member, team, settings, django_capture_on_commit_callbacks
+):
+    settings.SCHEDULER_BATCH_S = 1
     for _ in range(5):
         submit(member, team, django_capture_on_commit_callbacks)
 
-    assert queued == [{"retry": False}]
+    assert queued == [{"countdown": 1, "retry": False}]
 
 
 def test_a_submit_during_a_pass_gets_a_pass_after_it(
