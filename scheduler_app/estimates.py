@@ -17,11 +17,11 @@ from scheduler_app.cluster_state import WORKLOAD_WINDOW, load_cluster_snapshot, 
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.core.cluster import RequestSpec
 from scheduler_app.core.fragmentation import WorkloadMix
-from scheduler_app.core.next_pass import CandidatePlan, candidate_plan, place_candidate
+from scheduler_app.core.next_pass import CandidatePlan, candidate_plan
 from scheduler_app.core.placement import DEFAULT_POLICY
 from scheduler_app.core.queueing import plan_pass
 from scheduler_app.models import Node, Pool
-from scheduler_app.pass_state import next_pass_state, recent_specs
+from scheduler_app.pass_state import next_pass, recent_specs
 from scheduler_app.scheduling import format_utc
 from scheduler_app.services import validated_request
 
@@ -119,12 +119,12 @@ def estimate_request(
     if not spec.pools:
         reason = f"no {request.billing_mode} pool exists"
         return Estimate(False, "", None, reason, "", now, prices(), label)
-    state = next_pass_state()
-    if state is None:
+    planned = next_pass()
+    if planned is None:
         decision, as_of = _dry_run(spec, pools, now), now
     else:
-        decision = place_candidate(state, spec, now.timestamp())
-        as_of = dt.datetime.fromtimestamp(state.at, dt.UTC)
+        decision = planned.place(spec, now.timestamp())
+        as_of = dt.datetime.fromtimestamp(planned.state.at, dt.UTC)
     pool = _pool_of(decision.node)
     if decision.start is not None:
         where = ", ".join(f"{decision.node}/gpu{i}" for i in decision.start.placement.gpus)
