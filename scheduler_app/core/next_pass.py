@@ -16,8 +16,10 @@ priority and age, exactly as `FairQueue` ranks them) are planned by the pass's
 own code, with one shortcut that is the only approximation: a request the stored
 pass found no room for, with nothing freed or withdrawn since, is taken to wait
 again without being tried (it only places its reservation, if it is among the
-first). That can differ from the pass only where re-ranking lets such a request
-reach a card that another team's reservation kept from it in the stored pass.
+first); so is one submitted since, once the planned turns found no room for it.
+That can differ from the pass only where re-ranking lets such a request reach a
+card that another team's reservation kept from it when it was tried. Everything
+else that depends on the time is judged at each estimate's own `now`.
 Units: milli-GPU, MiB, seconds on the caller's epoch; pure (no ORM, no clock).
 """
 
