@@ -1,7 +1,7 @@
 """How long the request form's estimate takes: 8,000 GPUs (1,000 nodes x 8), 8,000 requests pending.
 
     python -m bench.estimate_speed [--database-url postgres://postgres@127.0.0.1:5432/gpu_portal_bench_estimate]
-                                   [--estimates 50]
+                                   [--estimates 50] [--profile 25]
 
 Builds a scratch PostgreSQL database (created if missing, emptied each run) in
 bulk: two pools (A100 on-demand, A100 spot), 1,000 nodes of 8 cards nearly full
@@ -9,12 +9,16 @@ of running work with max durations, and 8,000 pending requests of mixed shapes
 over four teams; runs one `run_scheduling_pass()` (it stores the state estimates
 read), then times `estimate_request()` for mixed shapes (fractions, gangs, spot
 with and without fallback, a named pool): validation, the stored state, the
-pure core, the price. Target: under 100 ms. Prints the median and the p95.
+pure core, the price. Target: under 100 ms. Prints the median and the p95, and the first
+estimate apart (it loads the stored state and plans the turns, once per pass per process);
+with --profile N, also the top N functions by cumulative time over the estimates (cProfile).
 """
 
 import argparse
+import cProfile
 import datetime as dt
 import os
+import pstats
 import random
 import statistics
 import time
@@ -32,6 +36,7 @@ def main() -> None:
     )
     parser.add_argument("--estimates", type=int, default=50)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--profile", type=int, default=0, help="print the top N functions (cumulative)")
     args = parser.parse_args()
 
     from bench.db_pass import _create_database
@@ -58,19 +63,28 @@ def main() -> None:
         f"setup pass: {time.perf_counter() - begin:.1f} s, started {result.started}, waiting {result.waiting}"
     )
     timings, outcomes = [], {"now": 0, "waits": 0}
+    profile = cProfile.Profile() if args.profile else None
     for i in range(args.estimates):
         fields = _mixed_fields(rng, i)
         begin = time.perf_counter()
+        if profile:
+            profile.enable()
         estimate = estimate_request(user=user, team=teams[i % len(teams)], **fields)
+        if profile:
+            profile.disable()
         timings.append((time.perf_counter() - begin) * 1000)
         outcomes["now" if estimate.starts_now else "waits"] += 1
+    first = timings[0]
     timings.sort()
     p95 = timings[min(len(timings) - 1, int(0.95 * len(timings)))]
     print(f"estimates: {len(timings)} ({outcomes['now']} start now, {outcomes['waits']} wait)")
+    print(f"first estimate after the pass (loads the state, plans the turns): {first:.0f} ms")
     print(
         f"estimate time: median {statistics.median(timings):.1f} ms, p95 {p95:.1f} ms "
         f"with {PENDING} pending on {NODES * GPUS_PER_NODE} GPUs (target < 100 ms)"
     )
+    if profile:
+        pstats.Stats(profile).sort_stats("cumulative").print_stats(args.profile)
 
 
 def _mixed_fields(rng: random.Random, i: int) -> dict:

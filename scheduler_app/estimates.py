@@ -8,6 +8,7 @@ from a dry run of a whole pass on a fresh snapshot. Nothing is written.
 
 import dataclasses
 import datetime as dt
+import threading
 from dataclasses import dataclass
 
 from django.utils import timezone
@@ -17,11 +18,11 @@ from scheduler_app.cluster_state import WORKLOAD_WINDOW, load_cluster_snapshot, 
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.core.cluster import RequestSpec
 from scheduler_app.core.fragmentation import WorkloadMix
-from scheduler_app.core.next_pass import CandidatePlan, candidate_plan, place_candidate
+from scheduler_app.core.next_pass import CandidatePlan, candidate_plan
 from scheduler_app.core.placement import DEFAULT_POLICY
 from scheduler_app.core.queueing import plan_pass
 from scheduler_app.models import Node, Pool
-from scheduler_app.pass_state import next_pass_state, recent_specs
+from scheduler_app.pass_state import next_pass, recent_specs
 from scheduler_app.scheduling import format_utc
 from scheduler_app.services.requests import validated_request
 
@@ -95,6 +96,11 @@ def share_label(gpu_milli: int, num_gpus: int) -> str:
     return f"{gpu_milli} milli-GPU"
 
 
+# The planned next pass is cached per process and filled lazily; under ASGI each request has a thread
+# of its own, so estimates take turns on it (each takes milliseconds).
+_PLANNED_ONCE_PER_PROCESS = threading.Lock()
+
+
 def estimate_request(
     *, user, team, pool_name: str = "", now: dt.datetime | None = None, **fields
 ) -> Estimate:
@@ -119,12 +125,13 @@ def estimate_request(
     if not spec.pools:
         reason = f"no {request.billing_mode} pool exists"
         return Estimate(False, "", None, reason, "", now, prices(), label)
-    state = next_pass_state()
-    if state is None:
+    with _PLANNED_ONCE_PER_PROCESS:
+        planned = next_pass()
+        if planned is not None:
+            decision = planned.place(spec, now.timestamp())
+            as_of = dt.datetime.fromtimestamp(planned.state.at, dt.UTC)
+    if planned is None:
         decision, as_of = _dry_run(spec, pools, now), now
-    else:
-        decision = place_candidate(state, spec, now.timestamp())
-        as_of = dt.datetime.fromtimestamp(state.at, dt.UTC)
     pool = _pool_of(decision.node)
     if decision.start is not None:
         where = ", ".join(f"{decision.node}/gpu{i}" for i in decision.start.placement.gpus)

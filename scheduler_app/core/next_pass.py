@@ -2,31 +2,45 @@
 
 `after_pass` turns a pass's inputs and plan into the state the next pass will load
 (absent changes in between); `replay` applies the few changes made since;
-`place_candidate` runs the pass's queue, placement, backfill and reservation
-code on that state with the candidate added, and stops at the candidate's turn.
+`NextPass` runs the pass's queue, placement, backfill and reservation code on
+that state once, without a candidate, and keeps every request's turn, the
+reservations and the fluid estimator's state along the queue. A candidate then
+costs its place in the fair-share order (it only delays the turns of its own
+team behind it), its placement try on the cards as they stand at its turn (the
+same policy and backfill rule, with only the reservations ahead of it), and, if
+it waits, its reservation or one fluid estimate from the state saved nearest its
+turn.
 
 Requests ahead of the candidate in queue order (fair share across teams, then
-priority and age, exactly as `FairQueue` ranks them, re-ranked after each start)
-are planned by the pass's own code, with one shortcut that is the only
-approximation: a request the stored pass found no room for, with nothing freed
-or withdrawn since, is taken to wait again without being tried (it only places
-its reservation, if it is among the first). That can differ from the pass only
-where re-ranking lets such a request reach a card that another team's
-reservation kept from it in the stored pass.
+priority and age, exactly as `FairQueue` ranks them) are planned by the pass's
+own code, with one shortcut that is the only approximation: a request the stored
+pass found no room for, with nothing freed or withdrawn since, is taken to wait
+again without being tried (it only places its reservation, if it is among the
+first); so is one submitted since, once the planned turns found no room for it.
+That can differ from the pass only where re-ranking lets such a request reach a
+card that another team's reservation kept from it when it was tried. Everything
+else that depends on the time is judged at each estimate's own `now`.
 Units: milli-GPU, MiB, seconds on the caller's epoch; pure (no ORM, no clock).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import bisect
+import dataclasses
+import operator
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from .cluster import NodeState, RequestSpec
-from .fragmentation import WorkloadMix
+from .cluster import GpuState, NodeState, Placement, RequestSpec
+from .fragmentation import Shape, WorkloadMix
 from .placement import apply_placement, release_placement
+from .queue_estimates import FluidEstimator
 from .queue_ledger import TeamQuota
-from .queue_reservations import copy_node
+from .queue_order import queue_key, reorder_at
+from .queue_reservations import Reservation, copy_node
 from .queueing import PassPlan, QueueMode, RunningAllocation, Start, Waiting, _Pass
+
+MODE = QueueMode()  # the database pass's rules
 
 
 @dataclass(slots=True)
@@ -36,6 +50,9 @@ class PassState:
     at: when the pass ran (s). waiting: requests still pending that some pool may
     take. tried: the ids of those the pass found no room for, with nothing freed
     since. recent: the newest requests first, whose shapes make the workload mix.
+    Pickled as plain rows of fields rather than tens of thousands of dataclasses: about
+    six times faster to store in the pass, a third faster to load in each process that
+    serves estimates (once per pass).
     """
 
     at: float
@@ -47,6 +64,51 @@ class PassState:
     quotas: list[TeamQuota]
     recent: list[RequestSpec]
     window: int
+
+    def __getstate__(self) -> tuple:
+        nodes = [_node_row(n) for n in self.nodes]
+        running = [
+            (_REQUEST_ROW(a.request), _PLACEMENT_ROW(a.placement), a.started_at, a.borrowed)
+            for a in self.running
+        ]
+        waiting = [_REQUEST_ROW(r) for r in self.waiting]
+        recent = [_REQUEST_ROW(r) for r in self.recent]
+        return (self.at, self.policy, nodes, running, waiting, self.tried, self.quotas, recent, self.window)
+
+    def __setstate__(self, state: tuple) -> None:
+        at, policy, nodes, running, waiting, tried, quotas, recent, window = state
+        self.at, self.policy, self.tried, self.quotas, self.window = at, policy, tried, quotas, window
+        self.nodes = [_node(row) for row in nodes]
+        self.running = [
+            RunningAllocation(RequestSpec(*r), Placement(*p), started_at, borrowed)
+            for r, p, started_at, borrowed in running
+        ]
+        self.waiting = [RequestSpec(*r) for r in waiting]
+        self.recent = [RequestSpec(*r) for r in recent]
+
+
+def _row(cls: type) -> Callable[[object], tuple]:
+    """The object's fields, in order, as one tuple: what `cls(*row)` takes back."""
+    return operator.attrgetter(*(f.name for f in dataclasses.fields(cls)))
+
+
+_REQUEST_ROW = _row(RequestSpec)
+_PLACEMENT_ROW = _row(Placement)
+_GPU_ROW = _row(GpuState)
+_NODE_ROW = _row(NodeState)
+_CARDS = [f.name for f in dataclasses.fields(NodeState)].index("gpus")
+
+
+def _node_row(node: NodeState) -> list:
+    row = list(_NODE_ROW(node))
+    row[_CARDS] = [_GPU_ROW(g) for g in node.gpus]
+    return row
+
+
+def _node(row: list) -> NodeState:
+    row = list(row)
+    row[_CARDS] = [GpuState(*g) for g in row[_CARDS]]
+    return NodeState(*row)
 
 
 def after_pass(
@@ -93,27 +155,34 @@ def replay(
     ended: Iterable[int | str] = (),
 ) -> PassState:
     """The state with changes made since the pass: new pending requests (newest last), pending ones
-    withdrawn (cancelled), running ones ended (their cards free again). Changes `state` in place.
+    withdrawn (cancelled), running ones ended (their cards free again). `state` is left as it was:
+    only the nodes that ended work ran on are copied.
 
     New requests were never tried; after a withdrawal or an end, room (or a reservation) may have
     gone, so no waiting request is known to wait any more.
     """
-    gone = set(withdrawn)
-    submitted = list(submitted)
-    state.waiting = [r for r in state.waiting if r.id not in gone] + submitted
-    state.recent = [*reversed(submitted), *state.recent][: state.window]
-    finished = set(ended)
-    if gone or finished:
-        state.tried = frozenset()
+    gone, finished, submitted = set(withdrawn), set(ended), list(submitted)
+    nodes, running = state.nodes, state.running
     if finished:
-        by_name = {n.name: n for n in state.nodes}
-        for allocation in state.running:
+        by_name = {n.name: n for n in nodes}
+        copied: set[str] = set()
+        for allocation in running:
             if allocation.request.id in finished:
-                release_placement(
-                    by_name[allocation.placement.node], allocation.request, allocation.placement
-                )
-        state.running = [a for a in state.running if a.request.id not in finished]
-    return state
+                name = allocation.placement.node
+                if name not in copied:
+                    by_name[name] = copy_node(by_name[name])
+                    copied.add(name)
+                release_placement(by_name[name], allocation.request, allocation.placement)
+        nodes = [by_name[n.name] for n in nodes]
+        running = [a for a in running if a.request.id not in finished]
+    return dataclasses.replace(
+        state,
+        nodes=nodes,
+        running=running,
+        waiting=[r for r in state.waiting if r.id not in gone] + submitted,
+        tried=frozenset() if gone or finished else state.tried,
+        recent=[*reversed(submitted), *state.recent][: state.window],
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,11 +205,167 @@ def candidate_plan(plan: PassPlan, candidate_id: int | str) -> CandidatePlan:
     return CandidatePlan(None, waiting, node)
 
 
-def place_candidate(state: PassState, candidate: RequestSpec, now: float) -> CandidatePlan:
-    """What the next pass would do with `candidate` (submitted at `now`), as `plan_pass` reports it."""
-    mode = QueueMode()  # the database pass's rules
+CHECKPOINT_EVERY = 256  # requests between the fluid estimator's saved states
+
+
+@dataclass(frozen=True, slots=True)
+class _Turn:
+    """A request the next pass considers, in order: its team's rank when it heads the team's line, and
+    the reservation it gets."""
+
+    request: RequestSpec
+    rank: tuple
+    reservation: Reservation | None
+
+
+class NextPass:
+    """The next pass on a PassState, planned once up to any candidate's turn; `place` adds one candidate.
+
+    The turns are planned at the first `now` asked and serve later ones until aging reorders a team's
+    line; the fluid estimator's states along them until the first running allocation ends (at once when
+    they counted a start "now"), when they are counted again. A request submitted since the pass is
+    tried when the turns are planned and then waits again like those the stored pass tried. When the
+    next pass would start or preempt anything before any candidate, each candidate gets the whole pass
+    run up to its turn instead (correct, as slow as before).
+    """
+
+    def __init__(self, state: PassState) -> None:
+        self.state = state
+        self._ahead: _Ahead | None = None
+
+    def place(self, candidate: RequestSpec, now: float) -> CandidatePlan:
+        """What the next pass would do with `candidate` (submitted at `now`), as `plan_pass` reports it."""
+        ahead = self._ahead
+        if ahead is None or not ahead.serves(now):
+            ahead = self._ahead = _Ahead(self.state, now)
+        decision = ahead.place(candidate, now) if ahead.settled else None
+        return decision or _run_to_turn(self.state, candidate, now)
+
+
+class _Ahead:
+    """The candidate-free next pass planned at `at`: every request's turn, in order."""
+
+    def __init__(self, state: PassState, at: float) -> None:
+        self.state, self.at = state, at
+        self.work = _Pass(
+            state.nodes, state.waiting, state.running, state.quotas, at, state.policy, MODE, None
+        )  # no workload: it only steers where work starts, and any start before a candidate ends the plan
+        self.turns: list[_Turn] = []
+        self.settled = self._plan_turns()
+        self.order: dict[str, list[int]] = {}  # team -> its turns, in its line's order
+        for i, turn in enumerate(self.turns):
+            self.order.setdefault(turn.request.team, []).append(i)
+        self.reserved = [i for i, turn in enumerate(self.turns) if turn.reservation is not None]
+        lines = ([self.turns[i].request for i in turns] for turns in self.order.values())
+        self.until = min((reorder_at(line, at, MODE.aging_s) for line in lines), default=float("inf"))
+        self.mixes: dict[tuple, WorkloadMix] = {}
+        self.fold: _Fold | None = None
+
+    def serves(self, now: float) -> bool:
+        """Whether planning at `now` would give the same turns."""
+        return self.at <= now < self.until
+
+    def _plan_turns(self) -> bool:
+        """Run the candidate-free pass; False as soon as it would start or preempt anything."""
+        first_blocked: RequestSpec | None = None
+        while (request := self.work.queue.pop()) is not None:
+            may_start = request.id not in self.state.tried and (first_blocked is None or MODE.backfill)
+            if may_start and self.work.try_start(request):
+                return False
+            reservation = self.work.wait(request, first_blocked, explain=False)
+            self.turns.append(_Turn(request, self.work.queue.rank(request), reservation))
+            first_blocked = first_blocked or request
+        return True
+
+    def place(self, candidate: RequestSpec, now: float) -> CandidatePlan | None:
+        """The candidate's decision at its turn; None when a request of its team behind it holds a
+        reservation ahead of its turn (then the pass itself must be run)."""
+        turns, team = self.turns, candidate.team
+        line = self.order.get(team, [])
+        key = queue_key(candidate, now, MODE.aging_s)
+        behind = bisect.bisect_left(line, key, key=lambda i: queue_key(turns[i].request, now, MODE.aging_s))
+        first = line[behind - 1] + 1 if behind else 0  # other teams only from here until its turn
+        rank = self.work.queue.rank(candidate)
+        turn, skipped = len(turns), 0
+        for i in range(first, len(turns)):
+            if turns[i].request.team == team:
+                if turns[i].reservation is not None:
+                    return None
+                skipped += 1
+            elif rank < turns[i].rank:
+                turn = i
+                break
+        fork = self.work.fork(now, self._workload(candidate), bisect.bisect_left(self.reserved, turn))
+        choice = fork.choose_start(candidate)
+        if choice is not None:
+            placement = choice[0]
+            start = Start(candidate, placement, fork.ledger.is_borrowed(candidate, placement.node))
+            return CandidatePlan(start, None, placement.node)
+        reservation = fork.reserve_for(candidate)
+        first_ahead = 0 if first else next((i for i in range(turn) if turns[i].request.team != team), turn)
+        cause = fork.cause(candidate, turns[first_ahead].request if first_ahead < turn else None)
+        fold = self.fold
+        if fold is None or not fold.serves(now):
+            fold = self.fold = _Fold(self, now)
+        estimate = fork.estimate_start(fold.before(first, turn, team, now), candidate, reservation)
+        start_at = estimate[0] if estimate is not None and estimate[1] else None
+        waiting = Waiting(candidate.id, cause, turn - skipped, start_at)
+        return CandidatePlan(None, waiting, reservation.node if reservation else "")
+
+    def _workload(self, candidate: RequestSpec) -> WorkloadMix:
+        """The workload mix with the candidate counted, as the pass will see it once it is submitted;
+        it depends only on the candidate's shape and host memory, so each is computed once."""
+        key = (Shape.of(candidate), candidate.memory_mib)
+        if key not in self.mixes:
+            self.mixes[key] = WorkloadMix.from_requests([candidate, *self.state.recent][: self.state.window])
+        return self.mixes[key]
+
+
+class _Fold:
+    """The fluid estimator counted along the turns at `at`, its state kept every CHECKPOINT_EVERY turns.
+
+    It serves a later `now` as long as no running allocation ends in between and no estimate it counted
+    was "now" (those would then count from `now`): see `serves`.
+    """
+
+    def __init__(self, ahead: _Ahead, at: float) -> None:
+        self.ahead, self.at, self.until = ahead, at, at
+        self.reservations = {  # the reservations ahead as the pass would make them at `at`
+            i: dataclasses.replace(r, start_at=max(at, r.start_at))
+            for i in ahead.reserved
+            if (r := ahead.turns[i].reservation) is not None
+        }
+        self.checkpoints: list[FluidEstimator] = []
+        fluid, now_counted = ahead.work.estimator().at(at), False
+        for i, turn in enumerate(ahead.turns):
+            if i % CHECKPOINT_EVERY == 0:
+                self.checkpoints.append(fluid.at(at))
+            estimate = ahead.work.estimate_start(fluid, turn.request, self.reservations.get(i))
+            now_counted = now_counted or (estimate is not None and estimate[0] <= at)
+        if len(ahead.turns) % CHECKPOINT_EVERY == 0:
+            self.checkpoints.append(fluid)
+        if not now_counted:
+            self.until = ahead.work.book.next_release(at)
+
+    def serves(self, now: float) -> bool:
+        """Whether counting again at `now` would give the same states."""
+        return now == self.at or self.at <= now < self.until
+
+    def before(self, first: int, turn: int, team: str, now: float) -> FluidEstimator:
+        """The estimator at `now` with everything ahead of a candidate of `team` counted: every turn
+        before `first`, then other teams' turns until the candidate's `turn`."""
+        start = first // CHECKPOINT_EVERY * CHECKPOINT_EVERY
+        fluid = self.checkpoints[start // CHECKPOINT_EVERY].at(self.at)
+        for i in range(start, turn):
+            ahead = self.ahead.turns[i]
+            if i < first or ahead.request.team != team:
+                self.ahead.work.estimate_start(fluid, ahead.request, self.reservations.get(i))
+        return fluid.at(now)
+
+
+def _run_to_turn(state: PassState, candidate: RequestSpec, now: float) -> CandidatePlan:
+    """The pass's own loop with the candidate added, on fresh copies, stopped at the candidate's turn."""
     recent = [candidate, *state.recent][: state.window]
-    workload = WorkloadMix.from_requests(recent)
     work = _Pass(
         state.nodes,
         [*state.waiting, candidate],
@@ -148,14 +373,14 @@ def place_candidate(state: PassState, candidate: RequestSpec, now: float) -> Can
         state.quotas,
         now,
         state.policy,
-        mode,
-        workload,
+        MODE,
+        WorkloadMix.from_requests(recent),
     )
     first_blocked: RequestSpec | None = None
     while (request := work.queue.pop()) is not None:
         if request.id in state.tried:
-            _wait_again(work, request, mode)
-        elif (first_blocked is None or mode.backfill) and work.try_start(request):
+            work.wait(request, first_blocked, explain=False)
+        elif (first_blocked is None or MODE.backfill) and work.try_start(request):
             work.queue.touch(request.team)
             if request.id == candidate.id:
                 start = work.plan.starts[-1]
@@ -167,15 +392,6 @@ def place_candidate(state: PassState, candidate: RequestSpec, now: float) -> Can
             break
         first_blocked = first_blocked or request
     return candidate_plan(work.finish(), candidate.id)
-
-
-def _wait_again(work: _Pass, request: RequestSpec, mode: QueueMode) -> None:
-    """What `_Pass.wait` does for a request ahead that waits again, less the words nobody reads."""
-    reservation = None
-    if len(work.book.reservations) < mode.reservation_depth and not work._never_fits(request):
-        reservation = work.book.reserve(request, work.nodes)
-    work._waiting.append((request, reservation))
-    work.plan.waiting.append(Waiting(request.id, "", len(work.plan.waiting)))
 
 
 def _id_order(request_id: int | str) -> tuple:

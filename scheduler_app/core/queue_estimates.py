@@ -69,6 +69,16 @@ class FluidEstimator:
         for tank in self._tanks.values():
             tank.releases.sort()
 
+    def at(self, now: float) -> FluidEstimator:
+        """A copy as it stands at a later `now` (s), for a request judged then; the same as counting every
+        request again at `now` while no release or start it counted falls between."""
+        copy = FluidEstimator((), (), now)
+        copy._tanks = {
+            pool: _Tank(t.free, max(t.clock, now), t.firm, list(t.releases), t.next)
+            for pool, t in self._tanks.items()
+        }
+        return copy
+
     def take_reservation(self, pool: str, request: RequestSpec, at: float) -> None:
         """A reservation takes its share of the pool at its reserved time."""
         self._tanks[pool].take(request.total_milli(), at, request.max_duration_s)

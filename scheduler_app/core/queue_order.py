@@ -10,6 +10,7 @@ starve) then age. Strict mode: submission order, nothing else.
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import defaultdict, deque
 from collections.abc import Sequence
 
@@ -22,6 +23,35 @@ def effective_priority(request: RequestSpec, now: float, aging_s: float | None) 
     if not aging_s:
         return request.priority
     return request.priority + int(max(0.0, now - request.submitted_at) // aging_s)
+
+
+def queue_key(request: RequestSpec, now: float, aging_s: float | None) -> tuple:
+    """A request's place within its team: effective priority first, then age."""
+    return (-effective_priority(request, now, aging_s), request.submitted_at, str(request.id))
+
+
+def reorder_at(ordered: Sequence[RequestSpec], now: float, aging_s: float | None) -> float:
+    """When (s, after `now`) aging first changes the order of `ordered`, sorted by queue_key at `now`
+    (inf: never). Only neighbours of different priorities can swap, and their effective priorities
+    differ periodically (period aging_s), so the next boundary of each of the two decides."""
+    if not aging_s:
+        return float("inf")
+    first = float("inf")
+    for a, b in itertools.pairwise(ordered):
+        if a.priority == b.priority:
+            continue
+        for request in sorted((a, b), key=lambda r: _next_boundary(r, now, aging_s)):
+            at = _next_boundary(request, now, aging_s)
+            if at < first and queue_key(b, at, aging_s) < queue_key(a, at, aging_s):
+                first = at
+                break
+    return first
+
+
+def _next_boundary(request: RequestSpec, now: float, aging_s: float) -> float:
+    """The first time after `now` at which the request's effective priority rises."""
+    waited = max(0.0, now - request.submitted_at)
+    return request.submitted_at + (waited // aging_s + 1) * aging_s
 
 
 class FairQueue:
@@ -42,10 +72,10 @@ class FairQueue:
             for request in pending:
                 by_team[request.team].append(request)
 
-            def within_team(r: RequestSpec) -> tuple:
-                return (-effective_priority(r, now, aging_s), r.submitted_at, str(r.id))
-
-            self._teams = {team: deque(sorted(rs, key=within_team)) for team, rs in by_team.items()}
+            self._teams = {
+                team: deque(sorted(rs, key=lambda r: queue_key(r, now, aging_s)))
+                for team, rs in by_team.items()
+            }
         else:
             self._teams = {"": deque(sorted(pending, key=lambda r: (r.submitted_at, str(r.id))))}
         self._version: dict[str, int] = defaultdict(int)
@@ -58,12 +88,14 @@ class FairQueue:
         if not queue:
             return
         self._version[team] += 1
-        if self._fair:
-            tier = 0 if self._ledger.quota_pools(queue[0]) else 1
-            key = (tier, self._ledger.dominant_share(team), team)
-        else:
-            key = ()
+        key = self.rank(queue[0]) if self._fair else ()
         heapq.heappush(self._heap, (key, self._version[team], team))
+
+    def rank(self, request: RequestSpec) -> tuple:
+        """Where the request's team stands while it heads the team's line (fair mode; lowest goes first):
+        within-quota work first, then the lowest dominant share."""
+        tier = 0 if self._ledger.quota_pools(request) else 1
+        return (tier, self._ledger.dominant_share(request.team), request.team)
 
     def pop(self) -> RequestSpec | None:
         """The next request to consider, or None when every request has been seen."""

@@ -16,6 +16,7 @@ behind a stream of small jobs, but its start estimate is reported as unknown.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -94,6 +95,7 @@ class ReservationBook:
         self._timeline: list[tuple[float, int, str, _Hold]] = []  # (end, seq, node, hold), sorted
         self._seq = itertools.count()
         self._claims: dict[str, _Claims] = {}
+        self._claimed: list[tuple[RequestSpec, Placement]] = []  # each reservation's request and cards
 
     def hold(self, request: RequestSpec, placement: Placement, started_at: float) -> None:
         """Record that `request` runs on its placement from `started_at`."""
@@ -116,6 +118,24 @@ class ReservationBook:
         """Forget a hold (its allocation was preempted)."""
         self._holds[node] = [h for h in self._holds[node] if h.request_id != request_id]
         self._timeline = [t for t in self._timeline if t[2] != node or t[3].request_id != request_id]
+
+    def fork(self, now: float, reservations: int) -> ReservationBook:
+        """A book at `now` with the same holds (shared: the fork may reserve, never hold or drop) and only
+        the first `reservations` reservations, their starts no earlier than `now`."""
+        fork = ReservationBook(now, self.policy)
+        fork._holds, fork._timeline = self._holds, self._timeline
+        for (request, placement), reservation in zip(
+            self._claimed[:reservations], self.reservations, strict=False
+        ):
+            start_at = max(now, reservation.start_at)
+            fork._claim(request, placement, start_at)
+            fork.reservations.append(dataclasses.replace(reservation, start_at=start_at))
+        return fork
+
+    def next_release(self, after: float) -> float:
+        """The first end of something running later than `after` (s; inf when none)."""
+        i = bisect.bisect_right(self._timeline, (after, float("inf")))
+        return self._timeline[i][0] if i < len(self._timeline) else float("inf")
 
     def releases(self) -> list[tuple[str, _Hold]]:
         """(node, hold) for every hold on every node, for estimates."""
@@ -163,6 +183,7 @@ class ReservationBook:
             return None
         start_at, firm, placement = found
         self._claim(request, placement, start_at)
+        self._claimed.append((request, placement))
         reservation = Reservation(request.id, placement.node, placement.gpus, start_at, firm)
         self.reservations.append(reservation)
         return reservation

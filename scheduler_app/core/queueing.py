@@ -8,6 +8,7 @@ Units: milli-GPU (1000 = one card), MiB, seconds on the caller's epoch.
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -187,46 +188,84 @@ class _Pass:
 
     def try_start(self, request: RequestSpec) -> bool:
         """Start the request if it fits (quota pools first), else reclaim for it if allowed."""
-        if not self._fits_now(request):
-            return self._reclaim_for(request)
-        end = self.book.end_of(request)
-        quota_pools = self.ledger.quota_pools(request)
-        allowed = [n for n in self.nodes if not request.pools or n.pool in request.pools]
-        in_quota = [n for n in allowed if n.pool in quota_pools]
-        for candidates in (in_quota, allowed) if 0 < len(in_quota) < len(allowed) else (allowed,):
-            placement = choose_placement(self.book.view(candidates, end), request, self.policy, self.workload)
-            if placement is not None:
-                self._start(request, placement)
-                return True
-        return self._reclaim_for(request)
+        choice = self.choose_start(request)
+        if choice is None:
+            return False
+        placement, victims = choice
+        for victim in victims:
+            self._evict(victim, request)
+        self._start(request, placement)
+        return True
 
-    def wait(self, request: RequestSpec, first_blocked: RequestSpec | None) -> None:
-        """Leave the request pending; reserve capacity for it while the depth allows."""
-        reservation = None
-        if len(self.book.reservations) < self.mode.reservation_depth and not self._never_fits(request):
-            reservation = self.book.reserve(request, self.nodes)
+    def choose_start(self, request: RequestSpec) -> tuple[Placement, list[RunningAllocation]] | None:
+        """Where the request would start now, and whose borrowed/spot work it reclaims; changes nothing."""
+        if self._fits_now(request):
+            end = self.book.end_of(request)
+            quota_pools = self.ledger.quota_pools(request)
+            allowed = [n for n in self.nodes if not request.pools or n.pool in request.pools]
+            in_quota = [n for n in allowed if n.pool in quota_pools]
+            for candidates in (in_quota, allowed) if 0 < len(in_quota) < len(allowed) else (allowed,):
+                placement = choose_placement(
+                    self.book.view(candidates, end), request, self.policy, self.workload
+                )
+                if placement is not None:
+                    return placement, []
+        return self._reclaim_choice(request)
+
+    def wait(
+        self, request: RequestSpec, first_blocked: RequestSpec | None, explain: bool = True
+    ) -> Reservation | None:
+        """Leave the request pending, with a reservation while the depth allows (returned); explain=False
+        leaves its cause blank, for a plan nobody reads the words of."""
+        reservation = self.reserve_for(request)
         self._waiting.append((request, reservation))
-        cause = self._cause(request, first_blocked)
+        cause = self.cause(request, first_blocked) if explain else ""
         self.plan.waiting.append(Waiting(request.id, cause, len(self.plan.waiting)))
+        return reservation
+
+    def reserve_for(self, request: RequestSpec) -> Reservation | None:
+        """Reserve for a blocked request while fewer than `reservation_depth` are held and it can fit."""
+        if len(self.book.reservations) < self.mode.reservation_depth and not self._never_fits(request):
+            return self.book.reserve(request, self.nodes)
+        return None
 
     def finish(self) -> PassPlan:
         """Attach start estimates (reservation times, else the fluid estimate) and return the plan."""
-        pool_of = self.ledger.pool_of
-        releases = [
-            (pool_of[node], h.end, h.milli * len(h.gpus), h.known) for node, h in self.book.releases()
-        ]
-        fluid = FluidEstimator(self.nodes, releases, self.now)
+        fluid = self.estimator()
         for i, (request, reservation) in enumerate(self._waiting):
-            if reservation is not None:
-                fluid.take_reservation(pool_of[reservation.node], request, reservation.start_at)
-                estimate = (reservation.start_at, reservation.firm)
-            else:
-                estimate = fluid.take_earliest(request)
+            estimate = self.estimate_start(fluid, request, reservation)
             if estimate is not None and estimate[1]:
                 w = self.plan.waiting[i]
                 self.plan.waiting[i] = Waiting(w.request_id, w.cause, w.ahead, estimate[0])
         self.plan.reservations = list(self.book.reservations)
         return self.plan
+
+    def estimator(self) -> FluidEstimator:
+        """The fluid estimator on the capacity as it stands, before any waiting request is counted."""
+        pool_of = self.ledger.pool_of
+        releases = [
+            (pool_of[node], h.end, h.milli * len(h.gpus), h.known) for node, h in self.book.releases()
+        ]
+        return FluidEstimator(self.nodes, releases, self.now)
+
+    def estimate_start(
+        self, fluid: FluidEstimator, request: RequestSpec, reservation: Reservation | None
+    ) -> tuple[float, bool] | None:
+        """(start s, firm) of the next waiting request in queue order; `fluid` then counts it started."""
+        if reservation is not None:
+            fluid.take_reservation(self.ledger.pool_of[reservation.node], request, reservation.start_at)
+            return reservation.start_at, reservation.firm
+        return fluid.take_earliest(request)
+
+    def fork(self, now: float, workload: WorkloadMix | None, reservations: int) -> _Pass:
+        """This pass as it stands, judged at `now` with only its first `reservations` reservations, to ask
+        where one more request would go: it shares the nodes, the ledger and the holds, so it may reserve
+        (choose_start, reserve_for, cause) but must never start or evict."""
+        fork = copy.copy(self)
+        fork.now, fork.workload = now, workload
+        fork.book = self.book.fork(now, reservations)
+        fork.plan, fork._waiting = PassPlan(), []
+        return fork
 
     def _fits_now(self, request: RequestSpec) -> bool:
         """Whether the request fits somewhere now, reservations aside (memoised per shape)."""
@@ -244,11 +283,11 @@ class _Pass:
             self._never_memo[key] = never_fits(request, self.nodes)
         return self._never_memo[key]
 
-    def _reclaim_for(self, request: RequestSpec) -> bool:
-        """Preempt the fewest borrowed/spot allocations of other teams to start within-quota work."""
+    def _reclaim_choice(self, request: RequestSpec) -> tuple[Placement, list[RunningAllocation]] | None:
+        """The fewest borrowed/spot allocations of other teams to preempt so within-quota work starts."""
         quota_pools = self.ledger.quota_pools(request)
         if not self.mode.preemption or not quota_pools:
-            return False
+            return None
         end = self.book.end_of(request)
         candidates = [n for n in self.nodes if n.pool in quota_pools and self.victims[n.name]]
         best: tuple[list[RunningAllocation], Placement] | None = None
@@ -257,12 +296,9 @@ class _Pass:
             if found:
                 best = found
         if best is None:
-            return False
+            return None
         victims, placement = best
-        for victim in victims:
-            self._evict(victim, request)
-        self._start(request, placement)
-        return True
+        return placement, victims
 
     def _victims_on(
         self, node: NodeState, request: RequestSpec, fewer_than: int | None
@@ -303,7 +339,8 @@ class _Pass:
         self._version += 1
         self.plan.starts.append(Start(request, placement, borrowed))
 
-    def _cause(self, request: RequestSpec, first_blocked: RequestSpec | None) -> str:
+    def cause(self, request: RequestSpec, first_blocked: RequestSpec | None) -> str:
+        """Why the request waits, in the words its user reads."""
         if impossible := self._never_fits(request):
             return impossible
         if not self._fits_now(request):

@@ -1,11 +1,19 @@
 """The estimate is the next scheduling pass's own decision: same node and cards, or the same wait."""
 
+import dataclasses
+import pickle
 import random
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from scheduler_app.choices import CapacityType, RequestState
+from scheduler_app.core.cluster import GpuState, NodeState, Placement, RequestSpec
+from scheduler_app.core.next_pass import NextPass, PassState, _run_to_turn, after_pass, replay
+from scheduler_app.core.placement import apply_placement
+from scheduler_app.core.queue_order import queue_key, reorder_at
+from scheduler_app.core.queueing import RunningAllocation, TeamQuota, plan_pass
 from scheduler_app.estimates import estimate_request
 from scheduler_app.models import Allocation, GpuRequest, PassRecord
 from scheduler_app.scheduling import run_scheduling_pass
@@ -107,6 +115,36 @@ def test_the_estimate_is_what_the_next_pass_does_with_the_request(cluster, membe
         assert what_the_estimate_said(estimate, candidate) == what_the_pass_did(candidate), (seed, fields)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_one_stored_pass_serves_many_estimates_and_sees_the_changes_since(cluster, member, seed):
+    # Given a cluster after a pass
+    rng = random.Random(100 + seed)
+    for _ in range(rng.randint(30, 60)):
+        submit_request(user=member, **random_fields(rng, cluster))
+    run_scheduling_pass(now=timezone.now())
+
+    # When several candidates are estimated on that one state
+    now = timezone.now()
+    asked = [random_fields(rng, cluster) for _ in range(6)]
+    estimates = [estimate_request(user=member, now=now, **fields) for fields in asked]
+
+    # Then each is what the pass does with it (each submitted alone, then undone)
+    for fields, estimate in zip(asked, estimates, strict=True):
+        with transaction.atomic():
+            candidate = submit_request(user=member, **fields)
+            run_scheduling_pass(now=now)
+            assert what_the_estimate_said(estimate, candidate) == what_the_pass_did(candidate), fields
+            transaction.set_rollback(True)
+
+    # And after one more submit, the next estimate counts it
+    submit_request(user=member, **random_fields(rng, cluster))
+    fields = random_fields(rng, cluster)
+    estimate = estimate_request(user=member, now=now, **fields)
+    candidate = submit_request(user=member, **fields)
+    run_scheduling_pass(now=now)
+    assert what_the_estimate_said(estimate, candidate) == what_the_pass_did(candidate), fields
+
+
 @pytest.mark.parametrize(("team_slug", "starts"), [("speech", True), ("vision", False)])
 def test_the_estimate_follows_fair_share_ahead_of_another_teams_queue(
     make_node, team, member, operator, team_slug, starts
@@ -132,3 +170,138 @@ def test_the_estimate_follows_fair_share_ahead_of_another_teams_queue(
     # vision's own candidate queues behind it and may not delay its reservation
     assert estimate.starts_now is starts
     assert what_the_estimate_said(estimate, candidate) == what_the_pass_did(candidate)
+
+
+# The fast path (turns planned once per state, each candidate judged at its own turn) against the pass's
+# own loop run with the candidate added up to its turn, on pure states: many candidates on one plan, at
+# later times (a release or an aging boundary in between), after submits, cancels and ends.
+
+TEAMS = ("vision", "language", "speech")
+HOUR = 3600.0
+
+
+def pure_request(rng: random.Random, rid, at: float) -> RequestSpec:
+    share = rng.choice([250, 500, 1000])
+    gpus = rng.choice([2, 4]) if share == 1000 and rng.random() < 0.3 else 1
+    return RequestSpec(
+        rid,
+        share,
+        gpus,
+        cpu_milli=1000,
+        memory_mib=4096,
+        pools=rng.choice([frozenset(), frozenset({"od"}), frozenset({"spot"})]),
+        priority=rng.choice([0, 0, 1, 5, -5]),
+        team=rng.choice(TEAMS),
+        max_duration_s=rng.choice([None, 600, 3600, 4 * 3600]),
+        billing_mode=rng.choice(["on-demand", "spot"]),
+        submitted_at=at,
+    )
+
+
+def cards(count: int) -> list[GpuState]:
+    return [GpuState(g, "A100", 81920) for g in range(count)]
+
+
+def pure_state(rng: random.Random, now: float, overdue: bool = True) -> PassState:
+    """A pass's post-plan state: a busy cluster (overdue: some work past its max duration), a long queue."""
+    nodes = [
+        NodeState(
+            f"n{i}",
+            "spot" if i % 3 == 2 else "od",
+            64_000,
+            512 * 1024,
+            [GpuState(g, "A100", 81920) for g in range(4)],
+        )
+        for i in range(6)
+    ]
+    running = []
+    for i, node in enumerate(nodes):
+        for g in range(4):
+            req = dataclasses.replace(
+                pure_request(rng, f"r{i}-{g}", now - 5 * HOUR), num_gpus=1, gpu_milli=750
+            )
+            placement = Placement(req.id, node.name, (g,), 750, req.memory_on(node.gpus[g]))
+            apply_placement(node, req, placement)
+            started = now - (rng.choice([0.5, 2, 6]) * HOUR if overdue else rng.uniform(0, 500))
+            running.append(RunningAllocation(req, placement, started, borrowed=rng.random() < 0.2))
+    pending = [pure_request(rng, i, now - rng.uniform(0, 3 * HOUR)) for i in range(rng.randint(10, 40))]
+    quotas = [TeamQuota("language", "od", 4000), TeamQuota("vision", "spot", 1000)]
+    plan = plan_pass(nodes, pending, running, quotas, now, "first-fit")
+    return after_pass(nodes, pending, running, quotas, pending[:10], plan, now, "first-fit", 10)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_planned_turns_give_what_running_the_pass_to_the_candidates_turn_gives(seed):
+    rng = random.Random(seed)
+    now = 1_000_000.0
+    state = pure_state(rng, now, overdue=seed % 2 == 0)
+    if seed % 4 == 1:
+        state = replay(state, [pure_request(rng, f"new{i}", now + 1) for i in range(2)])
+    elif seed % 4 == 2:
+        state = replay(state, withdrawn=[state.waiting[0].id] if state.waiting else [])
+    elif seed % 4 == 3:
+        state = replay(state, ended=[state.running[0].request.id])
+    planned = NextPass(state)
+    for later in (2.0, 2.0, 1900.0, 2 * HOUR + 7):  # the same instant again, then past releases
+        for k in range(6):
+            candidate = pure_request(rng, "this request", now + later)
+            assert planned.place(candidate, now + later) == _run_to_turn(state, candidate, now + later), (
+                seed,
+                later,
+                k,
+            )
+
+
+def test_replaying_changes_leaves_the_stored_state_as_it_was():
+    rng = random.Random(7)
+    state = pure_state(rng, 1_000_000.0)
+    before = pickle.dumps(state)
+    replay(
+        state, [pure_request(rng, "new", 1_000_001.0)], [state.waiting[0].id], [state.running[0].request.id]
+    )
+    assert pickle.dumps(state) == before
+
+
+def test_aging_reorders_a_line_when_an_older_low_priority_request_overtakes_a_newer_high_one():
+    old = RequestSpec(1, 500, priority=0, submitted_at=0.0)
+    new = RequestSpec(2, 500, priority=1, submitted_at=1000.0)
+    line = sorted([old, new], key=lambda r: queue_key(r, 1500.0, HOUR))
+    assert line == [new, old]
+    assert reorder_at(line, 1500.0, HOUR) == HOUR  # old reaches priority 1 too, and is older
+    assert reorder_at([old, RequestSpec(3, 500, submitted_at=9.0)], 1500.0, HOUR) == float("inf")
+
+
+def test_a_reservation_due_now_counts_from_each_estimates_now():
+    # Given one card held past its max duration, and four hour-long requests waiting for it
+    now = 1_000_000.0
+    node = NodeState("n0", "od", 64_000, 512 * 1024, cards(1))
+    held = RequestSpec("held", 1000, max_duration_s=600, team="ml")
+    placement = Placement("held", "n0", (0,), 1000, 81920)
+    apply_placement(node, held, placement)
+    running = [RunningAllocation(held, placement, now - HOUR)]
+    waiting = [
+        RequestSpec(i, 1000, max_duration_s=3600, team="ml", submitted_at=now - 9 + i) for i in range(4)
+    ]
+    plan = plan_pass([node], waiting, running, [], now, "first-fit")
+    planned = NextPass(after_pass([node], waiting, running, [], [], plan, now, "first-fit", 10))
+
+    # When a fifth is estimated, then another a minute later
+    for later in (now + 1, now + 61):
+        candidate = RequestSpec("this request", 1000, max_duration_s=3600, team="ml", submitted_at=later)
+
+        # Then the first request's reservation starts at that estimate's now, and the queue behind it with it
+        expected = _run_to_turn(planned.state, candidate, later)
+        assert planned.place(candidate, later) == expected
+        assert expected.waiting.estimated_start == later + 4 * 3600
+
+
+def test_a_stored_state_this_code_cannot_read_falls_back_to_the_full_dry_run(team, member, make_node, caplog):
+    make_node(gpus=1)
+    run_scheduling_pass()
+    PassRecord.objects.update(state=b"left by another version of the code")
+
+    estimate = estimate_request(user=member, team=team, name="probe", gpu_milli=250)
+
+    assert estimate.starts_now
+    assert estimate.where == "node-1/gpu0"
+    assert "the stored pass state cannot be read" in caplog.text
