@@ -16,6 +16,7 @@ def over_committed_gpus() -> list[str]:
         milli=Sum("allocations__milli", filter=Q(allocations__ended_at__isnull=True)),
         mem=Sum("allocations__gpu_memory_mib", filter=Q(allocations__ended_at__isnull=True)),
     ).filter(Q(milli__gt=MILLI_PER_GPU) | Q(mem__gt=F("memory_mib")))
+    held = held.select_related("node").order_by("pk")
     return [f"{gpu} holds {gpu.milli} milli-GPU and {gpu.mem} of {gpu.memory_mib} MiB" for gpu in held]
 
 
@@ -24,7 +25,7 @@ def slices_of_inactive_requests() -> list[str]:
     leaked = Allocation.objects.committed().exclude(request__state__in=ACTIVE_STATES)
     return [
         f"{a.request.name} (#{a.request_id}, {a.request.state}) holds {a.milli} milli on gpu #{a.gpu_id}"
-        for a in leaked.select_related("request")
+        for a in leaked.select_related("request").order_by("pk")
     ]
 
 
@@ -34,12 +35,13 @@ def active_requests_without_their_slices() -> list[str]:
         GpuRequest.objects.filter(state__in=ACTIVE_STATES)
         .annotate(open=Count("allocations", filter=Q(allocations__ended_at__isnull=True)))
         .exclude(open=F("num_gpus"))
+        .order_by("pk")
     )
     return [f"{r.name} (#{r.pk}, {r.state}) holds {r.open} of its {r.num_gpus} slice(s)" for r in wrong]
 
 
 def terminal_requests_without_end() -> list[str]:
-    ended = GpuRequest.objects.filter(state__in=TERMINAL_STATES, ended_at__isnull=True)
+    ended = GpuRequest.objects.filter(state__in=TERMINAL_STATES, ended_at__isnull=True).order_by("pk")
     return [f"{r.name} (#{r.pk}) is {r.state} with no ended_at" for r in ended]
 
 
