@@ -1,4 +1,5 @@
-"""An existing database migrates in place when teams, membership and tokens move from portal to teams."""
+"""An existing database migrates in place when teams, membership and tokens move from portal to teams
+and the event log from scheduler_app to audit (one step: the same migrations)."""
 
 import datetime as dt
 
@@ -8,6 +9,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
+from audit.models import Event
 from scheduler_app.models import GpuRequest, TeamQuota
 from teams.models import ApiToken, Membership, Team
 
@@ -71,3 +73,45 @@ def test_team_membership_and_token_survive_the_move(before_the_move):
     assert list(moved.requests.values_list("name", flat=True)) == ["train"]
     assert TeamQuota.objects.get().team == moved
     assert ContentType.objects.get_for_model(Team).app_label == "teams"
+
+
+def test_events_survive_the_move_with_their_subjects(before_the_move):
+    old = before_the_move
+    types = old.get_model("contenttypes", "ContentType").objects
+    user = old.get_model("auth", "User").objects.create(username="alice")
+    team = old.get_model("portal", "Team").objects.create(name="Vision", slug="vision")
+    membership = old.get_model("portal", "Membership").objects.create(team=team, user=user)
+    request = old.get_model("scheduler_app", "GpuRequest").objects.create(
+        team=team, user=user, name="train", gpu_milli=500, num_gpus=1
+    )
+    old_event = old.get_model("scheduler_app", "Event")
+    old_event.objects.create(
+        content_type=types.get_or_create(app_label="scheduler_app", model="gpurequest")[0],
+        object_id=request.pk,
+        team=team,
+        actor=user,
+        actor_label="alice",
+        to_state="pending",
+        reason="submitted",
+    )
+    old_event.objects.create(
+        content_type=types.get_or_create(app_label="portal", model="membership")[0],
+        object_id=membership.pk,
+        team=team,
+        actor_label="system",
+        to_state="member",
+        reason="alice added",
+    )
+
+    migrate(latest())
+
+    submitted, added = Event.objects.order_by("id")
+    assert (submitted.to_state, submitted.reason, submitted.actor.username) == (
+        "pending",
+        "submitted",
+        "alice",
+    )
+    assert submitted.subject == GpuRequest.objects.get(pk=request.pk)
+    assert submitted.team.slug == "vision" and submitted.data == {}
+    assert added.subject == Membership.objects.get(pk=membership.pk)
+    assert ContentType.objects.get_for_model(Event).app_label == "audit"
