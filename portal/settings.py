@@ -161,7 +161,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 # Sign-in throttling (portal.login_throttle): failures allowed per window, per account and per client
-# address (REMOTE_ADDR: behind a proxy, run daphne with --proxy-headers so it is the client's).
+# address (REMOTE_ADDR: behind a proxy, name it in uvicorn's --forwarded-allow-ips so it is the client's).
 LOGIN_FAILURES_PER_ACCOUNT = env_int("LOGIN_FAILURES_PER_ACCOUNT", 10, minimum=1)
 LOGIN_FAILURES_PER_ADDRESS = env_int("LOGIN_FAILURES_PER_ADDRESS", 50, minimum=1)
 LOGIN_FAILURE_WINDOW_S = env_int("LOGIN_FAILURE_WINDOW_S", 900, minimum=60)

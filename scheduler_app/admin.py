@@ -30,11 +30,11 @@ class NodeAdmin(admin.ModelAdmin):
     inlines = [GpuInline]
     actions = ["drain", "undrain"]
 
-    @admin.action(description="Drain: take no new work")
+    @admin.action(description="Drain: take no new work", permissions=["change"])
     def drain(self, request, queryset):
         self._set_status(request, queryset, NodeStatus.DRAINING)
 
-    @admin.action(description="Undrain: ready for work")
+    @admin.action(description="Undrain: ready for work", permissions=["change"])
     def undrain(self, request, queryset):
         self._set_status(request, queryset, NodeStatus.READY)
 
@@ -97,7 +97,7 @@ class GpuRequestAdmin(admin.ModelAdmin):
     inlines = [AllocationInline]
     actions = ["cancel"]
 
-    @admin.action(description="Cancel: stop them and free their GPUs")
+    @admin.action(description="Cancel: stop them and free their GPUs", permissions=["change"])
     def cancel(self, request, queryset):
         live = set(TRANSITIONS) - TERMINAL_STATES
         moved = transition_requests(

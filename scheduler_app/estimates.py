@@ -98,7 +98,7 @@ def share_label(gpu_milli: int, num_gpus: int) -> str:
 
 # The planned next pass is cached per process and filled lazily; under ASGI each request has a thread
 # of its own, so estimates take turns on it (each takes milliseconds).
-_PLANNED_ONCE_PER_PROCESS = threading.Lock()
+_NEXT_PASS_LOCK = threading.Lock()
 
 
 def estimate_request(
@@ -125,7 +125,7 @@ def estimate_request(
     if not spec.pools:
         reason = f"no {request.billing_mode} pool exists"
         return Estimate(False, "", None, reason, "", now, prices(), label)
-    with _PLANNED_ONCE_PER_PROCESS:
+    with _NEXT_PASS_LOCK:
         planned = next_pass()
         if planned is not None:
             decision = planned.place(spec, now.timestamp())

@@ -38,14 +38,24 @@ def check_heartbeats(now: dt.datetime | None = None) -> dict[str, int]:
     lost_before = now - dt.timedelta(seconds=settings.NODE_LOST_AFTER_S)
     suspect = lost = 0
     for node in Node.objects.filter(status=NodeStatus.READY, last_heartbeat_at__lt=suspect_before):
-        set_node_status(
-            node,
-            NodeStatus.SUSPECT,
-            actor_name=WATCHDOG,
-            reason=f"no heartbeat since {node.last_heartbeat_at:%H:%M:%S} UTC",
-        )
-        suspect += 1
+        with transaction.atomic():
+            if _still_silent(node, NodeStatus.READY, suspect_before):
+                set_node_status(
+                    node,
+                    NodeStatus.SUSPECT,
+                    actor_name=WATCHDOG,
+                    reason=f"no heartbeat since {node.last_heartbeat_at:%H:%M:%S} UTC",
+                )
+                suspect += 1
     for node in Node.objects.filter(status=NodeStatus.SUSPECT, last_heartbeat_at__lt=lost_before):
-        handle_node_loss(node, reason=f"no heartbeat since {node.last_heartbeat_at:%H:%M:%S} UTC")
-        lost += 1
+        with transaction.atomic():
+            if _still_silent(node, NodeStatus.SUSPECT, lost_before):
+                handle_node_loss(node, reason=f"no heartbeat since {node.last_heartbeat_at:%H:%M:%S} UTC")
+                lost += 1
     return {"suspect": suspect, "lost": lost}
+
+
+def _still_silent(node: Node, status: str, silent_before: dt.datetime) -> bool:
+    """Lock the node and check again: a heartbeat that arrived since the watchdog looked wins."""
+    locked = Node.objects.select_for_update().get(pk=node.pk)
+    return locked.status == status and locked.last_heartbeat_at < silent_before

@@ -76,7 +76,7 @@ def next_pass() -> NextPass | None:
         _loaded.clear()
         try:
             state = pickle.loads(blob)
-        except (pickle.UnpicklingError, AttributeError, TypeError, ValueError, EOFError):
+        except Exception:  # any unpickling failure: a renamed class, another layout, a damaged blob
             # Left by another version of the code: unusable until the next pass stores its own.
             log.warning("the stored pass state cannot be read; estimating with a full dry run")
             return None

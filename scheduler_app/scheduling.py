@@ -9,19 +9,20 @@ gone and leaves that request pending for the next pass.
 import datetime as dt
 from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from scheduler_app.choices import BillingMode, CapacityType, RequestState
 from scheduler_app.cluster_state import ClusterSnapshot, load_cluster_snapshot
 from scheduler_app.core.placement import DEFAULT_POLICY
-from scheduler_app.core.queueing import PassPlan, Preemption, Start, plan_pass
+from scheduler_app.core.queueing import PassPlan, Start, plan_pass
 from scheduler_app.models import GpuRequest
 from scheduler_app.pass_state import store_pass_state
 from scheduler_app.services.placement import PlannedStart, Slice, place
 from scheduler_app.services.transitions import requeue
 
 ACTOR = "scheduler"
+PASS_LOCK_ID = 7_0001  # the advisory lock key of scheduling passes
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class PassResult:
 def run_scheduling_pass(*, policy: str = DEFAULT_POLICY, now: dt.datetime | None = None) -> PassResult:
     now = now or timezone.now()
     with transaction.atomic():
+        _one_pass_at_a_time()
         snapshot = load_cluster_snapshot()
         plan = plan_pass(
             snapshot.nodes,
@@ -50,9 +52,32 @@ def run_scheduling_pass(*, policy: str = DEFAULT_POLICY, now: dt.datetime | None
         return result
 
 
+def _one_pass_at_a_time() -> None:
+    """Passes wait for each other (PostgreSQL advisory lock, until commit): two at once would plan on
+    the same snapshot and refuse each other's starts. SQLite's write transactions already queue."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [PASS_LOCK_ID])
+
+
 def _apply(plan: PassPlan, snapshot: ClusterSnapshot, now: dt.datetime) -> PassResult:
-    """Requeue the victims, then place the starts, through the lifecycle owner's bulk forms."""
-    preempted = _requeue_victims(plan.preemptions, snapshot, now)
+    """Requeue the victims, then place the starts, through the lifecycle owner's bulk forms.
+
+    Every request row the pass touches is locked first, in one id-ordered statement, so the pass
+    cannot deadlock with a bulk cancel, node loss or any other writer that locks requests in id
+    order; `place` then finds them locked already.
+    """
+    victims = {
+        p.allocation.request.id: f"preempted: {p.reason}; checkpoint and requeue" for p in plan.preemptions
+    }
+    touched = (
+        set(victims)
+        | {start.request.id for start in plan.starts}
+        | {waiting.request_id for waiting in plan.waiting}
+        | set(snapshot.unplaceable)
+    )
+    list(GpuRequest.objects.select_for_update().filter(pk__in=touched).order_by("pk").values_list("pk"))
+    preempted = len(requeue(list(victims), reasons=victims, actor_name=ACTOR, now=now)) if victims else 0
     placed = place(
         [
             PlannedStart(
@@ -85,15 +110,6 @@ def _billing_mode(start: Start, snapshot: ClusterSnapshot) -> str:
     """What the segment is billed as: the capacity it runs on (spot work that fell back pays on-demand)."""
     capacity = snapshot.pool_capacity[snapshot.node_pool[start.placement.node]]
     return BillingMode.SPOT if capacity == CapacityType.SPOT else BillingMode.ON_DEMAND
-
-
-def _requeue_victims(preemptions: list[Preemption], snapshot: ClusterSnapshot, now: dt.datetime) -> int:
-    """Put the victims back in the queue, asking them to checkpoint first; their slices close with it."""
-    done = 0
-    for preemption in preemptions:
-        reason = f"preempted: {preemption.reason}; checkpoint and requeue"
-        done += len(requeue([preemption.allocation.request.id], reason=reason, actor_name=ACTOR, now=now))
-    return done
 
 
 def _explain_waiting(plan: PassPlan, snapshot: ClusterSnapshot, refused: dict[int, str]) -> int:

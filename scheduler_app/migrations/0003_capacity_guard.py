@@ -5,6 +5,10 @@
 - At commit, an open slice must belong to a request in an active state, and a
   request that left the active states must hold no open slice.
 SQLite has no such triggers; there the services and the test-suite invariants hold the line.
+
+First, on every database, the slices that earlier code left open on requests that had already
+finished are closed (when the request ended, or when they began if later): the planner now counts
+every open slice, so those would otherwise hold their cards for good.
 """
 
 from django.db import migrations
@@ -18,7 +22,7 @@ DECLARE
     held_milli bigint;
     held_memory bigint;
 BEGIN
-    SELECT memory_mib INTO card_memory FROM scheduler_app_gpu WHERE id = NEW.gpu_id FOR UPDATE;
+    SELECT memory_mib INTO card_memory FROM scheduler_app_gpu WHERE id = NEW.gpu_id FOR NO KEY UPDATE;
     SELECT COALESCE(SUM(milli), 0), COALESCE(SUM(gpu_memory_mib), 0) INTO held_milli, held_memory
         FROM scheduler_app_allocation WHERE gpu_id = NEW.gpu_id AND ended_at IS NULL;
     IF held_milli > 1000 OR held_memory > card_memory THEN
@@ -75,6 +79,17 @@ DROP FUNCTION allocation_capacity_guard();
 """
 
 
+def close_leaked_slices(apps, schema_editor):
+    Allocation = apps.get_model("scheduler_app", "Allocation")
+    leaked = Allocation.objects.filter(ended_at__isnull=True).exclude(
+        request__state__in=["scheduled", "running", "migrating"]
+    )
+    for slice_ in leaked.select_related("request"):
+        ended = slice_.request.ended_at or slice_.started_at
+        slice_.ended_at = max(ended, slice_.started_at)
+        slice_.save(update_fields=["ended_at"])
+
+
 def on_postgresql(sql):
     def run(apps, schema_editor):
         if schema_editor.connection.vendor == "postgresql":
@@ -86,4 +101,7 @@ def on_postgresql(sql):
 class Migration(migrations.Migration):
     dependencies = [("scheduler_app", "0002_gpu_sample")]
 
-    operations = [migrations.RunPython(on_postgresql(FORWARD), on_postgresql(BACKWARD))]
+    operations = [
+        migrations.RunPython(close_leaked_slices, migrations.RunPython.noop),
+        migrations.RunPython(on_postgresql(FORWARD), on_postgresql(BACKWARD)),
+    ]

@@ -10,7 +10,7 @@ from django.utils import timezone
 from scheduler_app.choices import RequestState
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.lifecycle import StateConflict
-from scheduler_app.models import Allocation, Gpu, GpuRequest
+from scheduler_app.models import Allocation, Gpu, GpuRequest, Node
 from scheduler_app.services.transitions import _move
 
 
@@ -49,22 +49,30 @@ class Placed:
 def place(starts: Sequence[PlannedStart], *, actor_name: str = "scheduler", now=None) -> Placed:
     """Give pending requests their slices and mark them scheduled: the one writer of allocations.
 
-    Locks the cards (id order), then the requests (id order), and re-checks the
-    committed capacity under those locks, so no card ever exceeds 1000 milli-GPU
-    or its memory (DESIGN rule 1) whatever runs concurrently. A start that no
-    longer fits, or whose request is no longer pending, is refused with the reason.
+    Takes a share lock on the cards' nodes (a node being marked lost waits, or is waited for,
+    so no slice lands on it unseen), then locks the cards and the requests (each in id order)
+    and re-checks the committed capacity under those locks, so no card ever exceeds 1000
+    milli-GPU or its memory (DESIGN rule 1) whatever runs concurrently. A start that no longer
+    fits, or whose request is no longer pending, is refused with the reason.
     """
     now = now or timezone.now()
     result = Placed()
     with transaction.atomic():
         gpu_ids = sorted({piece.gpu_id for start in starts for piece in start.slices})
-        gpus = {
-            gpu.pk: gpu
-            for gpu in Gpu.objects.select_for_update(of=("self",))
-            .filter(pk__in=gpu_ids)
-            .select_related("node")
+        node_ids = Gpu.objects.filter(pk__in=gpu_ids).values_list("node_id", flat=True).distinct()
+        nodes = {
+            node.pk: node
+            for node in Node.objects.select_for_update(no_key=True)
+            .filter(pk__in=list(node_ids))
             .order_by("pk")
         }
+        # No-key locks: enough to serialise writers of slices; readings (GpuSample) may still arrive.
+        gpus = {
+            gpu.pk: gpu
+            for gpu in Gpu.objects.select_for_update(no_key=True).filter(pk__in=gpu_ids).order_by("pk")
+        }
+        for gpu in gpus.values():
+            gpu.node = nodes[gpu.node_id]
         committed = Allocation.objects.committed_by_gpu(gpu_ids)
         pending = {
             r.pk: r

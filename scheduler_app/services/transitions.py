@@ -5,6 +5,8 @@ import datetime as dt
 from collections.abc import Iterable
 
 from django.db import transaction
+from django.db.models import F, Value
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from audit.events import build_event, record_events
@@ -67,13 +69,15 @@ def _refuse_scheduling_without_cards(to_state: str) -> None:
 def requeue(
     request_ids: Iterable[int],
     *,
-    reason: str,
+    reason: str = "",
+    reasons: dict[int, str] | None = None,
     actor=None,
     actor_name: str = "",
     now: dt.datetime | None = None,
 ) -> list[GpuRequest]:
     """Put active requests back in the queue (node lost, preempted, reclaimed): their slices close and
-    the reason becomes their pending reason. Serves preemption and node loss alike."""
+    the reason (one for all, or one per request) becomes their pending reason. Serves preemption and
+    node loss alike."""
     return transition_requests(
         request_ids,
         RequestState.PENDING,
@@ -81,6 +85,7 @@ def requeue(
         actor=actor,
         actor_name=actor_name,
         reason=reason,
+        reasons=reasons,
         now=now,
     )
 
@@ -102,7 +107,10 @@ def _move(
     now = now or timezone.now()
     leaving = [r.pk for r in locked if r.state in ACTIVE_STATES and to_state not in ACTIVE_STATES]
     if leaving:
-        Allocation.objects.committed().filter(request_id__in=leaving).update(ended_at=now)
+        # A slice placed after `now` was taken (a pass's clock) still ends no earlier than it began.
+        Allocation.objects.committed().filter(request_id__in=leaving).update(
+            ended_at=Greatest(Value(now), F("started_at"))
+        )
     stamp = {RequestState.SCHEDULED: "scheduled_at", RequestState.RUNNING: "started_at"}.get(to_state)
     events = []
     for request in locked:

@@ -1,22 +1,26 @@
 """The lifecycle owner: leaving the active states frees capacity in the same step, on every path,
 and the planner and the apply step count the same committed capacity."""
 
+import datetime as dt
 import threading
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.db import IntegrityError, connection, connections, transaction
 from django.db.models import F
+from django.urls import reverse
 
 from scheduler_app.choices import BillingMode, RequestState
 from scheduler_app.demo import seed_demo
 from scheduler_app.invariants import violations
+from scheduler_app.lifecycle import ACTIVE_STATES
 from scheduler_app.models import Allocation, GpuRequest
 from scheduler_app.node_health import handle_node_loss
 from scheduler_app.scheduling import run_scheduling_pass
 from scheduler_app.selectors import request_events
 from scheduler_app.services.placement import PlannedStart, Slice, allocate, place
 from scheduler_app.services.requests import cancel_request, release_request, submit_request
-from scheduler_app.services.transitions import requeue
+from scheduler_app.services.transitions import requeue, transition_requests
 
 
 @pytest.fixture
@@ -177,6 +181,8 @@ def test_database_refuses_a_finished_request_that_keeps_its_slices(submit, make_
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_twenty_threads_submitting_and_cancelling_while_passes_run_leak_nothing(team, member, make_node):
+    # Two pass threads (as a periodic and a queued pass) and bulk cancels too: a lock-order
+    # deadlock between them would surface here as an error from PostgreSQL.
     assert connection.vendor == "postgresql"
     for n in range(4):
         make_node(f"node-{n}", gpus=8)
@@ -201,25 +207,59 @@ def test_twenty_threads_submitting_and_cancelling_while_passes_run_leak_nothing(
                 share = 125 * (1 + (i + k) % 8)
                 mine.append(submit_request(user=member, team=team, name=f"c{i}-{k}", gpu_milli=share))
                 connection.close()
-            for request in mine:
+            for request in mine[:6]:
                 cancel_request(request, user=member)
                 connection.close()
+            live = [RequestState.PENDING, *ACTIVE_STATES]
+            transition_requests(
+                [r.pk for r in mine[6:]], RequestState.CANCELLED, from_states=live, actor=member
+            )
         except Exception as error:
             errors.append(error)
         finally:
             connections.close_all()
 
-    runner = threading.Thread(target=passes)
-    runner.start()
+    runners = [threading.Thread(target=passes) for _ in range(2)]
+    for runner in runners:
+        runner.start()
     clients = [threading.Thread(target=client, args=(i,)) for i in range(20)]
     for thread in clients:
         thread.start()
     for thread in clients:
         thread.join(timeout=120)
     stop.set()
-    runner.join(timeout=60)
+    for runner in runners:
+        runner.join(timeout=60)
 
     assert errors == []
     assert GpuRequest.objects.filter(state=RequestState.CANCELLED).count() == 240
     assert not Allocation.objects.committed().exists()
     assert violations() == []
+
+
+def test_a_requeue_dated_before_a_slice_began_ends_it_when_it_began(submit, make_node):
+    gpu = make_node(gpus=1).gpus.get()
+    request = submit()
+    allocate(request, [Slice(gpu.pk, 250, 1024)])
+    began = Allocation.objects.get(request=request).started_at
+
+    requeue([request.pk], reason="preempted", now=began - dt.timedelta(seconds=5))
+
+    assert Allocation.objects.get(request=request).ended_at == began
+
+
+def test_staff_who_may_only_view_requests_get_no_cancel_action(submit, make_node, client, django_user_model):
+    gpu = make_node(gpus=1).gpus.get()
+    request = submit()
+    allocate(request, [Slice(gpu.pk, 250, 1024)])
+    viewer = django_user_model.objects.create_user("viewer", password="pw-viewer-123", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_gpurequest"))
+    client.force_login(viewer)
+
+    client.post(
+        reverse("admin:scheduler_app_gpurequest_changelist"),
+        {"action": "cancel", "_selected_action": [request.pk]},
+    )
+
+    request.refresh_from_db()
+    assert request.state == RequestState.SCHEDULED
