@@ -15,7 +15,6 @@ from django.utils import timezone
 
 from billing_app.selectors import PlacementPrices, price_per_hour
 from scheduler_app.cluster_state import WORKLOAD_WINDOW, load_cluster_snapshot, request_spec
-from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.core.cluster import RequestSpec
 from scheduler_app.core.fragmentation import WorkloadMix
 from scheduler_app.core.next_pass import CandidatePlan, candidate_plan
@@ -81,21 +80,6 @@ def price_lines(prices: PlacementPrices, label: str, pool: str = "") -> list[str
     return lines or [f"For {label}: no pool that matches is priced yet."]
 
 
-def share_label(gpu_milli: int, num_gpus: int) -> str:
-    """'1/4 GPU', '2 GPUs', '300 milli-GPU'."""
-    if num_gpus > 1:
-        return f"{num_gpus} GPUs"
-    if gpu_milli == MILLI_PER_GPU:
-        return "1 GPU"
-    eighths, rest = divmod(gpu_milli, MILLI_PER_GPU // 8)
-    if rest:
-        return f"{gpu_milli} milli-GPU"
-    for denominator in (2, 4, 8):
-        if eighths * denominator % 8 == 0:
-            return f"{eighths * denominator // 8}/{denominator} GPU"
-    return f"{gpu_milli} milli-GPU"
-
-
 # The planned next pass is cached per process and filled lazily; under ASGI each request has a thread
 # of its own, so estimates take turns on it (each takes milliseconds).
 _NEXT_PASS_LOCK = threading.Lock()
@@ -110,7 +94,7 @@ def estimate_request(
     request = validated_request(user=user, team=team, pool_name=pool_name, created_at=now, **fields)
     pools = list(Pool.objects.all())
     spec = dataclasses.replace(request_spec(request, pools), id=CANDIDATE)
-    label = share_label(request.gpu_milli, request.num_gpus)
+    label = request.share_label()
 
     def prices(placed_pool: str = "") -> PlacementPrices:
         return price_per_hour(

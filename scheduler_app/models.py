@@ -20,6 +20,7 @@ from scheduler_app.constants import (
     MILLI_PER_GPU,
 )
 from scheduler_app.lifecycle import ACTIVE_STATES, TERMINAL_STATES
+from scheduler_app.shares import share_label
 
 
 class Pool(models.Model):
@@ -234,16 +235,7 @@ class GpuRequest(models.Model):
 
     def share_label(self) -> str:
         """'1/4 GPU', '0.3 GPU' or '2 GPUs' — how people say it."""
-        if self.num_gpus > 1:
-            return f"{self.num_gpus} GPUs"
-        if self.gpu_milli == MILLI_PER_GPU:
-            return "1 GPU"
-        if self.gpu_milli % 125 == 0:
-            eighths = self.gpu_milli // 125
-            for denominator in (2, 4, 8):
-                if eighths * denominator % 8 == 0:
-                    return f"{eighths * denominator // 8}/{denominator} GPU"
-        return f"{self.gpu_milli / MILLI_PER_GPU:g} GPU"
+        return share_label(self.gpu_milli, self.num_gpus)
 
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
