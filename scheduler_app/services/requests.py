@@ -7,10 +7,10 @@ from django.db.models import Max
 from audit.events import log_event
 from scheduler_app.choices import RequestState
 from scheduler_app.dispatch import schedule_soon
-from scheduler_app.lifecycle import StateConflict, check_transition, release_target
+from scheduler_app.lifecycle import StateConflict, release_target
 from scheduler_app.models import Gpu, GpuRequest, Pool
 from scheduler_app.permissions import can_act_on, can_submit
-from scheduler_app.services.transitions import _move, transition_request
+from scheduler_app.services.transitions import transition_request
 from teams.models import Team
 from teams.permissions import require
 
@@ -82,10 +82,8 @@ def release_request(request: GpuRequest, *, user) -> GpuRequest:
             reason = "released before it started running: cancelled"
         else:
             reason = "released by user"
-        check_transition(locked.state, to_state)
-        _move([locked], to_state, actor=user, reasons={locked.pk: reason})
-    request.refresh_from_db()
-    return request
+        # The row stays locked: transition_request's own lock is taken again in this transaction.
+        return transition_request(request, to_state, actor=user, reason=reason)
 
 
 def cancel_request(request: GpuRequest, *, user, reason: str = "cancelled by user") -> GpuRequest:
