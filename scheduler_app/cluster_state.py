@@ -35,7 +35,12 @@ class ClusterSnapshot:
     node_pool: dict[str, str] = field(default_factory=dict)
     requests: dict[int, GpuRequest] = field(default_factory=dict)
     unplaceable: dict[int, str] = field(default_factory=dict)  # pending requests no pool may take, and why
-    workload: WorkloadMix = field(default_factory=WorkloadMix)
+    recent: list[RequestSpec] = field(default_factory=list)  # newest first, WORKLOAD_WINDOW at most
+
+    @property
+    def workload(self) -> WorkloadMix:
+        """The recent requests' shapes: what the placement policy keeps room for (FGD's workload)."""
+        return WorkloadMix.from_requests(self.recent)
 
 
 def allowed_pools(request: GpuRequest, pools: list[Pool]) -> frozenset[str]:
@@ -75,6 +80,12 @@ def request_spec(request: GpuRequest, pools: list[Pool]) -> RequestSpec:
         allow_fallback=request.allow_on_demand_fallback,
         submitted_at=request.created_at.timestamp(),
     )
+
+
+def recent_specs(pools: list[Pool]) -> list[RequestSpec]:
+    """The newest requests first, as many as make the workload mix."""
+    recent = GpuRequest.objects.select_related("team", "pool").order_by("-created_at", "-id")
+    return [request_spec(r, pools) for r in recent[:WORKLOAD_WINDOW]]
 
 
 def load_cluster_snapshot() -> ClusterSnapshot:
@@ -124,10 +135,7 @@ def load_cluster_snapshot() -> ClusterSnapshot:
                 if request.billing_mode == BillingMode.SPOT
                 else ""
             )
-    recent = GpuRequest.objects.select_related("team", "pool").order_by("-created_at", "-id")[
-        :WORKLOAD_WINDOW
-    ]
-    snapshot.workload = WorkloadMix.from_requests(request_spec(r, pools) for r in recent)
+    snapshot.recent = recent_specs(pools)
     snapshot.quotas = [
         QuotaSpec(team=q.team.slug, pool=q.pool.name, guaranteed_milli=q.guaranteed_milli)
         for q in TeamQuota.objects.select_related("team", "pool")

@@ -21,7 +21,7 @@ from scheduler_app.core.next_pass import CandidatePlan, candidate_plan
 from scheduler_app.core.placement import DEFAULT_POLICY
 from scheduler_app.core.queueing import plan_pass
 from scheduler_app.models import Node, Pool
-from scheduler_app.pass_state import next_pass, recent_specs
+from scheduler_app.pass_state import next_pass
 from scheduler_app.scheduling import format_utc
 from scheduler_app.services.requests import validated_request
 
@@ -115,7 +115,7 @@ def estimate_request(
             decision = planned.place(spec, now.timestamp())
             as_of = dt.datetime.fromtimestamp(planned.state.at, dt.UTC)
     if planned is None:
-        decision, as_of = _dry_run(spec, pools, now), now
+        decision, as_of = _dry_run(spec, now), now
     pool = _pool_of(decision.node)
     if decision.start is not None:
         where = ", ".join(f"{decision.node}/gpu{i}" for i in decision.start.placement.gpus)
@@ -129,7 +129,7 @@ def estimate_request(
     return Estimate(False, "", start, waiting.reason(format_utc), pool, as_of, prices(pool), label)
 
 
-def _dry_run(spec: RequestSpec, pools: list[Pool], now: dt.datetime) -> CandidatePlan:
+def _dry_run(spec: RequestSpec, now: dt.datetime) -> CandidatePlan:
     """A whole pass planned on a fresh snapshot with the candidate added (slow on a big cluster);
     the candidate counts in the workload mix, as it will once submitted."""
     snapshot = load_cluster_snapshot()
@@ -140,7 +140,7 @@ def _dry_run(spec: RequestSpec, pools: list[Pool], now: dt.datetime) -> Candidat
         snapshot.quotas,
         now.timestamp(),
         DEFAULT_POLICY,
-        workload=WorkloadMix.from_requests([spec, *recent_specs(pools)][:WORKLOAD_WINDOW]),
+        workload=WorkloadMix.from_requests([spec, *snapshot.recent][:WORKLOAD_WINDOW]),
     )
     return candidate_plan(plan, CANDIDATE)
 

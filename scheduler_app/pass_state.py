@@ -16,7 +16,6 @@ from django.db.models import Max
 from audit.models import Event
 from scheduler_app.choices import RequestState
 from scheduler_app.cluster_state import WORKLOAD_WINDOW, ClusterSnapshot, request_spec
-from scheduler_app.core.cluster import RequestSpec
 from scheduler_app.core.next_pass import NextPass, after_pass, replay
 from scheduler_app.core.queueing import PassPlan
 from scheduler_app.lifecycle import ACTIVE_STATES
@@ -42,7 +41,7 @@ def store_pass_state(snapshot: ClusterSnapshot, plan: PassPlan, result, now, pol
         snapshot.pending,
         snapshot.running,
         snapshot.quotas,
-        recent_specs(list(Pool.objects.all())),
+        snapshot.recent,
         plan,
         now.timestamp(),
         policy,
@@ -56,12 +55,6 @@ def store_pass_state(snapshot: ClusterSnapshot, plan: PassPlan, result, now, pol
             "state": pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL),
         },
     )
-
-
-def recent_specs(pools: list[Pool]) -> list[RequestSpec]:
-    """The newest requests first, as many as make the workload mix (as cluster_state loads them)."""
-    recent = GpuRequest.objects.select_related("team", "pool").order_by("-created_at", "-id")
-    return [request_spec(r, pools) for r in recent[:WORKLOAD_WINDOW]]
 
 
 def next_pass() -> NextPass | None:
