@@ -76,7 +76,7 @@ def _apply(plan: PassPlan, snapshot: ClusterSnapshot, now: dt.datetime) -> PassR
         | {waiting.request_id for waiting in plan.waiting}
         | set(snapshot.unplaceable)
     )
-    list(GpuRequest.objects.select_for_update().filter(pk__in=touched).order_by("pk").values_list("pk"))
+    locked = {r.pk: r for r in GpuRequest.objects.select_for_update().filter(pk__in=touched).order_by("pk")}
     preempted = len(requeue(list(victims), reasons=victims, actor_name=ACTOR, now=now)) if victims else 0
     placed = place(
         [
@@ -92,7 +92,7 @@ def _apply(plan: PassPlan, snapshot: ClusterSnapshot, now: dt.datetime) -> PassR
         actor_name=ACTOR,
         now=now,
     )
-    waiting = _explain_waiting(plan, snapshot, placed.refused)
+    waiting = _explain_waiting(plan, snapshot, placed.refused, locked)
     return PassResult(len(placed.started), preempted, waiting, len(placed.refused))
 
 
@@ -112,9 +112,12 @@ def _billing_mode(start: Start, snapshot: ClusterSnapshot) -> str:
     return BillingMode.SPOT if capacity == CapacityType.SPOT else BillingMode.ON_DEMAND
 
 
-def _explain_waiting(plan: PassPlan, snapshot: ClusterSnapshot, refused: dict[int, str]) -> int:
+def _explain_waiting(
+    plan: PassPlan, snapshot: ClusterSnapshot, refused: dict[int, str], locked: dict[int, GpuRequest]
+) -> int:
     """Store each waiting request's reason and estimated start, where they changed; a start refused
-    under the locks (a concurrent writer took the capacity) says so and is retried next pass."""
+    under the locks (a concurrent writer took the capacity) says so and is retried next pass.
+    `locked`: the rows as the pass locked them; one no longer pending (cancelled meanwhile) is left."""
     reasons: dict[int, tuple[str, dt.datetime | None]] = {}
     for waiting in plan.waiting:
         estimate = (
@@ -128,12 +131,10 @@ def _explain_waiting(plan: PassPlan, snapshot: ClusterSnapshot, refused: dict[in
     for request_id, why in snapshot.unplaceable.items():
         reasons[request_id] = (why, None)
     changed = []
-    for request in (
-        GpuRequest.objects.select_for_update()
-        .filter(pk__in=list(reasons), state=RequestState.PENDING)
-        .order_by("pk")
-    ):
-        reason, estimate = reasons[request.pk]
+    for request_id, (reason, estimate) in reasons.items():
+        request = locked.get(request_id)
+        if request is None or request.state != RequestState.PENDING:
+            continue
         if (request.pending_reason, request.estimated_start_at) != (reason[:300], estimate):
             request.pending_reason, request.estimated_start_at = reason[:300], estimate
             changed.append(request)
