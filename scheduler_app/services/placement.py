@@ -118,8 +118,8 @@ def allocate(
     """`place` for one pending request and its gang; OverCommitError (nothing written) when refused."""
     if request.state != RequestState.PENDING:
         raise StateConflict(f"A {request.state} request cannot be placed; only pending ones.")
-    if len(slices) != request.num_gpus or len({s.gpu_id for s in slices}) != len(slices):
-        raise ValidationError({"slices": f"{request.name} needs {request.num_gpus} distinct card(s)."})
+    if gang_refusal := _gang_refusal(request, slices):
+        raise ValidationError({"slices": f"{gang_refusal}."})
     start = PlannedStart(request.pk, tuple(slices), request.billing_mode, borrowed)
     refused = place([start], actor_name=actor_name).refused
     if refused:
@@ -132,8 +132,8 @@ def _refusal(request: GpuRequest | None, start: PlannedStart, gpus, committed) -
     """Why `start` cannot be made under the locks just taken ("" when it can)."""
     if request is None:
         return "no longer pending"
-    if len(start.slices) != request.num_gpus or len({s.gpu_id for s in start.slices}) != request.num_gpus:
-        return f"{request.name} needs {request.num_gpus} distinct card(s)"
+    if gang_refusal := _gang_refusal(request, start.slices):
+        return gang_refusal
     for piece in start.slices:
         gpu = gpus.get(piece.gpu_id)
         if gpu is None:
@@ -145,4 +145,11 @@ def _refusal(request: GpuRequest | None, start: PlannedStart, gpus, committed) -
             return f"{gpu} has {MILLI_PER_GPU - milli} milli-GPU free, not {piece.milli}"
         if memory + piece.gpu_memory_mib > gpu.memory_mib:
             return f"{gpu} has {gpu.memory_mib - memory} MiB free, not {piece.gpu_memory_mib}"
+    return ""
+
+
+def _gang_refusal(request: GpuRequest, slices) -> str:
+    """A gang takes one slice on each of num_gpus distinct cards ("" when the slices do)."""
+    if len(slices) != request.num_gpus or len({piece.gpu_id for piece in slices}) != request.num_gpus:
+        return f"{request.name} needs {request.num_gpus} distinct card(s)"
     return ""
