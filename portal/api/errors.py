@@ -65,16 +65,24 @@ def error_response(status: int, code: str, message: str, fields: dict) -> JsonRe
     return JsonResponse({"error": {"code": code, "message": message, "fields": fields}}, status=status)
 
 
+API_PREFIX = "/api/v1/"
+
+
+def is_api(request) -> bool:
+    """Whether the request is the API's, answered in the envelope, not with a page."""
+    return request.path.startswith(API_PREFIX)
+
+
 def server_error(request) -> HttpResponse:
     """handler500: the envelope under /api/v1/ (clients parse JSON), Django's page elsewhere."""
-    if request.path.startswith("/api/v1/"):
+    if is_api(request):
         return error_response(500, "server_error", "The portal failed to answer; the error is logged.", {})
     return defaults.server_error(request)
 
 
 def bad_request(request, exception) -> HttpResponse:
     """handler400 (a suspicious or malformed request Django refused before any view ran)."""
-    if request.path.startswith("/api/v1/"):
+    if is_api(request):
         return error_response(400, "bad_request", str(exception) or "Bad request.", {})
     return defaults.bad_request(request, exception)
 

@@ -6,10 +6,8 @@ answered a 500. JSON bodies are checked by the API's parser (portal.api.parsers)
 
 from django.http import HttpResponseBadRequest
 
-from portal.api.errors import error_response
+from portal.api.errors import error_response, is_api
 from portal.api.parsers import NUL_MESSAGE
-
-API_PREFIX = "/api/v1/"
 
 
 class RefuseNulCharacters:
@@ -19,13 +17,13 @@ class RefuseNulCharacters:
         self.get_response = get_response
 
     def __call__(self, request):
-        is_api = request.path.startswith(API_PREFIX)
+        api = is_api(request)
         # The API parses its own (JSON) bodies; pages post forms, which request.POST decodes.
-        name = _name_with_nul(request.GET) or (None if is_api else _name_with_nul(request.POST))
+        name = _name_with_nul(request.GET) or (None if api else _name_with_nul(request.POST))
         if name is None:
             return self.get_response(request)
         message = f"{name}: {NUL_MESSAGE}"
-        if is_api:
+        if api:
             return error_response(400, "validation_error", message, {name: [NUL_MESSAGE]})
         return HttpResponseBadRequest(message, content_type="text/plain; charset=utf-8")
 
