@@ -10,10 +10,11 @@ Target: at most 5 s. Prints the median and every run.
 """
 
 import argparse
-import os
 import random
 import statistics
 import time
+
+from bench.scratch_db import migrated_django
 
 NODES, GPUS_PER_NODE, REQUESTS = 125, 8, 1000
 
@@ -27,16 +28,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args()
 
-    _create_database(args.database_url)
-    os.environ["DATABASE_URL"] = args.database_url
-    os.environ.pop("REDIS_URL", None)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    migrated_django(args.database_url)
     timings = []
     for run in range(args.runs):
         _reset_and_seed(random.Random(args.seed + run))
@@ -50,16 +42,6 @@ def main() -> None:
         f"median pass time: {median:.2f} s for {REQUESTS} pending requests on {NODES * GPUS_PER_NODE} GPUs "
         f"(target <= 5 s)"
     )
-
-
-def _create_database(url: str) -> None:
-    import psycopg
-
-    name = url.rsplit("/", 1)[1]
-    admin_url = url.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        if not conn.execute("select 1 from pg_database where datname = %s", [name]).fetchone():
-            conn.execute(f'create database "{name}"')
 
 
 def _reset_and_seed(rng: random.Random) -> None:

@@ -17,11 +17,12 @@ with --profile N, also the top N functions by cumulative time over the estimates
 import argparse
 import cProfile
 import datetime as dt
-import os
 import pstats
 import random
 import statistics
 import time
+
+from bench.scratch_db import migrated_django
 
 NODES, GPUS_PER_NODE, PENDING = 1000, 8, 8000
 SHAPES = [(125, 1), (250, 1), (500, 1), (750, 1), (1000, 1), (1000, 2), (1000, 4), (1000, 8)]
@@ -39,18 +40,7 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=0, help="print the top N functions (cumulative)")
     args = parser.parse_args()
 
-    from bench.db_pass import _create_database
-
-    _create_database(args.database_url)
-    os.environ["DATABASE_URL"] = args.database_url
-    os.environ.pop("REDIS_URL", None)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    migrated_django(args.database_url)
     rng = random.Random(args.seed)
     user, teams = _reset_and_seed(rng)
 

@@ -27,11 +27,11 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import production
+from bench.scratch_db import database_name, drop_database, recreate_database
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -62,16 +62,15 @@ def main() -> int:
     logs.mkdir(parents=True, exist_ok=True)
     env = _production_env(args, logs)
     os.environ.update(env)
-    database = urllib.parse.urlparse(args.database_url).path.lstrip("/")
-    _recreate_database(args.database_url, database)
+    recreate_database(args.database_url)
     try:
-        return _run(args, env, database, logs, stamp)
+        return _run(args, env, database_name(args.database_url), logs, stamp)
     finally:
         if not args.keep:
             from django.db import connections
 
             connections.close_all()
-            _drop_database(args.database_url, database)
+            drop_database(args.database_url)
 
 
 def _run(args, env: dict, database: str, logs: Path, stamp: str) -> int:
@@ -327,25 +326,6 @@ class Processes:
 def _signal_group(process: subprocess.Popen, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signum)
-
-
-def _recreate_database(url: str, name: str) -> None:
-    import psycopg
-
-    with psycopg.connect(_admin_url(url), autocommit=True) as conn:
-        conn.execute(f'drop database if exists "{name}" with (force)')
-        conn.execute(f'create database "{name}"')
-
-
-def _drop_database(url: str, name: str) -> None:
-    import psycopg
-
-    with psycopg.connect(_admin_url(url), autocommit=True) as conn:
-        conn.execute(f'drop database if exists "{name}" with (force)')
-
-
-def _admin_url(url: str) -> str:
-    return url.rsplit("/", 1)[0] + "/postgres"
 
 
 def _purge_broker(redis_url: str) -> None:

@@ -18,9 +18,9 @@ import os
 import pstats
 import sys
 import time
-import urllib.parse
 
-from bench.load import _drop_database, _purge_broker, _recreate_database, submit_body
+from bench.load import _purge_broker, submit_body
+from bench.scratch_db import drop_database, recreate_database
 
 
 def main() -> int:
@@ -46,15 +46,14 @@ def main() -> int:
             "LOG_LEVEL": "WARNING",
         }
     )
-    database = urllib.parse.urlparse(args.database_url).path.lstrip("/")
-    _recreate_database(args.database_url, database)
+    recreate_database(args.database_url)
     try:
         _profile(args)
     finally:
         from django.db import connections
 
         connections.close_all()
-        _drop_database(args.database_url, database)
+        drop_database(args.database_url)
         _purge_broker(args.redis_url)
     return 0
 

@@ -1,0 +1,50 @@
+"""The benchmarks' own PostgreSQL databases: made, emptied and dropped through the server's
+`postgres` database, named by the URL the benchmark is given."""
+
+import os
+import urllib.parse
+
+
+def database_name(url: str) -> str:
+    return urllib.parse.urlparse(url).path.lstrip("/")
+
+
+def create_database(url: str) -> None:
+    """Create the database `url` names unless it exists (its data is kept)."""
+    with _admin(url) as conn:
+        name = database_name(url)
+        if not conn.execute("select 1 from pg_database where datname = %s", [name]).fetchone():
+            conn.execute(f'create database "{name}"')
+
+
+def recreate_database(url: str) -> None:
+    """An empty database under the name `url` gives, whatever was there."""
+    drop_database(url)
+    with _admin(url) as conn:
+        conn.execute(f'create database "{database_name(url)}"')
+
+
+def drop_database(url: str) -> None:
+    with _admin(url) as conn:
+        conn.execute(f'drop database if exists "{database_name(url)}" with (force)')
+
+
+def migrated_django(url: str) -> None:
+    """Set Django up in this process on the (created if missing) database at `url`, migrated, with
+    no Redis: the in-process benchmarks measure the database and the core, nothing else."""
+    create_database(url)
+    os.environ["DATABASE_URL"] = url
+    os.environ.pop("REDIS_URL", None)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def _admin(url: str):
+    import psycopg
+
+    return psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True)
