@@ -5,12 +5,11 @@ import datetime as dt
 
 import pytest
 from django.contrib.contenttypes.models import ContentType
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 from scheduler_app.invariants import violations
 from scheduler_app.models import Allocation
+from tests.migration_steps import migrate_back, migrate_forward
 
 BEFORE_THE_GUARD = [
     ("teams", None),
@@ -20,18 +19,11 @@ BEFORE_THE_GUARD = [
 ]
 
 
-def migrate(targets):
-    executor = MigrationExecutor(connection)
-    executor.migrate(targets)
-    executor.loader.build_graph()
-    return executor.loader.project_state([node for node in targets if node[1]]).apps
-
-
 @pytest.fixture
 def before_the_guard(transactional_db):
-    old = migrate(BEFORE_THE_GUARD)
+    old = migrate_back(BEFORE_THE_GUARD)
     yield old
-    migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+    migrate_forward()
     ContentType.objects.clear_cache()
 
 
@@ -64,7 +56,7 @@ def test_slices_left_open_on_finished_requests_are_closed(before_the_guard):
             started_at=began,
         )
 
-    migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+    migrate_forward()
 
     leaked = Allocation.objects.get(request_id=done.pk)
     assert leaked.ended_at == began + dt.timedelta(minutes=10)

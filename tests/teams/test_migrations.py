@@ -5,13 +5,12 @@ import datetime as dt
 
 import pytest
 from django.contrib.contenttypes.models import ContentType
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 from audit.models import Event
 from scheduler_app.models import GpuRequest, TeamQuota
 from teams.models import ApiToken, Membership, Team
+from tests.migration_steps import migrate_back, migrate_forward
 
 # The last migrations before the move, and the apps it added (unapplied entirely to go back).
 BEFORE = [
@@ -22,24 +21,12 @@ BEFORE = [
 ]
 
 
-def migrate(targets):
-    """Migrate the test database to `targets`; returns the historical apps there."""
-    executor = MigrationExecutor(connection)
-    executor.migrate(targets)
-    executor.loader.build_graph()
-    return executor.loader.project_state([node for node in targets if node[1]]).apps
-
-
-def latest():
-    return MigrationExecutor(connection).loader.graph.leaf_nodes()
-
-
 @pytest.fixture
 def before_the_move(transactional_db):
     """Historical apps of a database from before the move; the database ends migrated forward again."""
-    old = migrate(BEFORE)
+    old = migrate_back(BEFORE)
     yield old
-    migrate(latest())
+    migrate_forward()
     ContentType.objects.clear_cache()
 
 
@@ -63,7 +50,7 @@ def test_team_membership_and_token_survive_the_move(before_the_move):
     )
     old.get_model("scheduler_app", "TeamQuota").objects.create(team=team, pool=pool, guaranteed_milli=2000)
 
-    migrate(latest())
+    migrate_forward()
 
     moved = Team.objects.get(pk=team.pk)
     assert moved.slug == "vision" and list(moved.members.values_list("username", flat=True)) == ["alice"]
@@ -103,7 +90,7 @@ def test_events_survive_the_move_with_their_subjects(before_the_move):
         reason="alice added",
     )
 
-    migrate(latest())
+    migrate_forward()
 
     submitted, added = Event.objects.order_by("id")
     assert (submitted.to_state, submitted.reason, submitted.actor.username) == (
