@@ -112,5 +112,10 @@ def price_per_hour(
         )
         for model in models
     )
-    placed_model = Pool.objects.filter(name=placed_pool).values_list("gpu_model", flat=True).first() or ""
+    if placed is not None:
+        placed_model = placed.gpu_model
+    elif placed_pool:  # placed in a pool without a price: its model still picks the comparison
+        placed_model = Pool.objects.filter(name=placed_pool).values_list("gpu_model", flat=True).first() or ""
+    else:
+        placed_model = ""
     return PlacementPrices(placed, by_model, placed_model)
