@@ -72,6 +72,7 @@ def _profile(args) -> None:
     from rest_framework.test import APIClient
 
     from scheduler_app.demo import seed_demo
+    from scheduler_app.models import GpuRequest
     from teams.models import Membership, Team
     from teams.services import create_api_token
 
@@ -93,9 +94,7 @@ def _profile(args) -> None:
         submit(n)
     with CaptureQueriesContext(connection) as queries:
         submit(20)
-    print(f"{len(queries)} queries in one submit:")
-    for query in queries.captured_queries:
-        print(f"  {query['time']}s  {query['sql'][:160]}")
+    _print_queries("submit", queries)
 
     began, began_cpu = time.perf_counter(), time.process_time()
     for n in range(21, 21 + args.submits):
@@ -106,6 +105,17 @@ def _profile(args) -> None:
         f"\n{args.submits} submits: {each_ms:.1f} ms each without the profiler, "
         f"{cpu_ms:.1f} ms of it this process's CPU (the rest: PostgreSQL, Redis, waiting)"
     )
+    ids = list(GpuRequest.objects.filter(user=user).order_by("id").values_list("id", flat=True))
+    for action, chosen in (("cancel", ids[1::2]), ("release", ids[::2])):
+        with CaptureQueriesContext(connection) as queries:
+            response = client.post(f"/api/v1/requests/{chosen[0]}/{action}/")
+        assert response.status_code in (200, 409), response.content
+        _print_queries(action, queries)
+        began_cpu = time.process_time()
+        for pk in chosen[1:]:
+            client.post(f"/api/v1/requests/{pk}/{action}/")
+        cpu_ms = (time.process_time() - began_cpu) / max(1, len(chosen) - 1) * 1000
+        print(f"\n{len(chosen) - 1} {action}s: {cpu_ms:.1f} ms of this process's CPU each")
 
     profiler = cProfile.Profile()
     profiler.enable()
@@ -118,6 +128,12 @@ def _profile(args) -> None:
         out = io.StringIO()
         pstats.Stats(profiler, stream=out).sort_stats(order).print_stats(args.top)
         print(out.getvalue())
+
+
+def _print_queries(action: str, queries) -> None:
+    print(f"{len(queries)} queries in one {action}:")
+    for query in queries.captured_queries:
+        print(f"  {query['time']}s  {query['sql'][:160]}")
 
 
 if __name__ == "__main__":

@@ -86,10 +86,12 @@ TEMPLATES = [
 ]
 
 DATABASE_URL = env_str("DATABASE_URL")
-# Connections per process (each ASGI worker, each Celery child) that PostgreSQL may see at most.
-# Under ASGI every request runs its sync code on a thread of its own, so only a pool bounds them;
+# Connections per process (each ASGI worker, each Celery child) that PostgreSQL may see at most;
 # 2 ASGI workers x 4 + the Celery worker's and beat's stays well under PostgreSQL's 100.
 DATABASE_POOL_MAX_SIZE = env_int("DATABASE_POOL_MAX_SIZE", 4, minimum=1)
+# Threads per ASGI process serving plain HTTP (portal/http_threads.py), each holding at most one
+# pooled connection during a request: as many as the pool, so no request waits for a connection.
+HTTP_THREADS = DATABASE_POOL_MAX_SIZE
 if DATABASE_URL:
     try:
         # conn_max_age must stay 0 with the pool: closing a connection returns it to the pool.

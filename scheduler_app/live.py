@@ -1,11 +1,24 @@
-"""Live updates: every state change is pushed to its team's websocket group after commit."""
+"""Live updates: every state change is pushed to its team's websocket group after commit.
 
+Who sends: in the ASGI server's process, its own event loop (where the websocket consumers and,
+in the embedded default, the in-memory channel layer live); in another process on Redis (the
+Celery worker), one background thread's loop. Either way the caller only queues the message and
+goes on, and one task per loop sends them in order. Elsewhere (tests, management commands without
+Redis) it is sent at once.
+"""
+
+import asyncio
 import logging
+import os
+import threading
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.db import transaction
 from redis.exceptions import RedisError
+
+from portal.http_threads import serving_loop
 
 log = logging.getLogger(__name__)
 
@@ -19,13 +32,77 @@ def publish_after_commit(team_id: int, message: dict) -> None:
 
     Redis being away only logs a warning: the change is saved, and pages show it on their next load.
     """
+    group, payload = team_group(team_id), {"type": "team.event", **message}
+    transaction.on_commit(lambda: _deliver(group, payload))
 
-    def send() -> None:
-        try:
-            async_to_sync(get_channel_layer().group_send)(
-                team_group(team_id), {"type": "team.event", **message}
-            )
-        except RedisError as error:
-            log.warning("cannot reach Redis to publish a live update for team %s: %s", team_id, error)
 
-    transaction.on_commit(send)
+def _deliver(group: str, message: dict) -> None:
+    loop = serving_loop() or (_background_loop() if settings.REDIS_URL else None)
+    if loop is None:
+        async_to_sync(_send)(group, message)
+    else:
+        _sender_on(loop).put(group, message)
+
+
+async def _send(group: str, message: dict) -> None:
+    try:
+        await get_channel_layer().group_send(group, message)
+    except RedisError as error:
+        log.warning("cannot reach Redis to publish a live update to %s: %s", group, error)
+
+
+class _OrderedSender:
+    """Sends queued messages one after another from one task on `loop`; put() is thread-safe."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.queue: asyncio.Queue | None = None
+        loop.call_soon_threadsafe(self._start)
+
+    def _start(self) -> None:
+        self.queue = asyncio.Queue()
+        self.loop.create_task(self._run())
+
+    def put(self, group: str, message: dict) -> None:
+        # Scheduled after _start (callbacks run in order), so the queue exists by then.
+        self.loop.call_soon_threadsafe(lambda: self.queue.put_nowait((group, message)))
+
+    async def _run(self) -> None:
+        while True:
+            group, message = await self.queue.get()
+            try:
+                await _send(group, message)
+            except Exception:  # one bad message must not stop the updates that follow
+                log.exception("live update to %s failed", group)
+
+
+_senders: dict[asyncio.AbstractEventLoop, _OrderedSender] = {}
+_lock = threading.Lock()
+_own_loop: asyncio.AbstractEventLoop | None = None
+
+
+def _sender_on(loop: asyncio.AbstractEventLoop) -> _OrderedSender:
+    with _lock:
+        if loop not in _senders:
+            _senders[loop] = _OrderedSender(loop)
+        return _senders[loop]
+
+
+def _background_loop() -> asyncio.AbstractEventLoop:
+    """This process's own loop for live updates, in a daemon thread started on first use."""
+    global _own_loop
+    with _lock:
+        if _own_loop is None:
+            _own_loop = asyncio.new_event_loop()
+            threading.Thread(target=_own_loop.run_forever, name="live-updates", daemon=True).start()
+        return _own_loop
+
+
+def _forget_loops_after_fork() -> None:
+    """A forked child (a Celery pool process) has none of its parent's threads."""
+    global _own_loop
+    _senders.clear()
+    _own_loop = None
+
+
+os.register_at_fork(after_in_child=_forget_loops_after_fork)

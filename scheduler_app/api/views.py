@@ -1,7 +1,7 @@
 """Requests, estimates, the cluster and agent telemetry over REST: parse, authorize, call one service,
 serialize."""
 
-from django.db.models import Prefetch
+from django.db.models import Prefetch, prefetch_related_objects
 from django.shortcuts import get_object_or_404
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema
@@ -54,13 +54,16 @@ class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     filterset_class = GpuRequestFilter
 
     def get_queryset(self):
-        segments = Allocation.objects.select_related("gpu__node").order_by("started_at", "id")
         return (
             requests_visible_to(self.request.user)
             .select_related("team", "user", "pool")
-            .prefetch_related(Prefetch("allocations", queryset=segments))
+            .prefetch_related(Prefetch("allocations", queryset=self._segments()))
             .order_by("-created_at", "-id")
         )
+
+    @staticmethod
+    def _segments():
+        return Allocation.objects.select_related("gpu__node").order_by("started_at", "id")
 
     @extend_schema(responses=GpuRequestDetailSerializer)
     def retrieve(self, request, *args, **kwargs):
@@ -83,14 +86,12 @@ class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     @extend_schema(request=None, responses=GpuRequestSerializer)
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
-        cancel_request(self.get_object(), user=request.user)
-        return Response(self.get_serializer(self.get_queryset().get(pk=pk)).data)
+        return self._answer(cancel_request(self._target(), user=request.user))
 
     @extend_schema(request=None, responses=GpuRequestSerializer)
     @action(detail=True, methods=["post"])
     def release(self, request, pk=None):
-        release_request(self.get_object(), user=request.user)
-        return Response(self.get_serializer(self.get_queryset().get(pk=pk)).data)
+        return self._answer(release_request(self._target(), user=request.user))
 
     @extend_schema(request=EstimateRequestSerializer, responses=EstimateSerializer)
     @action(detail=False, methods=["post"])
@@ -118,6 +119,17 @@ class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
 
     def get_object(self):
         return get_object_or_404(self.get_queryset(), pk=self.kwargs["pk"])
+
+    def _target(self) -> GpuRequest:
+        """The request an action changes, without its segments: the answer reads them only if needed."""
+        visible = requests_visible_to(self.request.user).select_related("team", "user", "pool")
+        return get_object_or_404(visible, pk=self.kwargs["pk"])
+
+    def _answer(self, gpu_request: GpuRequest) -> Response:
+        """The request after an action; only an active one holds slices worth reading back."""
+        if gpu_request.is_active():
+            prefetch_related_objects([gpu_request], Prefetch("allocations", queryset=self._segments()))
+        return Response(self.get_serializer(gpu_request).data)
 
 
 def _submitted(request, shape=SubmitSerializer) -> dict:

@@ -15,6 +15,9 @@ from scheduler_app.dispatch import schedule_soon
 from scheduler_app.lifecycle import ACTIVE_STATES, StateConflict, check_transition
 from scheduler_app.models import Allocation, GpuRequest
 
+# What a move writes on the request row.
+MOVED_FIELDS = ["state", "scheduled_at", "started_at", "ended_at", "pending_reason", "estimated_start_at"]
+
 
 def transition_request(
     request: GpuRequest, to_state: str, *, actor=None, reason: str = "", actor_name: str = ""
@@ -25,7 +28,8 @@ def transition_request(
         check_transition(locked.state, to_state)
         _refuse_scheduling_without_cards(to_state)
         _move([locked], to_state, actor=actor, actor_name=actor_name, reasons={locked.pk: reason})
-    request.refresh_from_db()
+    for field in GpuRequest._meta.concrete_fields:  # the caller's object as saved; relations stay loaded
+        setattr(request, field.attname, getattr(locked, field.attname))
     return request
 
 
@@ -131,11 +135,7 @@ def _move(
                 reason=reasons[request.pk],
             )
         )
-    GpuRequest.objects.bulk_update(
-        locked,
-        ["state", "scheduled_at", "started_at", "ended_at", "pending_reason", "estimated_start_at"],
-        batch_size=500,
-    )
+    GpuRequest.objects.bulk_update(locked, MOVED_FIELDS, batch_size=500)
     record_events(events)
     if leaving:
         schedule_soon()
