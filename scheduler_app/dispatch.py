@@ -17,6 +17,8 @@ log = logging.getLogger(__name__)
 PASS_QUEUED_KEY = "scheduler:pass-queued"
 # Seconds after which a queued pass that never started (a lost message) stops holding back new ones.
 PASS_QUEUED_TTL_S = 30
+# How long the last pass took, in seconds: the next queued pass waits at least that long.
+LAST_PASS_SECONDS_KEY = "scheduler:last-pass-seconds"
 
 
 def schedule_soon() -> None:
@@ -35,7 +37,9 @@ def queue_pass() -> None:
     """Queue one Celery pass, SCHEDULER_BATCH_S from now, unless one is already queued and not started.
 
     Every change committed before that pass starts is in it, so a burst of submits shares one pass
-    and a busy portal runs at most about one pass a batch instead of one after another.
+    and a busy portal runs at most about one pass a batch instead of one after another. When the
+    last pass took longer than a batch, the next waits as long as it took: on a large queue, passes
+    then keep at most about half of one core, and the web processes the rest.
 
     Redis or the broker being away only logs a warning: the change is committed, and the periodic
     pass (SCHEDULER_INTERVAL_S) schedules it; the caller must not fail or wait for it.
@@ -49,7 +53,8 @@ def queue_pass() -> None:
         log.warning("cannot reach Redis to queue a scheduling pass; the periodic pass will: %s", error)
         return
     try:
-        scheduling_pass.apply_async(countdown=settings.SCHEDULER_BATCH_S, retry=False)
+        last_pass_s = cache.get(LAST_PASS_SECONDS_KEY, 0.0)
+        scheduling_pass.apply_async(countdown=max(settings.SCHEDULER_BATCH_S, last_pass_s), retry=False)
     except OperationalError as error:
         log.warning("cannot reach the broker to queue a scheduling pass; the periodic pass will: %s", error)
         with suppress(RedisError):  # else the key expires on its own
@@ -59,6 +64,12 @@ def queue_pass() -> None:
 def pass_started() -> None:
     """Called by a pass before it reads anything: later changes may queue the next one."""
     cache.delete(PASS_QUEUED_KEY)
+
+
+def pass_ended(seconds: float) -> None:
+    """Called by a pass when it is done, with how long it took (see queue_pass)."""
+    with suppress(RedisError):
+        cache.set(LAST_PASS_SECONDS_KEY, round(seconds, 3), timeout=PASS_QUEUED_TTL_S)
 
 
 class EmbeddedWorker:

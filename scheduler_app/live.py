@@ -78,7 +78,7 @@ class _OrderedSender:
 
 _senders: dict[asyncio.AbstractEventLoop, _OrderedSender] = {}
 _lock = threading.Lock()
-_own_loop: asyncio.AbstractEventLoop | None = None
+_own: tuple[asyncio.AbstractEventLoop, threading.Thread] | None = None
 
 
 def _sender_on(loop: asyncio.AbstractEventLoop) -> _OrderedSender:
@@ -89,20 +89,23 @@ def _sender_on(loop: asyncio.AbstractEventLoop) -> _OrderedSender:
 
 
 def _background_loop() -> asyncio.AbstractEventLoop:
-    """This process's own loop for live updates, in a daemon thread started on first use."""
-    global _own_loop
+    """This process's own loop for live updates, in a daemon thread started on first use (and again
+    should that thread have died)."""
+    global _own
     with _lock:
-        if _own_loop is None:
-            _own_loop = asyncio.new_event_loop()
-            threading.Thread(target=_own_loop.run_forever, name="live-updates", daemon=True).start()
-        return _own_loop
+        if _own is None or not _own[1].is_alive():
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="live-updates", daemon=True)
+            thread.start()
+            _own = (loop, thread)
+        return _own[0]
 
 
 def _forget_loops_after_fork() -> None:
     """A forked child (a Celery pool process) has none of its parent's threads."""
-    global _own_loop
+    global _own
     _senders.clear()
-    _own_loop = None
+    _own = None
 
 
 os.register_at_fork(after_in_child=_forget_loops_after_fork)

@@ -1,8 +1,10 @@
 """Celery tasks: thin wrappers that call one service each. Passes are idempotent (claims under row locks)."""
 
+import time
+
 from celery import shared_task
 
-from scheduler_app.dispatch import pass_started
+from scheduler_app.dispatch import pass_ended, pass_started
 from scheduler_app.node_health import check_heartbeats
 from scheduler_app.scheduling import run_scheduling_pass
 
@@ -10,7 +12,9 @@ from scheduler_app.scheduling import run_scheduling_pass
 @shared_task(name="scheduler_app.scheduling_pass", ignore_result=True)
 def scheduling_pass() -> dict:
     pass_started()
+    began = time.monotonic()
     result = run_scheduling_pass()
+    pass_ended(time.monotonic() - began)
     return {"started": result.started, "preempted": result.preempted, "waiting": result.waiting}
 
 

@@ -7,8 +7,9 @@ import time
 import pytest
 from kombu.exceptions import OperationalError
 
-from scheduler_app import tasks
+from scheduler_app import dispatch, tasks
 from scheduler_app.models import GpuRequest
+from scheduler_app.scheduling import PassResult
 from scheduler_app.services.requests import submit_request
 from tests.portal.test_health import closed_port_url
 
@@ -39,6 +40,22 @@ def test_a_burst_of_submits_queues_one_pass_a_batch_later(
         submit(member, team, django_capture_on_commit_callbacks)
 
     assert queued == [{"countdown": 1, "retry": False}]
+
+
+def test_after_a_long_pass_the_next_waits_as_long_as_it_took(
+    queued, member, team, monkeypatch, settings, django_capture_on_commit_callbacks
+):
+    settings.SCHEDULER_BATCH_S = 1
+    took = []
+    monkeypatch.setattr(tasks, "pass_ended", took.append)
+    monkeypatch.setattr(tasks, "run_scheduling_pass", lambda: time.sleep(0.05) or PassResult(0, 0, 0, 0))
+    tasks.scheduling_pass()
+    assert len(took) == 1 and took[0] >= 0.05
+
+    dispatch.pass_ended(3.5)  # what a pass of 3.5 s records
+    submit(member, team, django_capture_on_commit_callbacks)
+
+    assert queued == [{"countdown": 3.5, "retry": False}]
 
 
 def test_a_submit_during_a_pass_gets_a_pass_after_it(
