@@ -151,6 +151,24 @@ def test_login_reads_the_token_from_stdin(live_server, token, member, no_saved_l
     assert read_config(no_saved_login)["url"] == live_server.url
 
 
+def test_login_at_a_terminal_asks_the_address_and_the_token_unechoed(
+    live_server, token, member, no_saved_login, monkeypatch
+):
+    secret = token(member)
+    asked = []
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+    monkeypatch.setattr("builtins.input", lambda prompt: asked.append(prompt) or live_server.url)
+    monkeypatch.setattr("getpass.getpass", lambda prompt: asked.append(prompt) or f" {secret} ")
+
+    assert main(["login"]) == OK
+
+    assert asked == [
+        "Portal address (e.g. https://gpu.example.org): ",
+        f"API token (create one at {live_server.url}/accounts/tokens/): ",
+    ]
+    assert read_config(no_saved_login) == {"url": live_server.url, "token": secret}
+
+
 def test_env_set_at_login_is_said_to_take_precedence(
     live_server, token, member, outsider, mine, monkeypatch, capsys
 ):
