@@ -39,6 +39,7 @@ class ResourceManager:
     `ResourceManager()` with no address or token finds them in GPU_PORTAL_URL / GPU_PORTAL_TOKEN,
     then in the file `gpu-portal login` writes (see gpu_portal_sdk.config); ConfigurationError says
     what is missing. `ResourceManager(url, token)` uses exactly those.
+
     `timeout` bounds each HTTP call in seconds; `max_retries` bounds the extra tries after a
     429, 5xx or connection failure (see gpu_portal_sdk.retry for which failures are retried).
     `sleep`, `random` and `clock` are there so tests can run without real waiting.

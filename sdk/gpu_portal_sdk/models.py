@@ -224,6 +224,8 @@ class Health:
         problems = []
         if state not in PLACED_STATES:
             problems.append(f"the request is {state}, not placed on a GPU")
+        elif not nodes:
+            problems.append(f"the request is {state} but holds no GPU")
         for node in nodes:
             if not node.ready:
                 problems.append(f"node {node.name} is {node.status}")
