@@ -10,4 +10,5 @@ SAMPLE_MAX_AGE_S = 3600  # older batches (an agent replaying a backlog) are refu
 MAX_GPUS_PER_SAMPLE_BATCH = 64
 UTILIZATION_WINDOW_S = 900  # what the utilization endpoint summarizes: the last 15 minutes
 UTILIZATION_MAX_POINTS = 60  # the window's series is downsampled to at most this many points
+CURRENT_LOAD_WINDOW_S = 60  # "how busy is it now": the mean of each card's readings in the last minute
 UTIL_STDDEV_TARGET_PERCENT = 15  # DESIGN: steady work keeps util std-dev under 15 %

@@ -12,7 +12,7 @@ from audit.models import Event
 from scheduler_app.choices import RequestState
 from scheduler_app.constants import MILLI_PER_GPU, UTILIZATION_MAX_POINTS, UTILIZATION_WINDOW_S
 from scheduler_app.models import Allocation, Gpu, GpuRequest, GpuSample, Node, Pool, TeamQuota
-from scheduler_app.telemetry import Point, Summary, downsample, summarize
+from scheduler_app.telemetry import Load, Point, Summary, current_load, downsample, summarize
 from teams.models import Membership, Team
 
 
@@ -223,6 +223,7 @@ class RequestUtilization:
     window_start: dt.datetime
     window_s: int
     cards: list[CardUtilization]
+    current: Load
 
 
 def request_utilization(
@@ -232,7 +233,8 @@ def request_utilization(
     window_s: int = UTILIZATION_WINDOW_S,
     max_points: int = UTILIZATION_MAX_POINTS,
 ) -> RequestUtilization:
-    """Per open segment's card: the latest sample, the window downsampled, util mean and std-dev.
+    """Per open segment's card: the latest sample, the window downsampled, util mean and std-dev;
+    and over all those cards, the current load (the last minute).
 
     Readings are the whole card's (NVML reads cards, not slices). Three queries
     whatever the number of cards or samples.
@@ -266,4 +268,5 @@ def request_utilization(
         )
         for segment in segments
     ]
-    return RequestUtilization(request, now, start, window_s, cards)
+    current = current_load([(in_window[s.gpu_id], s.gpu.memory_mib) for s in segments], now=now)
+    return RequestUtilization(request, now, start, window_s, cards, current)

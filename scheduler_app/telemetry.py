@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from scheduler_app.choices import NodeStatus
 from scheduler_app.constants import (
+    CURRENT_LOAD_WINDOW_S,
     MAX_GPUS_PER_SAMPLE_BATCH,
     MAX_POWER_MW,
     MAX_TEMPERATURE_C,
@@ -194,3 +195,34 @@ def summarize(samples: Sequence[GpuSample]) -> Summary:
         mean_util_percent=round(statistics.fmean(utils), 1),
         util_stddev_percent=round(statistics.pstdev(utils), 1),
     )
+
+
+@dataclass(frozen=True)
+class Load:
+    """How busy a request's cards are now: over the cards read in the last `window_s` seconds, the
+    mean util and the mean memory used as % of each card's memory (None when no card was read)."""
+
+    window_s: int
+    cards_read: int
+    gpu_util_percent: float | None
+    mem_util_percent: float | None
+
+
+def current_load(
+    cards: Sequence[tuple[Sequence[GpuSample], int]],
+    *,
+    now: dt.datetime,
+    window_s: int = CURRENT_LOAD_WINDOW_S,
+) -> Load:
+    """`cards` pairs each card's recent samples with its memory in MiB. Each card counts once (the
+    mean of its own readings in the window), so a card that reports more often does not weigh more."""
+    since = now - dt.timedelta(seconds=window_s)
+    utils, mems = [], []
+    for samples, memory_mib in cards:
+        recent = [s for s in samples if s.sampled_at >= since]
+        if recent:
+            utils.append(statistics.fmean(s.gpu_util_percent for s in recent))
+            mems.append(100 * statistics.fmean(s.memory_used_mib for s in recent) / memory_mib)
+    if not utils:
+        return Load(window_s, 0, None, None)
+    return Load(window_s, len(utils), round(statistics.fmean(utils), 1), round(statistics.fmean(mems), 1))

@@ -339,11 +339,23 @@ class CardUtilizationSerializer(serializers.Serializer):
     gpu_index = serializers.IntegerField(source="segment.gpu.index")
     gpu_uuid = serializers.CharField(source="segment.gpu.uuid")
     milli = serializers.IntegerField(source="segment.milli", help_text="The request's share of this card.")
+    memory_mib = serializers.IntegerField(source="segment.gpu.memory_mib", help_text="The card's memory.")
     latest = SampleSerializer(
         allow_null=True, help_text="The card's latest sample, however old; null if none."
     )
     series = UtilizationPointSerializer(many=True)
     summary = UtilizationSummarySerializer()
+
+
+class CurrentLoadSerializer(serializers.Serializer):
+    window_s = serializers.IntegerField(help_text="The last this many seconds.")
+    cards_read = serializers.IntegerField(help_text="Cards with readings in that window.")
+    gpu_util_percent = serializers.FloatField(
+        allow_null=True, help_text="Mean over those cards of each card's mean util; null if none was read."
+    )
+    mem_util_percent = serializers.FloatField(
+        allow_null=True, help_text="Mean over those cards of memory used as % of the card's memory."
+    )
 
 
 class UtilizationSerializer(serializers.Serializer):
@@ -355,6 +367,7 @@ class UtilizationSerializer(serializers.Serializer):
     window_start = serializers.DateTimeField()
     window_s = serializers.IntegerField()
     gpus = CardUtilizationSerializer(source="cards", many=True)
+    current = CurrentLoadSerializer(help_text="How busy the request's cards are now (the last minute).")
 
 
 class SetQuotaSerializer(serializers.Serializer):

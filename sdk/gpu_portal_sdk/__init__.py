@@ -1,13 +1,16 @@
 """GPU Portal SDK: rent fractions of GPUs from Python, no Django needed.
 
 from gpu_portal_sdk import ResourceManager
-portal = ResourceManager("https://gpu.example.org", "gpp_…")
-job = portal.request_allocation(min_gpu=0.5, wait=True, timeout_s=600)
+portal = ResourceManager()  # GPU_PORTAL_URL / GPU_PORTAL_TOKEN, or what `gpu-portal login` saved
+job = portal.request_allocation(task_type="training", min_gpu=0.5, prefer_spot=True)  # waits up to 60 s
+print(portal.get_utilization(job.resource_id).gpu_util)
+portal.release(job.resource_id)
 """
 
 from gpu_portal_sdk.client import ResourceManager
 from gpu_portal_sdk.errors import (
     AuthenticationError,
+    ConfigurationError,
     ConflictError,
     ConnectionFailedError,
     NotFoundError,
@@ -31,6 +34,7 @@ from gpu_portal_sdk.models import (
     NodeHealth,
     Price,
     Resource,
+    Team,
     Utilization,
     UtilizationPoint,
     UtilizationSummary,
@@ -40,6 +44,7 @@ from gpu_portal_sdk.version import __version__
 __all__ = [
     "Allocation",
     "AuthenticationError",
+    "ConfigurationError",
     "ConflictError",
     "ConnectionFailedError",
     "Estimate",
@@ -60,6 +65,7 @@ __all__ = [
     "ResourceBusyError",
     "ResourceManager",
     "ServiceUnavailableError",
+    "Team",
     "Utilization",
     "UtilizationPoint",
     "UtilizationSummary",

@@ -1,11 +1,12 @@
 """`gpu-portal`: the SDK from a shell. Exit codes are part of the interface (see EXIT_CODES)."""
 
 import argparse
+import getpass
 import os
 import shlex
 import sys
 
-from gpu_portal_sdk import errors, output
+from gpu_portal_sdk import config, errors, output
 from gpu_portal_sdk.client import ResourceManager
 
 OK, FAILED, USAGE, AUTH, NOT_FOUND, INVALID, BUSY, UNAVAILABLE, RATE_LIMITED, NOT_OFFERED = range(10)
@@ -33,25 +34,70 @@ def main(argv: list[str] | None = None) -> int:
         argv, command = argv[:split], argv[split + 1 :]
     parser = _parser()
     args = parser.parse_args(argv)
-    url = getattr(args, "url", None) or os.environ.get("GPU_PORTAL_URL")
-    token = getattr(args, "token", None) or os.environ.get("GPU_PORTAL_TOKEN")
-    if not url or not token:
-        parser.error(
-            "give the portal's address and your API token: --url/--token or GPU_PORTAL_URL/GPU_PORTAL_TOKEN"
-        )
     if command and args.command not in ("request", "estimate"):
         parser.error(f"{args.command} takes no command after --")
-    portal = ResourceManager(
-        url, token, timeout=getattr(args, "http_timeout", 10.0), max_retries=getattr(args, "retries", 3)
-    )
+    if args.command == "logout":
+        return _logout()
     as_json = getattr(args, "json", False)
     try:
+        if args.command == "login":
+            return _login(parser, args)
+        try:
+            portal = _connect(getattr(args, "url", None), getattr(args, "token", None), args)
+        except errors.ConfigurationError as error:
+            parser.error(f"{error.message} Here, --url and --token also work.")
         return args.run(portal, args, shlex.join(command), as_json)
     except errors.PortalError as error:
         print(f"gpu-portal: {error.message}", file=sys.stderr)
         for field, messages in error.fields.items():
             print(f"  {field}: {' '.join(map(str, messages))}", file=sys.stderr)
         return next((code for cls, code in EXIT_CODES if isinstance(error, cls)), FAILED)
+
+
+def _connect(url: str | None, token: str | None, args) -> ResourceManager:
+    """The options first, then the environment, then the saved login (ResourceManager's own order)."""
+    return ResourceManager(
+        url, token, timeout=getattr(args, "http_timeout", 10.0), max_retries=getattr(args, "retries", 3)
+    )
+
+
+def _login(parser, args) -> int:
+    """Ask for (or take) the address and a token, check the token against the portal, save both."""
+    interactive = sys.stdin.isatty()
+    url = getattr(args, "url", None) or os.environ.get(config.URL_ENV)
+    if not url and interactive:
+        url = input("Portal address (e.g. https://gpu.example.org): ").strip()
+    if not url:
+        parser.error(f"login: give the portal's address: --url or {config.URL_ENV}")
+    token = getattr(args, "token", None)
+    if not token:
+        if interactive and not args.token_stdin:
+            token = getpass.getpass(f"API token (create one at {config.portal_root(url)}/accounts/tokens/): ")
+        else:
+            token = sys.stdin.readline()
+        token = token.strip()
+    if not token:
+        parser.error("login: give an API token: --token, --token-stdin, or type it when asked")
+    teams = _connect(url, token, args).teams()  # a refused token raises here: nothing is saved
+    path = config.config_path()
+    config.write_config(path, url, token)
+    memberships = ", ".join(f"{t.slug} ({t.role})" for t in teams) or "none yet"
+    print(f"Logged in to {config.portal_root(url)}; your teams: {memberships}.")
+    print(f"Saved to {path} (readable by you only).")
+    overridden = [name for name in (config.URL_ENV, config.TOKEN_ENV) if os.environ.get(name)]
+    if overridden:
+        print(f"Note: {' and '.join(overridden)} set in this shell take precedence over the saved login.")
+    return OK
+
+
+def _logout() -> int:
+    path = config.config_path()
+    if not config.remove_config(path):
+        print(f"Not logged in: there is no {path}.")
+        return OK
+    print(f"Removed {path}. The token itself stays valid until it expires; revoke it on the portal's")
+    print("Tokens page (/accounts/tokens/) if it may have leaked.")
+    return OK
 
 
 def _show(value, as_json: bool, human) -> int:
@@ -112,9 +158,13 @@ def _spec(args, command: str) -> dict:
 def _parser() -> argparse.ArgumentParser:
     # Connection and output options work before or after the command (SUPPRESS: the later one wins).
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", default=argparse.SUPPRESS, help="portal address (env GPU_PORTAL_URL)")
     common.add_argument(
-        "--token", default=argparse.SUPPRESS, help="personal API token (env GPU_PORTAL_TOKEN)"
+        "--url", default=argparse.SUPPRESS, help="portal address (env GPU_PORTAL_URL, else the saved login)"
+    )
+    common.add_argument(
+        "--token",
+        default=argparse.SUPPRESS,
+        help="personal API token (env GPU_PORTAL_TOKEN, else the saved login)",
     )
     common.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts"
@@ -170,6 +220,16 @@ def _parser() -> argparse.ArgumentParser:
         "utilization", _by_id("get_utilization", output.utilization), "GPU util, memory, power of its cards"
     ).add_argument("id", type=int)
     add("prices", _prices, "price per GPU hour of each priced pool (USD)")
+    login = add(
+        "login",
+        None,
+        "check a token and save it with the portal's address, so scripts and commands need neither "
+        f"(file: ${config.CONFIG_ENV}, else ~/.config/gpu-portal/config.toml, mode 0600)",
+    )
+    login.add_argument(
+        "--token-stdin", action="store_true", help="read the token from standard input (no prompt)"
+    )
+    add("logout", None, "forget the saved login (removes the config file)")
     return parser
 
 

@@ -9,10 +9,12 @@ import random as _random
 import secrets
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from urllib.parse import parse_qs, urlsplit
 
 import requests
 
+from gpu_portal_sdk.config import resolve
 from gpu_portal_sdk.errors import (
     ConnectionFailedError,
     PortalError,
@@ -22,16 +24,21 @@ from gpu_portal_sdk.errors import (
     ValidationError,
     error_for_status,
 )
-from gpu_portal_sdk.models import Estimate, Health, NodeHealth, Price, Resource, Utilization
+from gpu_portal_sdk.models import Estimate, Health, NodeHealth, Price, Resource, Team, Utilization
 from gpu_portal_sdk.retry import RetryPolicy, parse_retry_after
 from gpu_portal_sdk.version import __version__
 
 MILLI_PER_GPU = 1000
 DEFAULT_CHECKPOINT_INTERVAL_S = 900
+DEFAULT_WAIT_S = 60.0  # request_allocation: how long a script waits for capacity before ResourceBusyError
 
 
 class ResourceManager:
     """A client for one portal, acting as the user whose personal API token (gpp_…) it holds.
+
+    `ResourceManager()` with no address or token finds them in GPU_PORTAL_URL / GPU_PORTAL_TOKEN,
+    then in the file `gpu-portal login` writes (see gpu_portal_sdk.config); ConfigurationError says
+    what is missing. `ResourceManager(url, token)` uses exactly those.
 
     `timeout` bounds each HTTP call in seconds; `max_retries` bounds the extra tries after a
     429, 5xx or connection failure (see gpu_portal_sdk.retry for which failures are retried).
@@ -40,8 +47,8 @@ class ResourceManager:
 
     def __init__(
         self,
-        url: str,
-        token: str,
+        url: str | None = None,
+        token: str | None = None,
         *,
         timeout: float = 10.0,
         max_retries: int = 3,
@@ -52,13 +59,15 @@ class ResourceManager:
         random: Callable[[], float] = _random.random,
         clock: Callable[[], float] = time.monotonic,
     ):
-        self.api_url = url.rstrip("/").removesuffix("/api/v1") + "/api/v1/"
+        credentials = resolve(url, token)
+        self.url = credentials.url
+        self.api_url = credentials.url + "/api/v1/"
         self.timeout = timeout
         self.retry = RetryPolicy(max_retries, backoff_base_s, backoff_cap_s, sleep=sleep, random=random)
         self.clock = clock
         self.session = session or requests.Session()
         self.session.headers.update(
-            {"Authorization": f"Bearer {token}", "User-Agent": f"gpu-portal-sdk/{__version__}"}
+            {"Authorization": f"Bearer {credentials.token}", "User-Agent": f"gpu-portal-sdk/{__version__}"}
         )
 
     # Requests
@@ -79,8 +88,8 @@ class ResourceManager:
         command: str = "",
         team: str | None = None,
         allow_on_demand_fallback: bool = True,
-        wait: bool = False,
-        timeout_s: float | None = None,
+        wait: bool = True,
+        timeout_s: float | None = DEFAULT_WAIT_S,
     ) -> Resource:
         """Submit a request for GPU capacity; it starts pending and the scheduler places it.
 
@@ -90,9 +99,11 @@ class ResourceManager:
         when `allow_on_demand_fallback`, and declares a checkpoint every 15 minutes unless
         `checkpoint_interval_s` says otherwise (spot work must checkpoint).
 
-        With `wait`, returns once the request is scheduled or running. If it is not placed within
-        `timeout_s` (None waits without limit) the SDK cancels the request it made, so nothing is
-        left queued, and raises ResourceBusyError; RequestFailedError if it ended otherwise.
+        By default (`wait`) returns once the request is scheduled or running: its capacity is held.
+        If it is not placed within `timeout_s` (60 s; None waits without limit) the SDK cancels the
+        request it made, so nothing is left queued, and raises ResourceBusyError; the same cancel
+        happens when the wait is interrupted (Ctrl-C). RequestFailedError if it ended otherwise.
+        `wait=False` returns the request as submitted, usually pending.
         """
         body = self._request_body(locals())  # every argument, by name: one mapping for submit and estimate
         resource = Resource.from_api(self._call("POST", "requests/", json=body))
@@ -102,6 +113,12 @@ class ResourceManager:
             return self.wait_until_running(resource.id, timeout_s=timeout_s)
         except ResourceBusyError as busy:
             raise self._withdrawn(busy) from None
+        except RequestFailedError:
+            raise  # it already ended: nothing to withdraw
+        except BaseException:
+            with suppress(PortalError):  # best effort: the portal may be what failed
+                self.cancel(resource.id)
+            raise
 
     def estimate(
         self,
@@ -177,9 +194,9 @@ class ResourceManager:
             self.retry.sleep(min(poll_s, left))
 
     def check_health(self, resource_id: int, max_heartbeat_age_s: float = 60.0) -> Health:
-        """The request's state and, for each node it runs on, whether the node is ready and sent a
-        heartbeat within `max_heartbeat_age_s` (judged by the portal's clock, so local skew does
-        not matter)."""
+        """Whether the request is placed and, for each node it runs on, whether the node is ready and
+        its agent sent a heartbeat within `max_heartbeat_age_s` (by the portal's clock, so local
+        skew does not matter); `Health.reason` says what is wrong when it is not healthy."""
         response = self._send("GET", f"requests/{int(resource_id)}/")
         resource = Resource.from_api(response.json())
         now = _server_time(response)
@@ -194,12 +211,17 @@ class ResourceManager:
                 heartbeat_age_s=age,
                 heartbeating=age is not None and age <= max_heartbeat_age_s,
             )
-        return Health(request_id=resource.id, state=resource.state, nodes=tuple(nodes.values()))
+        return Health.judge(resource.id, resource.state, tuple(nodes.values()), max_heartbeat_age_s)
 
     def get_utilization(self, resource_id: int) -> Utilization:
-        """Each card the request holds now: its latest reading, the last 15 minutes as at most 60
-        points, and util mean and std-dev. NotFoundError for another team's request."""
+        """How busy the request is now (`gpu_util`, `mem_util`: % over its cards, the last minute)
+        and each card it holds: its latest reading, the last 15 minutes as at most 60 points, and
+        util mean and std-dev. NotFoundError for another team's request."""
         return Utilization.from_api(self._call("GET", f"requests/{int(resource_id)}/utilization/"))
+
+    def teams(self) -> list[Team]:
+        """The teams you belong to and your role in each (also a cheap check that the token works)."""
+        return [Team.from_api(t) for t in _results(self._call("GET", "teams/"))]
 
     def prices(self) -> list[Price]:
         """The price in force of each priced pool, per whole card and hour in USD (Decimal).

@@ -52,6 +52,14 @@ class ConnectionFailedError(PortalError):
     """No HTTP answer at all: refused, reset, timed out or the name did not resolve."""
 
 
+class ConfigurationError(PortalError):
+    """No portal address or token was given and none was found in the environment or the config file
+    (the message names what is missing and where it looked), or that file is unreadable."""
+
+    def __init__(self, message: str, **kwargs):
+        super().__init__(message, **({"code": "not_configured"} | kwargs))
+
+
 class ResourceBusyError(PortalError):
     """No capacity was free within the wait. `request_id` is the request waited for; `cancelled`
     tells whether the SDK withdrew the request it had made itself."""

@@ -102,6 +102,11 @@ class Resource:
     events: tuple[Event, ...] | None = None
 
     @property
+    def resource_id(self) -> int:
+        """The request's id, what get_utilization(), check_health() and release() take (same as `id`)."""
+        return self.id
+
+    @property
     def is_placed(self) -> bool:
         """Scheduled or running: the capacity is reserved for it."""
         return self.state in PLACED_STATES
@@ -200,19 +205,38 @@ class NodeHealth:
 
 @dataclass(frozen=True)
 class Health:
-    """A request's state and its nodes; healthy when placed and every node is ready and heartbeating."""
+    """A request's state and its nodes. `healthy` when placed and every node it runs on is ready and its
+    agent sent a heartbeat within `max_heartbeat_age_s`; otherwise `reason` says why not ("" if healthy)."""
 
     request_id: int
     state: str
     nodes: tuple[NodeHealth, ...]
+    max_heartbeat_age_s: float
+    healthy: bool
+    reason: str
 
     @property
     def placed(self) -> bool:
         return self.state in PLACED_STATES
 
-    @property
-    def healthy(self) -> bool:
-        return self.placed and bool(self.nodes) and all(n.ready and n.heartbeating for n in self.nodes)
+    @classmethod
+    def judge(cls, request_id: int, state: str, nodes: tuple[NodeHealth, ...], max_heartbeat_age_s: float):
+        problems = []
+        if state not in PLACED_STATES:
+            problems.append(f"the request is {state}, not placed on a GPU")
+        elif not nodes:
+            problems.append(f"the request is {state} but holds no GPU")
+        for node in nodes:
+            if not node.ready:
+                problems.append(f"node {node.name} is {node.status}")
+            elif node.heartbeat_age_s is None:
+                problems.append(f"node {node.name}: no heartbeat from its agent yet")
+            elif not node.heartbeating:
+                problems.append(
+                    f"node {node.name}: last heartbeat {node.heartbeat_age_s:.0f} s ago "
+                    f"(more than {max_heartbeat_age_s:g} s)"
+                )
+        return cls(request_id, state, nodes, max_heartbeat_age_s, not problems, "; ".join(problems))
 
 
 @dataclass(frozen=True)
@@ -304,6 +328,7 @@ class GpuUtilization:
     latest: GpuSample | None
     series: tuple[UtilizationPoint, ...]
     summary: UtilizationSummary
+    memory_mib: int | None = None  # the card's memory (None from an older portal)
 
     @classmethod
     def from_api(cls, data: dict) -> "GpuUtilization":
@@ -321,7 +346,11 @@ class GpuUtilization:
 
 @dataclass(frozen=True)
 class Utilization:
-    """A request's cards over the last `window_s` seconds up to `generated_at` (the portal's clock)."""
+    """A request's cards over the last `window_s` seconds up to `generated_at` (the portal's clock).
+
+    `gpu_util` and `mem_util`: how busy the request is now, in %: over its cards read in the last
+    `current_window_s` seconds (`cards_read` of them), the mean util and the mean memory used as a
+    share of each card's memory; None when no card was read then (no agent reporting)."""
 
     request_id: int
     state: str
@@ -329,9 +358,14 @@ class Utilization:
     window_start: dt.datetime | None
     window_s: int
     gpus: tuple[GpuUtilization, ...]
+    gpu_util: float | None = None
+    mem_util: float | None = None
+    cards_read: int = 0
+    current_window_s: int | None = None
 
     @classmethod
     def from_api(cls, data: dict) -> "Utilization":
+        current = data.get("current") or {}
         return cls(
             **_known(
                 cls,
@@ -339,5 +373,22 @@ class Utilization:
                 generated_at=parse_time(data.get("generated_at")),
                 window_start=parse_time(data.get("window_start")),
                 gpus=tuple(GpuUtilization.from_api(g) for g in data.get("gpus", ())),
+                gpu_util=current.get("gpu_util_percent"),
+                mem_util=current.get("mem_util_percent"),
+                cards_read=current.get("cards_read", 0),
+                current_window_s=current.get("window_s"),
             )
         )
+
+
+@dataclass(frozen=True)
+class Team:
+    """A team you belong to and your role in it."""
+
+    slug: str
+    name: str
+    role: str
+
+    @classmethod
+    def from_api(cls, data: dict) -> "Team":
+        return cls(**_known(cls, data))

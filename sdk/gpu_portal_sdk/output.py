@@ -125,7 +125,7 @@ def prices(items: list[Price]) -> str:
 
 
 def health(h: Health) -> str:
-    verdict = "healthy" if h.healthy else "not healthy"
+    verdict = "healthy" if h.healthy else f"not healthy: {h.reason}"
     rows = [
         [
             n.name,
@@ -177,4 +177,11 @@ def utilization(u: Utilization) -> str:
         "SAMPLES",
     ]
     lines.append(table(header, rows))
+    if u.gpu_util is None:
+        lines.append(f"Now: no card read in the last {u.current_window_s or 60} s.")
+    else:
+        lines.append(
+            f"Now: util {u.gpu_util:.1f} %, memory {u.mem_util:.1f} % "
+            f"(mean of {u.cards_read} of {len(u.gpus)} cards over the last {u.current_window_s} s)."
+        )
     return "\n".join(lines)

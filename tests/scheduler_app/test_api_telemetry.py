@@ -214,8 +214,42 @@ def test_the_team_reads_each_cards_latest_sample_series_and_summary(api_client, 
     assert sum(p["samples"] for p in steady["series"]) == steady["summary"]["samples"]
 
 
+def test_current_load_is_the_mean_over_the_cards_of_the_last_minute(api_client, member, running, node):
+    card0, card1 = (f"GPU-node-1-{i}" for i in range(2))
+    now = timezone.now()
+
+    def read(at, util0, mem0, util1, mem1):
+        readings = [
+            {"uuid": uuid, "gpu_util_percent": u, "memory_used_mib": m, "power_mw": 1, "temperature_c": 50}
+            for uuid, u, m in ((card0, util0, mem0), (card1, util1, mem1))
+        ]
+        record_gpu_samples(node, at, readings, now=now)
+
+    read(now - dt.timedelta(minutes=5), 0, 81920, 0, 81920)  # outside the last minute: left out
+    read(now - dt.timedelta(seconds=20), 70, 40960, 10, 8192)
+    read(now, 90, 40960, 30, 8192)
+
+    body = api_client(member).get(f"/api/v1/requests/{running.pk}/utilization/").json()
+
+    assert [g["memory_mib"] for g in body["gpus"]] == [81920, 81920]
+    # card 0: util 80, memory 50 %; card 1: util 20, memory 10 %.
+    assert body["current"] == {
+        "window_s": 60,
+        "cards_read": 2,
+        "gpu_util_percent": 50.0,
+        "mem_util_percent": 30.0,
+    }
+
+
 def test_a_card_without_samples_has_no_latest_and_an_empty_series(api_client, member, running):
     body = api_client(member).get(f"/api/v1/requests/{running.pk}/utilization/").json()
+
+    assert body["current"] == {
+        "window_s": 60,
+        "cards_read": 0,
+        "gpu_util_percent": None,
+        "mem_util_percent": None,
+    }
 
     assert [(g["latest"], g["series"], g["summary"]["samples"]) for g in body["gpus"]] == [
         (None, [], 0),

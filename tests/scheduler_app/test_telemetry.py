@@ -13,7 +13,7 @@ from audit.models import Event
 from scheduler_app.choices import NodeStatus
 from scheduler_app.models import GpuSample, Node
 from scheduler_app.services.inventory import set_node_status
-from scheduler_app.telemetry import downsample, record_gpu_samples, summarize
+from scheduler_app.telemetry import current_load, downsample, record_gpu_samples, summarize
 
 NOW = dt.datetime(2025, 3, 1, 12, 0, tzinfo=dt.UTC)
 
@@ -213,6 +213,25 @@ def test_summary_gives_util_mean_and_stddev_against_the_15_percent_target():
     assert steady.util_steady is True
     assert (bursty.mean_util_percent, bursty.util_stddev_percent, bursty.util_steady) == (50.0, 50.0, False)
     assert summarize([]).util_steady is None
+
+
+def test_current_load_means_each_cards_last_minute_then_the_cards():
+    # Card A read three times in the last minute (util 60, 70, 80; memory 1060..1080 of 2000 MiB),
+    # card B once (util 10, memory 1010 of 4000 MiB); a reading two minutes old does not count.
+    card_a = samples_at((-120, 0), (-50, 60), (-20, 70), (0, 80))
+    card_b = samples_at((-10, 10))
+
+    load = current_load([(card_a, 2000), (card_b, 4000), ([], 8000)], now=NOW)
+
+    assert (load.window_s, load.cards_read) == (60, 2)
+    assert load.gpu_util_percent == 40.0  # (70 + 10) / 2: each card weighs once
+    assert load.mem_util_percent == round((100 * 1070 / 2000 + 100 * 1010 / 4000) / 2, 1)
+
+
+def test_current_load_without_recent_readings_is_none():
+    load = current_load([(samples_at((-61, 50)), 2000)], now=NOW)
+
+    assert (load.cards_read, load.gpu_util_percent, load.mem_util_percent) == (0, None, None)
 
 
 def test_admin_lists_samples_read_only(client, operator, node):

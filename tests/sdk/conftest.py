@@ -30,6 +30,17 @@ class FakeTime:
         return self.now
 
 
+@pytest.fixture(autouse=True)
+def no_saved_login(tmp_path, monkeypatch):
+    """Each test starts with no GPU_PORTAL_* variables and its own config path (nothing there yet),
+    so neither the machine's environment nor a real ~/.config/gpu-portal/config.toml leaks in."""
+    for name in ("GPU_PORTAL_URL", "GPU_PORTAL_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    path = tmp_path / "gpu-portal" / "config.toml"
+    monkeypatch.setenv("GPU_PORTAL_CONFIG", str(path))
+    return path
+
+
 @pytest.fixture
 def fake_time():
     return FakeTime()

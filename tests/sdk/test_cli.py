@@ -107,6 +107,12 @@ def test_placed_request_reports_health(as_user, member, team, cluster, capsys):
         "node-1",
         False,  # no agent has sent a heartbeat yet
     )
+    assert (health["healthy"], health["reason"]) == (False, "node node-1: no heartbeat from its agent yet")
+
+    assert main(["health", str(request.pk)]) == 0
+    assert capsys.readouterr().out.startswith(
+        f"Request {request.pk} scheduled: not healthy: node node-1: no heartbeat from its agent yet\n"
+    )
 
 
 def test_exit_codes(as_user, member, outsider, team, cluster, closed_port, monkeypatch, capsys):
@@ -134,7 +140,9 @@ def test_usage_errors_exit_2(monkeypatch, capsys):
         with pytest.raises(SystemExit) as exited:
             main(argv)
         assert exited.value.code == 2
-    assert "GPU_PORTAL_TOKEN" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "No portal address: set GPU_PORTAL_URL and GPU_PORTAL_TOKEN" in err
+    assert "gpu-portal login" in err and "--url and --token" in err
 
 
 def test_prices_shows_each_priced_pool(as_user, member, pool, operator, capsys):

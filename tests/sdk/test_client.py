@@ -1,6 +1,7 @@
 """ResourceManager against the live portal: submit, list, get, cancel, release, estimate, wait, health."""
 
 import datetime as dt
+import re
 from decimal import Decimal
 
 import pytest
@@ -24,7 +25,7 @@ from scheduler_app.services.requests import submit_request
 
 
 def test_request_allocation_asks_for_half_a_card_on_spot_with_a_checkpoint(connect, member, cluster):
-    resource = connect(member).request_allocation(name="train", command="python train.py")
+    resource = connect(member).request_allocation(name="train", command="python train.py", wait=False)
 
     assert (resource.state, resource.team, resource.share, resource.gpu_milli) == (
         "pending",
@@ -43,8 +44,8 @@ def test_request_allocation_asks_for_half_a_card_on_spot_with_a_checkpoint(conne
 def test_min_gpu_counts_eighths_or_whole_cards(connect, member, cluster):
     portal = connect(member)
 
-    eighth = portal.request_allocation(min_gpu=0.125, prefer_spot=False)
-    two_cards = portal.request_allocation(min_gpu=1.5, task_type="inference")
+    eighth = portal.request_allocation(min_gpu=0.125, prefer_spot=False, wait=False)
+    two_cards = portal.request_allocation(min_gpu=1.5, task_type="inference", wait=False)
 
     assert (eighth.gpu_milli, eighth.num_gpus, eighth.billing_mode) == (125, 1, "on-demand")
     assert eighth.name.startswith("training-")
@@ -76,8 +77,8 @@ def test_get_shows_where_it_runs_and_its_timeline(connect, member, team, cluster
 
 def test_cancel_and_release_end_the_request(connect, member, team, cluster):
     portal = connect(member)
-    waiting = portal.request_allocation(name="waiting")
-    placed = portal.request_allocation(name="placed", min_gpu=0.25)
+    waiting = portal.request_allocation(name="waiting", wait=False)
+    placed = portal.request_allocation(name="placed", min_gpu=0.25, wait=False)
     run_scheduling_pass()
 
     cancelled = portal.cancel(waiting.id)
@@ -133,13 +134,71 @@ def test_another_teams_request_is_not_found(connect, member, team, outsider, clu
 
 def test_wait_until_running_returns_once_the_scheduler_places_it(connect, member, cluster, fake_time):
     portal = connect(member)
-    resource = portal.request_allocation(min_gpu=0.25)
+    resource = portal.request_allocation(min_gpu=0.25, wait=False)
     fake_time.on_sleep = run_scheduling_pass
 
     placed = portal.wait_until_running(resource.id, timeout_s=30, poll_s=2)
 
     assert placed.state == "scheduled"
     assert fake_time.slept == [2]
+
+
+def test_request_allocation_waits_by_default_until_placed_and_gives_the_resource_id(
+    connect, member, cluster, fake_time
+):
+    fake_time.on_sleep = run_scheduling_pass
+
+    resource = connect(member).request_allocation(task_type="training", min_gpu=0.5, prefer_spot=True)
+
+    assert (resource.state, resource.resource_id) == ("scheduled", resource.id)
+    assert fake_time.slept == [2]
+    assert GpuRequest.objects.get(pk=resource.resource_id).state == "scheduled"
+
+
+def test_by_default_a_request_that_cannot_start_within_60_s_is_busy_and_cancelled(
+    connect, member, team_admin, team, make_node, fake_time
+):
+    make_node(gpus=1)
+    submit_request(user=team_admin, team=team, name="hog", task_type="training", gpu_milli=1000)
+    run_scheduling_pass()
+    fake_time.on_sleep = run_scheduling_pass
+
+    with pytest.raises(ResourceBusyError) as raised:
+        connect(member).request_allocation(min_gpu=0.5, prefer_spot=False)
+
+    assert sum(fake_time.slept) == 60
+    assert "still pending after 60 s" in raised.value.message and raised.value.cancelled
+    assert GpuRequest.objects.get(pk=raised.value.request_id).state == "cancelled"
+    assert not GpuRequest.objects.filter(user=member, state="pending").exists()
+
+
+def test_an_interrupted_wait_cancels_what_it_made(connect, member, team_admin, team, make_node, fake_time):
+    make_node(gpus=1)
+    submit_request(user=team_admin, team=team, name="hog", task_type="training", gpu_milli=1000)
+    run_scheduling_pass()
+
+    def ctrl_c():
+        raise KeyboardInterrupt
+
+    fake_time.on_sleep = ctrl_c
+
+    with pytest.raises(KeyboardInterrupt):
+        connect(member).request_allocation(min_gpu=0.5, prefer_spot=False, name="interrupted")
+
+    assert GpuRequest.objects.get(name="interrupted").state == "cancelled"
+
+
+def test_wait_false_returns_the_pending_request_and_leaves_it_queued(
+    connect, member, team_admin, team, make_node, fake_time
+):
+    make_node(gpus=1)
+    submit_request(user=team_admin, team=team, name="hog", task_type="training", gpu_milli=1000)
+    run_scheduling_pass()
+
+    resource = connect(member).request_allocation(min_gpu=0.5, prefer_spot=False, wait=False)
+
+    assert (resource.state, fake_time.slept) == ("pending", [])
+    assert GpuRequest.objects.get(pk=resource.resource_id).state == "pending"
 
 
 def test_wait_on_a_full_cluster_raises_busy_and_cancels_what_it_made(
@@ -160,7 +219,7 @@ def test_wait_on_a_full_cluster_raises_busy_and_cancels_what_it_made(
 
 def test_wait_until_running_raises_request_failed_when_it_ends_otherwise(connect, member, team, cluster):
     portal = connect(member)
-    resource = portal.request_allocation()
+    resource = portal.request_allocation(wait=False)
     portal.cancel(resource.id)
 
     with pytest.raises(RequestFailedError) as raised:
@@ -182,12 +241,30 @@ def test_check_health_reads_node_status_and_heartbeat_age(connect, member, team,
     nodes.update(status="suspect")
     suspect = portal.check_health(request.pk)
 
-    assert healthy.healthy and healthy.placed
+    assert (healthy.healthy, healthy.placed, healthy.reason) == (True, True, "")
     (node,) = healthy.nodes
     assert (node.name, node.status, node.heartbeating) == ("node-1", "ready", True)
     assert 0 <= node.heartbeat_age_s < 60
     assert not silent.healthy and not silent.nodes[0].heartbeating
-    assert not suspect.healthy and not suspect.nodes[0].ready
+    assert re.fullmatch(r"node node-1: last heartbeat (29\d|30\d) s ago \(more than 60 s\)", silent.reason)
+    assert (suspect.healthy, suspect.reason) == (False, "node node-1 is suspect")
+
+
+def test_check_health_threshold_is_the_callers_and_a_silent_agent_is_named(connect, member, team, cluster):
+    request = submit_request(user=member, team=team, name="train", task_type="training", gpu_milli=250)
+    run_scheduling_pass()
+    portal = connect(member)
+
+    never = portal.check_health(request.pk)
+    Node.objects.filter(name="node-1").update(
+        last_heartbeat_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=90)
+    )
+    strict = portal.check_health(request.pk)
+    lenient = portal.check_health(request.pk, max_heartbeat_age_s=120)
+
+    assert (never.healthy, never.reason) == (False, "node node-1: no heartbeat from its agent yet")
+    assert (strict.healthy, strict.max_heartbeat_age_s) == (False, 60.0)
+    assert (lenient.healthy, lenient.reason, lenient.max_heartbeat_age_s) == (True, "", 120)
 
 
 def test_a_pending_request_is_not_healthy(connect, member, team, cluster):
@@ -196,6 +273,7 @@ def test_a_pending_request_is_not_healthy(connect, member, team, cluster):
     health = connect(member).check_health(request.pk)
 
     assert (health.state, health.placed, health.healthy, health.nodes) == ("pending", False, False, ())
+    assert health.reason == "the request is pending, not placed on a GPU"
 
 
 def test_prices_lists_each_priced_pool_with_decimal_prices(connect, member, pool, operator):

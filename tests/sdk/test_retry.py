@@ -50,7 +50,7 @@ def test_a_throttled_submit_is_retried_and_made_once(connect, member, cluster, t
     portal.list(), portal.list()
     fake_time.on_sleep = cache.clear
 
-    resource = portal.request_allocation(name="once")
+    resource = portal.request_allocation(name="once", wait=False)
 
     assert len(fake_time.slept) == 1
     assert list(GpuRequest.objects.values_list("pk", flat=True)) == [resource.id]

@@ -74,6 +74,16 @@ def test_get_utilization_returns_typed_readings(connect, member, placed, agent_p
     )
     assert card.summary.util_steady is True
     assert sum(p.samples for p in card.series) == 4 and len(card.series) <= 60
+    assert card.memory_mib == 81920
+    # Now: the one card's readings of the last minute, util 60..80 and memory 30,000..30,003 MiB.
+    assert (usage.gpu_util, usage.cards_read, usage.current_window_s) == (70.0, 1, 60)
+    assert usage.mem_util == round(100 * 30_001.5 / 81920, 1) == 36.6
+
+
+def test_without_recent_readings_gpu_util_and_mem_util_are_none(connect, member, placed):
+    usage = connect(member).get_utilization(placed.id)
+
+    assert (usage.gpu_util, usage.mem_util, usage.cards_read) == (None, None, 0)
 
 
 def test_get_utilization_of_another_teams_request_is_not_found(connect, outsider, placed):
@@ -108,6 +118,7 @@ def test_cli_shows_a_table_and_json(as_member, placed, agent_posts, capsys):
     row = lines[2].split()
     assert row[:6] == ["node-1/gpu0", "500", "90", "30001", "301.5", "66"]
     assert row[-3:] == ["50.0", "40.0", "2"]
+    assert lines[3] == "Now: util 50.0 %, memory 36.6 % (mean of 1 of 1 cards over the last 60 s)."
 
     assert main(["utilization", str(placed.id), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -118,8 +129,9 @@ def test_cli_shows_a_table_and_json(as_member, placed, agent_posts, capsys):
 def test_cli_without_samples_shows_dashes(as_member, placed, capsys):
     assert main(["utilization", str(placed.id)]) == 0
 
-    row = capsys.readouterr().out.splitlines()[2].split()
-    assert row == ["node-1/gpu0", "500", "-", "-", "-", "-", "-", "-", "-", "0"]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].split() == ["node-1/gpu0", "500", "-", "-", "-", "-", "-", "-", "-", "0"]
+    assert lines[3] == "Now: no card read in the last 60 s."
 
 
 def test_cli_exit_code_for_a_request_it_cannot_see(as_member, outsider, other_team, cluster, capsys):
