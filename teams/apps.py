@@ -4,3 +4,6 @@ from django.apps import AppConfig
 class TeamsConfig(AppConfig):
     name = "teams"
     verbose_name = "Teams and access"
+
+    def ready(self):
+        from teams import signals  # noqa: F401  (connects the receivers)

@@ -17,9 +17,19 @@ def require(allowed: bool, message: str) -> None:
 
 
 def is_member(user, team: Team) -> bool:
+    """Remembered on the user object for the rest of its request, as Django remembers a user's
+    permissions (`_perm_cache`): a request asks about the same team more than once."""
     if user is None or not user.is_authenticated:
         return False
-    return Membership.objects.filter(team=team, user=user).exists()
+    known = user.__dict__.setdefault("_member_of", {})
+    if team.pk not in known:
+        known[team.pk] = Membership.objects.filter(team=team, user=user).exists()
+    return known[team.pk]
+
+
+def note_membership(user, team: Team) -> None:
+    """Record what a query through the user's memberships just proved (see is_member)."""
+    user.__dict__.setdefault("_member_of", {})[team.pk] = True
 
 
 def can_manage_team(user, team: Team) -> bool:

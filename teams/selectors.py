@@ -2,6 +2,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
 from teams.models import Membership, Team
+from teams.permissions import note_membership
 
 
 def team_for_member(user, slug: str) -> Team | None:
@@ -27,13 +28,15 @@ def team_for_submit(user, slug: str) -> Team:
         team = teams.filter(slug=slug).first()
         if team is None:
             raise ValidationError({"team": f"You are in no team {slug!r}."})
-        return team
-    mine = list(teams[:2])
-    if len(mine) != 1:
-        raise ValidationError(
-            {"team": "Name the team: you are in several." if mine else "You are in no team."}
-        )
-    return mine[0]
+    else:
+        mine = list(teams[:2])
+        if len(mine) != 1:
+            raise ValidationError(
+                {"team": "Name the team: you are in several." if mine else "You are in no team."}
+            )
+        team = mine[0]
+    note_membership(user, team)
+    return team
 
 
 def teams_visible_to(user) -> QuerySet[Team]:

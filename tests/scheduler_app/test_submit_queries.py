@@ -34,3 +34,28 @@ def test_a_model_or_memory_ask_costs_one_look_at_the_cards(team, member, pool, m
 
     card_reads = [sql for sql in selects(captured) if "scheduler_app_gpu" in sql]
     assert len(card_reads) == 1, card_reads
+
+
+def test_an_api_submit_asks_the_membership_once(api_client, member, make_node):
+    """The team is found through the user's memberships; that answers the submit's own check too."""
+    make_node()
+    client = api_client(member)
+
+    with CaptureQueriesContext(connection) as captured:
+        answer = client.post("/api/v1/requests/", SHARE, format="json")
+
+    assert answer.status_code == 201, answer.content
+    membership_reads = [sql for sql in selects(captured) if "portal_membership" in sql]
+    assert len(membership_reads) == 1, membership_reads
+
+
+def test_cancel_answers_from_the_row_it_moved(api_client, member, team):
+    client = api_client(member)
+    created = client.post("/api/v1/requests/", SHARE, format="json").json()
+
+    with CaptureQueriesContext(connection) as captured:
+        answer = client.post(f"/api/v1/requests/{created['id']}/cancel/")
+
+    assert answer.status_code == 200 and answer.json()["state"] == "cancelled"
+    request_reads = [sql for sql in selects(captured) if 'FROM "scheduler_app_gpurequest"' in sql]
+    assert len(request_reads) == 2, request_reads  # the visible row, then the same row locked
