@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import production
+from bench.cpu_usage import CpuMeter, cpu_seconds, tree_cpu
 from bench.scratch_db import database_name, drop_database, recreate_database
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,9 +104,18 @@ def _run(args, env: dict, database: str, logs: Path, stamp: str) -> int:
             f"portal up on 127.0.0.1:{port}; API_THROTTLE_RATE={THROTTLE_RATE} (the bench measures the "
             f"portal, not the throttle); {args.clients} clients for {args.duration:.0f} s"
         )
+        meter = CpuMeter(
+            {
+                **{name: (lambda name=name: processes.cpu(name)) for name in commands},
+                "postgres": lambda: load_report.backend_cpu(database),
+                "client": lambda: {os.getpid(): cpu_seconds(os.getpid())},
+            }
+        )
+        meter.start()
         load = run_clients(
             port, tokens, args.duration, args.seed, kill=lambda: processes.kill_and_restart("worker")
         )
+        cpu_used = meter.stop()
         time.sleep(SETTLE_S)
         now = timezone.now()
         result = {
@@ -116,6 +126,8 @@ def _run(args, env: dict, database: str, logs: Path, stamp: str) -> int:
             "scheduler_interval_s": settings.SCHEDULER_INTERVAL_S,
             "worker_killed_at_s": load.killed_at_s,
             **load.summary(),
+            "cpu_seconds": cpu_used,
+            "web_cpu_ms_per_call": round(cpu_used["web"] * 1000 / max(1, len(load.calls)), 2),
             **load_report.invariants(now, settings.SCHEDULER_INTERVAL_S),
             "requests_by_state": load_report.requests_by_state(),
             "open_db_connections": load_report.open_connections(database),
@@ -294,6 +306,11 @@ class Processes:
         self.logs = logs
         self.running: dict[str, subprocess.Popen] = {}
         self.commands: dict[str, list[str]] = {}
+        self.killed_cpu: dict[str, dict[int, float]] = {}  # the last reading of killed processes
+
+    def cpu(self, name: str) -> dict[int, float]:
+        """CPU seconds so far of the named process and its children, killed ones included."""
+        return self.killed_cpu.get(name, {}) | tree_cpu(self.running[name].pid)
 
     def start(self, name: str, command: list[str]) -> None:
         self.commands[name] = command
@@ -305,6 +322,7 @@ class Processes:
     def kill_and_restart(self, name: str) -> None:
         """SIGKILL the whole process group (main process and pool children), as a crashed host would."""
         process = self.running[name]
+        self.killed_cpu[name] = self.killed_cpu.get(name, {}) | tree_cpu(process.pid)
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
         self.start(name, self.commands[name])
@@ -370,6 +388,8 @@ def _print_summary(result: dict, path: Path, logs: Path) -> None:
         f"pending, no reason > 2 passes ({2 * result['scheduler_interval_s']} s)  "
         f"{result['pending_without_reason']}   (target 0)\n"
         f"open DB connections      {result['open_db_connections']}\n"
+        f"CPU seconds during load  {', '.join(f'{k} {v:.1f}' for k, v in result['cpu_seconds'].items())}"
+        f" ({result['web_cpu_ms_per_call']:.1f} ms of web CPU per call)\n"
         f"requests by state        {states}\n"
     )
     for line in result["failed_count_targets"]:

@@ -54,6 +54,17 @@ def open_connections(database: str) -> int:
         return cursor.fetchone()[0]
 
 
+def backend_cpu(database: str) -> dict[int, float]:
+    """CPU seconds so far of each PostgreSQL backend serving `database` (not this one), by pid."""
+    from bench.cpu_usage import cpu_seconds
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "select pid from pg_stat_activity where datname = %s and pid <> pg_backend_pid()", [database]
+        )
+        return {pid: cpu_seconds(pid) for (pid,) in cursor.fetchall()}
+
+
 def invariants(now: dt.datetime, interval_s: int) -> dict[str, int]:
     return {
         "open_slices_of_inactive_requests": len(slices_of_inactive_requests()),
