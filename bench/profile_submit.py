@@ -1,4 +1,5 @@
-"""Where one API submit spends its time: cProfile and the SQL of POST /api/v1/requests/, in-process.
+"""Where one API submit spends its time: cProfile and the SQL of POST /api/v1/requests/, in-process;
+then the SQL and CPU of a cancel and a release.
 
     python -m bench.profile_submit [--database-url postgres://postgres@127.0.0.1:5432/gpu_portal_d_profile]
                                    [--redis-url redis://127.0.0.1:6379/4] [--submits 300] [--top 25]
