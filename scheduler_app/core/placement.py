@@ -36,7 +36,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .cluster import MILLI_PER_GPU, GpuState, NodeState, Placement, RequestSpec
-from .fragmentation import FragmentationModel, WorkloadMix
+from .fragmentation import FragmentationModel, WorkloadMix, weighted_sum
 
 DEFAULT_POLICY = "fgd-plus"
 # fgd-plus keeps nodes for a gang shape while at most this share of the nodes can still host it.
@@ -246,6 +246,7 @@ class Fgd(Policy):
             ok &= cards.any(axis=1)
         key = (
             request.cpu_milli,
+            request.memory_mib,
             request.gpu_milli,
             request.num_gpus,
             request.gpu_memory_mib,
@@ -375,7 +376,7 @@ class _GangRoom:
             (ix.gpu_free[sub] == MILLI_PER_GPU) & ~taken[hit],
             ix.gpu_model[sub],
         )
-        cost[hit] = (1 / np.maximum(hosts[scarce], 1)) @ (before[:, hit] & ~after)
+        cost[hit] = weighted_sum(1 / np.maximum(hosts[scarce], 1), before[:, hit] & ~after)
         return cost
 
 

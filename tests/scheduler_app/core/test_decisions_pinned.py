@@ -1,7 +1,9 @@
 """The placement policy and the pass decide exactly as recorded: speed work must not change a decision.
 
-The records (data/*.json.gz) were made with the code as it was before the placement engine and
-the pass were made faster; rewrite them only for a change meant to alter decisions:
+The records (data/*.json.gz) were made before the placement engine and the pass were made faster,
+once fragmentation sums no longer depended on the batch a node state was scored in (before that,
+exact ties were broken by rounding noise, which no cache can reproduce). Rewrite them only for a
+change meant to alter decisions:
 
     PIN_DECISIONS_RECORD=1 pytest tests/scheduler_app/core/test_decisions_pinned.py
 """
