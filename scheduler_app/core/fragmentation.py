@@ -103,10 +103,11 @@ class WorkloadMix:
 
 
 def weighted_sum(weights: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Per column, sum of weights[i] * values[i] added in row order: each column's result depends on
-    that column alone, so a node state scores the same bits in any batch. (A BLAS product rounds a
-    column differently by its place in the batch, which broke exact ties by noise.)"""
-    return (weights[:, None] * values).sum(axis=0)
+    """Per column k, the sum over i of weights[i] * values[i, k], each column summed alone as one
+    contiguous row, so a node state scores the same bits in any batch. (A BLAS product, or a sum down
+    the columns, rounds a column differently by the batch's size and its place in it: exact ties
+    then went by noise.)"""
+    return (np.ascontiguousarray(values.T) * weights[None, :]).sum(axis=1)
 
 
 def _shape_order(shape: Shape) -> tuple:
