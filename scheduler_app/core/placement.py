@@ -31,7 +31,7 @@ in the given order, then the lowest card index.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -107,14 +107,18 @@ class ClusterIndex:
         self.gpu_mem_total = np.zeros((n, slots), dtype=np.int64)
         self.gpu_model = np.full((n, slots), -1, dtype=np.int64)
         self.version = np.zeros(n, dtype=np.int64)
+        # state[j]: the same number for nodes whose free resources and cards are alike (score alike).
+        self.state = np.zeros(n, dtype=np.int64)
+        self._state_ids: dict[bytes, int] = {}
+        self._fixed: dict[tuple, np.ndarray] = {}  # masks of what never changes: pools, models, card memory
         for j in range(n):
             self.sync(j)
         self.cpu_scale = max(1, int(max((node.cpu_milli for node in self.nodes), default=1)))
         self.gpu_scale = max(1, slots * MILLI_PER_GPU)
 
-    def sync(self, j: int) -> None:
-        """Copy node j's free resources from its NodeState."""
-        node = self.nodes[j]
+    def sync(self, j: int, node: NodeState | None = None) -> None:
+        """Copy node j's free resources from its NodeState (or from `node`, a view of it)."""
+        node = node or self.nodes[j]
         self.cpu_free[j] = node.free_cpu_milli
         self.mem_free[j] = node.free_memory_mib
         for g in node.gpus:
@@ -123,22 +127,61 @@ class ClusterIndex:
             self.gpu_mem_total[j, g.index] = g.memory_mib
             self.gpu_model[j, g.index] = self.model_id[g.model]
         self.version[j] += 1
+        key = (
+            b"".join(
+                a[j].tobytes()
+                for a in (self.cpu_free, self.mem_free, self.gpu_free, self.gpu_mem_free, self.gpu_model)
+            )
+            + self.gpu_mem_total[j].tobytes()
+        )
+        self.state[j] = self._state_ids.setdefault(key, len(self._state_ids))
+
+    def differs(self, j: int, node: NodeState) -> bool:
+        """Whether `node` (a view of node j) has other free resources than row j holds."""
+        if self.cpu_free[j] != node.free_cpu_milli or self.mem_free[j] != node.free_memory_mib:
+            return True
+        return any(
+            self.gpu_free[j, g.index] != g.free_milli or self.gpu_mem_free[j, g.index] != g.free_memory_mib
+            for g in node.gpus
+        )
 
     def feasible(self, request: RequestSpec) -> tuple[np.ndarray, np.ndarray]:
         """(nodes that can take the request (N,), cards that can hold one slice (N, slots))."""
         ok = (self.cpu_free >= request.cpu_milli) & (self.mem_free >= request.memory_mib)
         if request.pools:
-            ok &= np.isin(self.pool, [self.pool_id[p] for p in request.pools if p in self.pool_id])
+            ok &= self._in_pools(request.pools)
         if request.num_gpus == 0:
             return ok, np.zeros_like(self.gpu_free, dtype=bool)
         cards = self.gpu_free >= request.gpu_milli
         if request.models:
-            allowed = np.array([m in request.models for m in self.models] + [False])
-            cards &= allowed[self.gpu_model]
-        need = request.gpu_memory_mib or self.gpu_mem_total * request.gpu_milli // MILLI_PER_GPU
-        cards &= self.gpu_mem_free >= need
+            cards &= self._of_models(request.models)
+        cards &= self.gpu_mem_free >= self._memory_need(request.gpu_milli, request.gpu_memory_mib)
         ok &= cards.sum(axis=1) >= request.num_gpus
         return ok, cards
+
+    def _in_pools(self, pools: frozenset[str]) -> np.ndarray:
+        """Rows in those pools (cached: a node's pool does not change)."""
+        key = ("pools", pools)
+        if key not in self._fixed:
+            self._fixed[key] = np.isin(self.pool, [self.pool_id[p] for p in pools if p in self.pool_id])
+        return self._fixed[key]
+
+    def _of_models(self, models: frozenset[str]) -> np.ndarray:
+        """Card slots holding one of those models (cached)."""
+        key = ("models", models)
+        if key not in self._fixed:
+            allowed = np.array([m in models for m in self.models] + [False])
+            self._fixed[key] = allowed[self.gpu_model]
+        return self._fixed[key]
+
+    def _memory_need(self, milli: int, memory_mib: int) -> np.ndarray | int:
+        """Card memory (MiB) a slice of `milli` needs on each card slot: asked for, or in proportion."""
+        if memory_mib:
+            return memory_mib
+        key = ("memory", milli)
+        if key not in self._fixed:
+            self._fixed[key] = self.gpu_mem_total * milli // MILLI_PER_GPU
+        return self._fixed[key]
 
 
 def _first_cards(cards: np.ndarray, num: int) -> np.ndarray:
@@ -272,6 +315,21 @@ class Fgd(Policy):
         return _lexmin(ok, scores.score)
 
     def _rescore(
+        self, request: RequestSpec, rows: np.ndarray, cards: np.ndarray, scores: _ShapeScores
+    ) -> None:
+        """Score the rows, each distinct node state once (nodes in the same state score the same)."""
+        ix = self.index
+        states, first, inverse = np.unique(ix.state[rows], return_index=True, return_inverse=True)
+        if len(states) < len(rows):
+            self._rescore_rows(request, rows[first], cards[first], scores)
+            same = rows[first][inverse]
+            scores.card[rows], scores.score[rows] = scores.card[same], scores.score[same]
+            scores.host[rows] = scores.host[same]
+            scores.version[rows] = ix.version[rows]
+        else:
+            self._rescore_rows(request, rows, cards, scores)
+
+    def _rescore_rows(
         self, request: RequestSpec, rows: np.ndarray, cards: np.ndarray, scores: _ShapeScores
     ) -> None:
         ix = self.index
@@ -484,9 +542,22 @@ class Placer:
         self.index = ClusterIndex(nodes)
         self.policy = factory(self.index, workload)
 
-    def choose(self, request: RequestSpec) -> Placement | None:
-        """Where the request would go now; None when it fits nowhere. Changes nothing."""
-        choice = self.policy.choose(request)
+    def choose(self, request: RequestSpec, views: Mapping[str, NodeState] | None = None) -> Placement | None:
+        """Where the request would go now; None when it fits nowhere. Changes nothing.
+
+        views: nodes to judge as these states instead (by name; a reservation's guarded view), as
+        if the Placer had been built on them; the index is back on the nodes afterwards.
+        """
+        index = self.index
+        seen = [(j, view) for name, view in (views or {}).items() if (j := index.row.get(name)) is not None]
+        seen = [(j, view) for j, view in seen if index.differs(j, view)]
+        for j, view in seen:
+            index.sync(j, view)
+        try:
+            choice = self.policy.choose(request)
+        finally:
+            for j, _ in seen:
+                index.sync(j)
         if choice is None:
             return None
         j, cards = choice
@@ -496,6 +567,10 @@ class Placer:
         return Placement(
             request.id, node.name, cards, request.gpu_milli, request.memory_on(node.gpus[cards[0]])
         )
+
+    def fits(self, request: RequestSpec) -> bool:
+        """Whether the request fits on some node now (as `choose` would find, ignoring the policy)."""
+        return bool(self.index.feasible(request)[0].any())
 
     def place(self, request: RequestSpec) -> Placement | None:
         """Choose and take the resources; None (and no change) when it fits nowhere."""
@@ -508,6 +583,13 @@ class Placer:
         j = self.index.row[placement.node]
         apply_placement(self.index.nodes[j], request, placement)
         self.index.sync(j)
+
+    def refresh(self, node: str) -> None:
+        """Read a node's free resources again after the caller changed its NodeState (a no-op for
+        a node this Placer does not hold)."""
+        j = self.index.row.get(node)
+        if j is not None:
+            self.index.sync(j)
 
     def release(self, request: RequestSpec, placement: Placement) -> None:
         j = self.index.row[placement.node]

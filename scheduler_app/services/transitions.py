@@ -131,10 +131,8 @@ def _move(
                 reason=reasons[request.pk],
             )
         )
-    GpuRequest.objects.bulk_update(
-        locked,
-        ["state", "scheduled_at", "started_at", "ended_at", "pending_reason", "estimated_start_at"],
-        batch_size=500,
+    GpuRequest.objects.save_fields(
+        locked, ["state", "scheduled_at", "started_at", "ended_at", "pending_reason", "estimated_start_at"]
     )
     record_events(events)
     if leaving:
