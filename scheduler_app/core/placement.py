@@ -136,6 +136,11 @@ class ClusterIndex:
         )
         self.state[j] = self._state_ids.setdefault(key, len(self._state_ids))
 
+    @property
+    def states(self) -> int:
+        """How many distinct node states have been seen (state ids are 0 .. states - 1)."""
+        return len(self._state_ids)
+
     def differs(self, j: int, node: NodeState) -> bool:
         """Whether `node` (a view of node j) has other free resources than row j holds."""
         if self.cpu_free[j] != node.free_cpu_milli or self.mem_free[j] != node.free_memory_mib:
@@ -264,6 +269,12 @@ class Fgd(Policy):
         super().__init__(index, workload)
         self.model = FragmentationModel(workload or WorkloadMix(), index.models)
         self.cache: dict[tuple, _ShapeScores] = {}
+        # Scores are a function of the node state and the request shape alone, so they are also kept
+        # by (shape, state id): a node reaching a state another node was scored in costs no rescoring.
+        self.shape_ids: dict[tuple, int] = {}
+        self.by_state: dict[tuple[int, int], tuple[float, float, int]] = {}
+        self.current: tuple[np.ndarray, ...] = ()  # ``_frag`` of each state id, where known
+        self.current_known = np.zeros(0, dtype=bool)
 
     @staticmethod
     def _rank(increase: np.ndarray) -> np.ndarray:
@@ -299,9 +310,10 @@ class Fgd(Policy):
         scores = self.cache.get(key)
         if scores is None:
             scores = self.cache[key] = _ShapeScores(len(ix.nodes))
+            self.shape_ids[key] = len(self.shape_ids)
         stale = np.flatnonzero(ok & (scores.version != ix.version))
         if len(stale):
-            self._rescore(request, stale, cards[stale], scores)
+            self._rescore(request, stale, cards[stale], scores, self.shape_ids[key])
         j = self._select(request, ok, cards, scores)
         if j is None:
             return None
@@ -315,19 +327,22 @@ class Fgd(Policy):
         return _lexmin(ok, scores.score)
 
     def _rescore(
-        self, request: RequestSpec, rows: np.ndarray, cards: np.ndarray, scores: _ShapeScores
+        self, request: RequestSpec, rows: np.ndarray, cards: np.ndarray, scores: _ShapeScores, shape: int
     ) -> None:
-        """Score the rows, each distinct node state once (nodes in the same state score the same)."""
-        ix = self.index
-        states, first, inverse = np.unique(ix.state[rows], return_index=True, return_inverse=True)
-        if len(states) < len(rows):
-            self._rescore_rows(request, rows[first], cards[first], scores)
-            same = rows[first][inverse]
-            scores.card[rows], scores.score[rows] = scores.card[same], scores.score[same]
-            scores.host[rows] = scores.host[same]
-            scores.version[rows] = ix.version[rows]
-        else:
-            self._rescore_rows(request, rows, cards, scores)
+        """Score the rows: each node state not yet scored for this shape once, the rest from memory."""
+        ix, memo = self.index, self.by_state
+        states = ix.state[rows].tolist()
+        new = [i for i, state in enumerate(states) if (shape, state) not in memo]
+        if new:
+            unique, first = np.unique(ix.state[rows[new]], return_index=True)
+            scored = rows[new][first]
+            self._rescore_rows(request, scored, cards[new][first], scores)
+            for state, row in zip(unique.tolist(), scored.tolist(), strict=True):
+                memo[shape, state] = (scores.score[row], scores.host[row], scores.card[row])
+        known = np.array([memo[shape, state] for state in states])
+        scores.score[rows], scores.host[rows] = known[:, 0], known[:, 1]
+        scores.card[rows] = known[:, 2].astype(np.int64)
+        scores.version[rows] = ix.version[rows]
 
     def _rescore_rows(
         self, request: RequestSpec, rows: np.ndarray, cards: np.ndarray, scores: _ShapeScores
@@ -364,9 +379,23 @@ class Fgd(Policy):
         return (self.model.batch(cpu, gpu, model),)
 
     def _current_fragmentation(self, rows: np.ndarray) -> tuple:
-        """``_frag`` of the nodes in their current state (before a placement)."""
+        """``_frag`` of the nodes in their current state (before a placement), each state computed once."""
         ix = self.index
-        return self._frag(ix.cpu_free[rows], ix.gpu_free[rows], ix.gpu_model[rows], ix.mem_free[rows])
+        states = ix.state[rows]
+        if len(self.current_known) < ix.states:
+            grow = max(ix.states, 2 * len(self.current_known)) - len(self.current_known)
+            self.current_known = np.concatenate([self.current_known, np.zeros(grow, dtype=bool)])
+            self.current = tuple(np.concatenate([c, np.zeros(grow)]) for c in self.current)
+        unknown, first = np.unique(states[~self.current_known[states]], return_index=True)
+        if len(unknown):
+            new = rows[~self.current_known[states]][first]
+            values = self._frag(ix.cpu_free[new], ix.gpu_free[new], ix.gpu_model[new], ix.mem_free[new])
+            if not self.current:
+                self.current = tuple(np.zeros(len(self.current_known)) for _ in values)
+            for known, value in zip(self.current, values, strict=True):
+                known[unknown] = value
+            self.current_known[unknown] = True
+        return tuple(known[states] for known in self.current)
 
     def _ranks(self, before: tuple, after: tuple) -> tuple[np.ndarray, np.ndarray]:
         """(FGD rank, secondary key; lower is better) of moving node states from `before` to `after`."""
@@ -455,9 +484,6 @@ class FgdPlus(Fgd):
         mix = workload or WorkloadMix()
         self.host_model = FragmentationModel(mix, index.models, host_aware=True)
         self.gangs = _GangRoom(index, mix.gangs) if mix.gangs else None
-        n = len(index.nodes)
-        self.current_plain, self.current_host = np.zeros(n), np.zeros(n)
-        self.current_version = np.full(n, -1, dtype=np.int64)
 
     def _frag(self, cpu: np.ndarray, gpu: np.ndarray, model: np.ndarray, mem: np.ndarray) -> tuple:
         if len(cpu) <= _DEDUPE_FROM:
@@ -476,14 +502,6 @@ class FgdPlus(Fgd):
             unique[:, 0], unique[:, 2 : 2 + g], unique[:, 2 + g :], unique[:, 1]
         )
         return plain[inverse], host[inverse]
-
-    def _current_fragmentation(self, rows: np.ndarray) -> tuple:
-        # Cached per node version: most rescoring is of the one node the last placement touched.
-        stale = rows[self.current_version[rows] != self.index.version[rows]]
-        if len(stale):
-            self.current_plain[stale], self.current_host[stale] = super()._current_fragmentation(stale)
-            self.current_version[stale] = self.index.version[stale]
-        return self.current_plain[rows], self.current_host[rows]
 
     def _ranks(self, before: tuple, after: tuple) -> tuple[np.ndarray, np.ndarray]:
         # The host-aware increase stays raw, not rounded like FGD's rank: it only orders FGD's ties.
