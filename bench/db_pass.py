@@ -1,22 +1,30 @@
-"""How long one database scheduling pass takes: 1,000 pending requests on a 1,000-GPU cluster.
+"""How long one database scheduling pass takes: N pending requests on N GPUs (N/8 nodes of 8 A100s).
 
-    python -m bench.db_pass [--database-url postgres://postgres@127.0.0.1:5432/gpu_portal_bench] [--runs 3]
+    python -m bench.db_pass [--sizes 1000 8000] [--runs 3] [--profile 25]
+                            [--database-url postgres://postgres@127.0.0.1:5432/gpu_portal_bench]
 
-Builds a scratch PostgreSQL database (created if missing, emptied each run), 125
-nodes of 8 A100s, and 1,000 pending requests whose shapes are drawn (seeded) from
-the Alibaba trace's GPU pods; then times `run_scheduling_pass()` end to end:
-loading, the pure core and applying its decisions in one transaction.
-Target: at most 5 s. Prints the median and every run.
+For each size N, builds a scratch PostgreSQL database (created if missing, emptied each
+run) in bulk: N/8 nodes of 8 A100s and N pending requests whose shapes are drawn
+(seeded) from the Alibaba trace's GPU pods, over four teams; then times
+`run_scheduling_pass()` end to end: loading, the pure core and applying its decisions
+in one transaction under row locks. Then, on the cluster that pass left (busy, the rest
+still pending), it submits one request and times the pass that follows. Targets: at
+most 1 s at N = 1,000 and 5 s at N = 8,000. Prints every run and the medians; with
+--profile N, cProfile's top N functions (cumulative) of the last full pass of each size.
 """
 
 import argparse
+import cProfile
+import datetime as dt
+import pstats
 import random
 import statistics
 import time
 
 from bench.scratch_db import migrated_django
 
-NODES, GPUS_PER_NODE, REQUESTS = 125, 8, 1000
+GPUS_PER_NODE = 8
+TARGET_S = {1000: 1.0, 8000: 5.0}
 
 
 def main() -> None:
@@ -24,39 +32,55 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/gpu_portal_bench")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 8000], help="pending = GPUs")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--profile", type=int, default=0, help="print the top N functions (cumulative)")
     args = parser.parse_args()
 
     migrated_django(args.database_url)
-    timings = []
-    for run in range(args.runs):
-        _reset_and_seed(random.Random(args.seed + run))
-        timings.append(_timed_pass())
-        print(
-            f"run {run + 1}: {timings[-1]['seconds']:.2f} s, started {timings[-1]['started']}, "
-            f"waiting {timings[-1]['waiting']}"
+    summary = []
+    for size in args.sizes:
+        full, small = [], []
+        for run in range(args.runs):
+            user, teams = _reset_and_seed(random.Random(args.seed + run), size)
+            profile = cProfile.Profile() if args.profile and run == args.runs - 1 else None
+            timing = _timed_pass(profile)
+            full.append(timing["seconds"])
+            _submit_one(user, teams[0])
+            after_submit = _timed_pass()
+            small.append(after_submit["seconds"])
+            print(
+                f"N={size} run {run + 1}: pass {timing['seconds']:.2f} s (started {timing['started']}, "
+                f"waiting {timing['waiting']}); after one submit {after_submit['seconds']:.2f} s "
+                f"(started {after_submit['started']})"
+            )
+            if profile:
+                pstats.Stats(profile).sort_stats("cumulative").print_stats(args.profile)
+        target = TARGET_S.get(size)
+        summary.append(
+            f"N={size}: {size} pending on {size} GPUs ({size // GPUS_PER_NODE} nodes): median pass "
+            f"{statistics.median(full):.2f} s" + (f" (target <= {target:g} s)" if target else "") + ", "
+            f"median pass after one submit {statistics.median(small):.2f} s"
         )
-    median = statistics.median(t["seconds"] for t in timings)
-    print(
-        f"median pass time: {median:.2f} s for {REQUESTS} pending requests on {NODES * GPUS_PER_NODE} GPUs "
-        f"(target <= 5 s)"
-    )
+    print("\n".join(summary))
 
 
-def _reset_and_seed(rng: random.Random) -> None:
+def _reset_and_seed(rng: random.Random, size: int):
+    """N/8 idle nodes of 8 A100s and N pending requests of trace shapes, in bulk."""
     from django.contrib.auth import get_user_model
     from django.db import connection
+    from django.utils import timezone
 
     from bench.trace import load_pods
     from scheduler_app.choices import CapacityType
-    from scheduler_app.models import Pool
-    from scheduler_app.services.inventory import create_pool, register_node
-    from scheduler_app.services.requests import submit_request
+    from scheduler_app.models import Gpu, GpuRequest, Node, Pool
+    from scheduler_app.services.requests import validated_request
     from teams.models import Membership, Team
 
     with connection.cursor() as cursor:
         tables = [
+            "scheduler_app_passrecord",
             "scheduler_app_allocation",
             "scheduler_app_event",
             "scheduler_app_gpurequest",
@@ -69,44 +93,58 @@ def _reset_and_seed(rng: random.Random) -> None:
             "auth_user",
         ]
         cursor.execute(f"truncate {', '.join(tables)} cascade")
-    pool = create_pool(name="a100", gpu_model="A100-80GB", capacity_type=CapacityType.ON_DEMAND)
-    assert Pool.objects.count() == 1
-    for n in range(NODES):
-        register_node(
-            pool=pool,
-            name=f"bench-{n:03d}",
-            cpu_milli=256_000,
-            memory_mib=2_048_000,
-            gpus=[
-                {"uuid": f"GPU-bench-{n}-{i}", "model": "A100-80GB", "memory_mib": 81920}
-                for i in range(GPUS_PER_NODE)
-            ],
-        )
-    teams = [Team.objects.create(name=f"team-{t}", slug=f"team-{t}") for t in range(4)]
+    pool = Pool.objects.create(name="a100", gpu_model="A100-80GB", capacity_type=CapacityType.ON_DEMAND)
+    nodes = Node.objects.bulk_create(
+        Node(name=f"bench-{n:04d}", pool=pool, cpu_milli=256_000, memory_mib=2_048_000)
+        for n in range(size // GPUS_PER_NODE)
+    )
+    Gpu.objects.bulk_create(
+        Gpu(node=node, index=i, uuid=f"GPU-{node.name}-{i}", model="A100-80GB", memory_mib=81920)
+        for node in nodes
+        for i in range(GPUS_PER_NODE)
+    )
+    teams = Team.objects.bulk_create(Team(name=f"team-{t}", slug=f"team-{t}") for t in range(4))
     user = get_user_model().objects.create_user("bench")
-    for team in teams:
-        Membership.objects.create(team=team, user=user)
+    Membership.objects.bulk_create(Membership(team=team, user=user) for team in teams)
     shapes = [p for p in load_pods() if p.num_gpus]
-    for i in range(REQUESTS):
+    now = timezone.now()
+    pending = []
+    for i in range(size):
         shape = rng.choice(shapes)
-        submit_request(
-            user=user,
-            team=teams[i % len(teams)],
-            name=f"bench-{i}",
-            task_type=rng.choice(["training", "inference"]),
-            gpu_milli=shape.gpu_milli,
-            num_gpus=shape.num_gpus,
-            cpu_milli=min(shape.cpu_milli, 32_000),
-            memory_mib=min(shape.memory_mib, 131_072),
-            max_duration_s=rng.choice([600, 3600, 6 * 3600]),
+        pending.append(
+            validated_request(
+                user=user,
+                team=teams[i % len(teams)],
+                name=f"bench-{i}",
+                task_type=rng.choice(["training", "inference"]),
+                gpu_milli=shape.gpu_milli,
+                num_gpus=shape.num_gpus,
+                cpu_milli=min(shape.cpu_milli, 32_000),
+                memory_mib=min(shape.memory_mib, 131_072),
+                max_duration_s=rng.choice([600, 3600, 6 * 3600]),
+                created_at=now - dt.timedelta(seconds=size - i),
+            )
         )
+    GpuRequest.objects.bulk_create(pending, batch_size=2000)
+    return user, teams
 
 
-def _timed_pass() -> dict:
+def _submit_one(user, team) -> None:
+    from scheduler_app.services.requests import submit_request
+
+    fields = {"task_type": "training", "gpu_milli": 500, "num_gpus": 1, "max_duration_s": 600}
+    submit_request(user=user, team=team, name="one-more", **fields)
+
+
+def _timed_pass(profile: cProfile.Profile | None = None) -> dict:
     from scheduler_app.scheduling import run_scheduling_pass
 
     begin = time.perf_counter()
+    if profile:
+        profile.enable()
     result = run_scheduling_pass()
+    if profile:
+        profile.disable()
     return {"seconds": time.perf_counter() - begin, "started": result.started, "waiting": result.waiting}
 
 

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import threading
+from collections.abc import Iterable
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -32,21 +33,30 @@ def publish_after_commit(team_id: int, message: dict) -> None:
 
     Redis being away only logs a warning: the change is saved, and pages show it on their next load.
     """
-    group, payload = team_group(team_id), {"type": "team.event", **message}
-    transaction.on_commit(lambda: _deliver(group, payload))
+    publish_all_after_commit([(team_id, message)])
 
 
-def _deliver(group: str, message: dict) -> None:
+def publish_all_after_commit(messages: Iterable[tuple[int, dict]]) -> None:
+    """The bulk form, for a transaction that changes many things (a pass): each (team id, message)
+    to its team's group, in order, with one commit hook for them all."""
+    batch = [(team_group(team_id), {"type": "team.event", **message}) for team_id, message in messages]
+    if batch:
+        transaction.on_commit(lambda: _deliver(batch))
+
+
+def _deliver(batch: list[tuple[str, dict]]) -> None:
     loop = serving_loop() or (_background_loop() if settings.REDIS_URL else None)
     if loop is None:
-        async_to_sync(_send)(group, message)
+        async_to_sync(_send_all)(batch)
     else:
-        _sender_on(loop).put(group, message)
+        _sender_on(loop).put(batch)
 
 
-async def _send(group: str, message: dict) -> None:
+async def _send_all(batch: list[tuple[str, dict]]) -> None:
+    layer = get_channel_layer()
     try:
-        await get_channel_layer().group_send(group, message)
+        for group, message in batch:
+            await layer.group_send(group, message)
     except RedisError as error:
         log.warning("cannot reach Redis to publish a live update to %s: %s", group, error)
 
@@ -63,17 +73,17 @@ class _OrderedSender:
         self.queue = asyncio.Queue()
         self.loop.create_task(self._run())
 
-    def put(self, group: str, message: dict) -> None:
+    def put(self, batch: list[tuple[str, dict]]) -> None:
         # Scheduled after _start (callbacks run in order), so the queue exists by then.
-        self.loop.call_soon_threadsafe(lambda: self.queue.put_nowait((group, message)))
+        self.loop.call_soon_threadsafe(lambda: self.queue.put_nowait(batch))
 
     async def _run(self) -> None:
         while True:
-            group, message = await self.queue.get()
+            batch = await self.queue.get()
             try:
-                await _send(group, message)
-            except Exception:  # one bad message must not stop the updates that follow
-                log.exception("live update to %s failed", group)
+                await _send_all(batch)
+            except Exception:  # one bad batch must not stop the updates that follow
+                log.exception("live updates failed")
 
 
 _senders: dict[asyncio.AbstractEventLoop, _OrderedSender] = {}

@@ -138,5 +138,5 @@ def _explain_waiting(
         if (request.pending_reason, request.estimated_start_at) != (reason[:300], estimate):
             request.pending_reason, request.estimated_start_at = reason[:300], estimate
             changed.append(request)
-    GpuRequest.objects.bulk_update(changed, ["pending_reason", "estimated_start_at"], batch_size=500)
+    GpuRequest.objects.save_fields(changed, ["pending_reason", "estimated_start_at"])
     return len(plan.waiting) + len(snapshot.unplaceable)

@@ -102,6 +102,14 @@ class WorkloadMix:
         return self.memory_mib[i] if self.memory_mib else 0.0
 
 
+def weighted_sum(weights: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per column k, the sum over i of weights[i] * values[i, k], each column summed alone as one
+    contiguous row, so a node state scores the same bits in any batch. (A BLAS product, or a sum down
+    the columns, rounds a column differently by the batch's size and its place in it: exact ties
+    then went by noise.)"""
+    return (np.ascontiguousarray(values.T) * weights[None, :]).sum(axis=1)
+
+
 def _shape_order(shape: Shape) -> tuple:
     return (shape.cpu_milli, shape.gpu_milli, shape.num_gpus, sorted(shape.models))
 
@@ -208,7 +216,7 @@ class FragmentationModel:
         count = usable.sum(axis=2)
         fits = (count >= self.num[:, None]) & (cpu_free[None, :] >= self.cpu[:, None])
         usable_milli = np.where(usable, gpu_free[None, :, :], 0).sum(axis=2)
-        plain = frag + self.weights @ (idle[None, :] - np.where(fits, usable_milli, 0))
+        plain = frag + weighted_sum(self.weights, idle[None, :] - np.where(fits, usable_milli, 0))
         if mem_free is None:
             return plain, plain
         # How many of each shape the host could still take (a shape asking for none: no limit).
@@ -227,7 +235,7 @@ class FragmentationModel:
         mixed = np.flatnonzero(((gpu_model != gpu_model[:, :1]) & (gpu_model >= 0)).any(axis=1))
         if len(mixed):
             usable_milli[:, mixed] = self._top_usable(gpu_free[mixed], gpu_model[mixed], take[:, mixed])
-        host = frag + self.weights @ (idle[None, :] - np.where(fits, usable_milli, 0))
+        host = frag + weighted_sum(self.weights, idle[None, :] - np.where(fits, usable_milli, 0))
         return plain, host
 
     def _top_usable(self, gpu_free: np.ndarray, gpu_model: np.ndarray, take: np.ndarray) -> np.ndarray:

@@ -31,12 +31,12 @@ in the given order, then the lowest card index.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from .cluster import MILLI_PER_GPU, GpuState, NodeState, Placement, RequestSpec
-from .fragmentation import FragmentationModel, WorkloadMix
+from .fragmentation import FragmentationModel, WorkloadMix, weighted_sum
 
 DEFAULT_POLICY = "fgd-plus"
 # fgd-plus keeps nodes for a gang shape while at most this share of the nodes can still host it.
@@ -107,14 +107,18 @@ class ClusterIndex:
         self.gpu_mem_total = np.zeros((n, slots), dtype=np.int64)
         self.gpu_model = np.full((n, slots), -1, dtype=np.int64)
         self.version = np.zeros(n, dtype=np.int64)
+        # state[j]: the same number for nodes whose free resources and cards are alike (score alike).
+        self.state = np.zeros(n, dtype=np.int64)
+        self._state_ids: dict[bytes, int] = {}
+        self._fixed: dict[tuple, np.ndarray] = {}  # masks of what never changes: pools, models, card memory
         for j in range(n):
             self.sync(j)
         self.cpu_scale = max(1, int(max((node.cpu_milli for node in self.nodes), default=1)))
         self.gpu_scale = max(1, slots * MILLI_PER_GPU)
 
-    def sync(self, j: int) -> None:
-        """Copy node j's free resources from its NodeState."""
-        node = self.nodes[j]
+    def sync(self, j: int, node: NodeState | None = None) -> None:
+        """Copy node j's free resources from its NodeState (or from `node`, a view of it)."""
+        node = node or self.nodes[j]
         self.cpu_free[j] = node.free_cpu_milli
         self.mem_free[j] = node.free_memory_mib
         for g in node.gpus:
@@ -123,22 +127,66 @@ class ClusterIndex:
             self.gpu_mem_total[j, g.index] = g.memory_mib
             self.gpu_model[j, g.index] = self.model_id[g.model]
         self.version[j] += 1
+        key = (
+            b"".join(
+                a[j].tobytes()
+                for a in (self.cpu_free, self.mem_free, self.gpu_free, self.gpu_mem_free, self.gpu_model)
+            )
+            + self.gpu_mem_total[j].tobytes()
+        )
+        self.state[j] = self._state_ids.setdefault(key, len(self._state_ids))
+
+    @property
+    def states(self) -> int:
+        """How many distinct node states have been seen (state ids are 0 .. states - 1)."""
+        return len(self._state_ids)
+
+    def differs(self, j: int, node: NodeState) -> bool:
+        """Whether `node` (a view of node j) has other free resources than row j holds."""
+        if self.cpu_free[j] != node.free_cpu_milli or self.mem_free[j] != node.free_memory_mib:
+            return True
+        return any(
+            self.gpu_free[j, g.index] != g.free_milli or self.gpu_mem_free[j, g.index] != g.free_memory_mib
+            for g in node.gpus
+        )
 
     def feasible(self, request: RequestSpec) -> tuple[np.ndarray, np.ndarray]:
         """(nodes that can take the request (N,), cards that can hold one slice (N, slots))."""
         ok = (self.cpu_free >= request.cpu_milli) & (self.mem_free >= request.memory_mib)
         if request.pools:
-            ok &= np.isin(self.pool, [self.pool_id[p] for p in request.pools if p in self.pool_id])
+            ok &= self._in_pools(request.pools)
         if request.num_gpus == 0:
             return ok, np.zeros_like(self.gpu_free, dtype=bool)
         cards = self.gpu_free >= request.gpu_milli
         if request.models:
-            allowed = np.array([m in request.models for m in self.models] + [False])
-            cards &= allowed[self.gpu_model]
-        need = request.gpu_memory_mib or self.gpu_mem_total * request.gpu_milli // MILLI_PER_GPU
-        cards &= self.gpu_mem_free >= need
+            cards &= self._of_models(request.models)
+        cards &= self.gpu_mem_free >= self._memory_need(request.gpu_milli, request.gpu_memory_mib)
         ok &= cards.sum(axis=1) >= request.num_gpus
         return ok, cards
+
+    def _in_pools(self, pools: frozenset[str]) -> np.ndarray:
+        """Rows in those pools (cached: a node's pool does not change)."""
+        key = ("pools", pools)
+        if key not in self._fixed:
+            self._fixed[key] = np.isin(self.pool, [self.pool_id[p] for p in pools if p in self.pool_id])
+        return self._fixed[key]
+
+    def _of_models(self, models: frozenset[str]) -> np.ndarray:
+        """Card slots holding one of those models (cached)."""
+        key = ("models", models)
+        if key not in self._fixed:
+            allowed = np.array([m in models for m in self.models] + [False])
+            self._fixed[key] = allowed[self.gpu_model]
+        return self._fixed[key]
+
+    def _memory_need(self, milli: int, memory_mib: int) -> np.ndarray | int:
+        """Card memory (MiB) a slice of `milli` needs on each card slot: asked for, or in proportion."""
+        if memory_mib:
+            return memory_mib
+        key = ("memory", milli)
+        if key not in self._fixed:
+            self._fixed[key] = self.gpu_mem_total * milli // MILLI_PER_GPU
+        return self._fixed[key]
 
 
 def _first_cards(cards: np.ndarray, num: int) -> np.ndarray:
@@ -221,6 +269,12 @@ class Fgd(Policy):
         super().__init__(index, workload)
         self.model = FragmentationModel(workload or WorkloadMix(), index.models)
         self.cache: dict[tuple, _ShapeScores] = {}
+        # Scores are a function of the node state and the request shape alone, so they are also kept
+        # by (shape, state id): a node reaching a state another node was scored in costs no rescoring.
+        self.shape_ids: dict[tuple, int] = {}
+        self.by_state: dict[tuple[int, int], tuple[float, float, int]] = {}
+        self.current: tuple[np.ndarray, ...] = ()  # ``_frag`` of each state id, where known
+        self.current_known = np.zeros(0, dtype=bool)
 
     @staticmethod
     def _rank(increase: np.ndarray) -> np.ndarray:
@@ -246,6 +300,7 @@ class Fgd(Policy):
             ok &= cards.any(axis=1)
         key = (
             request.cpu_milli,
+            request.memory_mib,
             request.gpu_milli,
             request.num_gpus,
             request.gpu_memory_mib,
@@ -255,9 +310,10 @@ class Fgd(Policy):
         scores = self.cache.get(key)
         if scores is None:
             scores = self.cache[key] = _ShapeScores(len(ix.nodes))
+            self.shape_ids[key] = len(self.shape_ids)
         stale = np.flatnonzero(ok & (scores.version != ix.version))
         if len(stale):
-            self._rescore(request, stale, cards[stale], scores)
+            self._rescore(request, stale, cards[stale], scores, self.shape_ids[key])
         j = self._select(request, ok, cards, scores)
         if j is None:
             return None
@@ -271,6 +327,24 @@ class Fgd(Policy):
         return _lexmin(ok, scores.score)
 
     def _rescore(
+        self, request: RequestSpec, rows: np.ndarray, cards: np.ndarray, scores: _ShapeScores, shape: int
+    ) -> None:
+        """Score the rows: each node state not yet scored for this shape once, the rest from memory."""
+        ix, memo = self.index, self.by_state
+        states = ix.state[rows].tolist()
+        new = [i for i, state in enumerate(states) if (shape, state) not in memo]
+        if new:
+            unique, first = np.unique(ix.state[rows[new]], return_index=True)
+            scored = rows[new][first]
+            self._rescore_rows(request, scored, cards[new][first], scores)
+            for state, row in zip(unique.tolist(), scored.tolist(), strict=True):
+                memo[shape, state] = (scores.score[row], scores.host[row], scores.card[row])
+        known = np.array([memo[shape, state] for state in states])
+        scores.score[rows], scores.host[rows] = known[:, 0], known[:, 1]
+        scores.card[rows] = known[:, 2].astype(np.int64)
+        scores.version[rows] = ix.version[rows]
+
+    def _rescore_rows(
         self, request: RequestSpec, rows: np.ndarray, cards: np.ndarray, scores: _ShapeScores
     ) -> None:
         ix = self.index
@@ -305,9 +379,23 @@ class Fgd(Policy):
         return (self.model.batch(cpu, gpu, model),)
 
     def _current_fragmentation(self, rows: np.ndarray) -> tuple:
-        """``_frag`` of the nodes in their current state (before a placement)."""
+        """``_frag`` of the nodes in their current state (before a placement), each state computed once."""
         ix = self.index
-        return self._frag(ix.cpu_free[rows], ix.gpu_free[rows], ix.gpu_model[rows], ix.mem_free[rows])
+        states = ix.state[rows]
+        if len(self.current_known) < ix.states:
+            grow = max(ix.states, 2 * len(self.current_known)) - len(self.current_known)
+            self.current_known = np.concatenate([self.current_known, np.zeros(grow, dtype=bool)])
+            self.current = tuple(np.concatenate([c, np.zeros(grow)]) for c in self.current)
+        unknown, first = np.unique(states[~self.current_known[states]], return_index=True)
+        if len(unknown):
+            new = rows[~self.current_known[states]][first]
+            values = self._frag(ix.cpu_free[new], ix.gpu_free[new], ix.gpu_model[new], ix.mem_free[new])
+            if not self.current:
+                self.current = tuple(np.zeros(len(self.current_known)) for _ in values)
+            for known, value in zip(self.current, values, strict=True):
+                known[unknown] = value
+            self.current_known[unknown] = True
+        return tuple(known[states] for known in self.current)
 
     def _ranks(self, before: tuple, after: tuple) -> tuple[np.ndarray, np.ndarray]:
         """(FGD rank, secondary key; lower is better) of moving node states from `before` to `after`."""
@@ -375,7 +463,7 @@ class _GangRoom:
             (ix.gpu_free[sub] == MILLI_PER_GPU) & ~taken[hit],
             ix.gpu_model[sub],
         )
-        cost[hit] = (1 / np.maximum(hosts[scarce], 1)) @ (before[:, hit] & ~after)
+        cost[hit] = weighted_sum(1 / np.maximum(hosts[scarce], 1), before[:, hit] & ~after)
         return cost
 
 
@@ -396,9 +484,6 @@ class FgdPlus(Fgd):
         mix = workload or WorkloadMix()
         self.host_model = FragmentationModel(mix, index.models, host_aware=True)
         self.gangs = _GangRoom(index, mix.gangs) if mix.gangs else None
-        n = len(index.nodes)
-        self.current_plain, self.current_host = np.zeros(n), np.zeros(n)
-        self.current_version = np.full(n, -1, dtype=np.int64)
 
     def _frag(self, cpu: np.ndarray, gpu: np.ndarray, model: np.ndarray, mem: np.ndarray) -> tuple:
         if len(cpu) <= _DEDUPE_FROM:
@@ -417,14 +502,6 @@ class FgdPlus(Fgd):
             unique[:, 0], unique[:, 2 : 2 + g], unique[:, 2 + g :], unique[:, 1]
         )
         return plain[inverse], host[inverse]
-
-    def _current_fragmentation(self, rows: np.ndarray) -> tuple:
-        # Cached per node version: most rescoring is of the one node the last placement touched.
-        stale = rows[self.current_version[rows] != self.index.version[rows]]
-        if len(stale):
-            self.current_plain[stale], self.current_host[stale] = super()._current_fragmentation(stale)
-            self.current_version[stale] = self.index.version[stale]
-        return self.current_plain[rows], self.current_host[rows]
 
     def _ranks(self, before: tuple, after: tuple) -> tuple[np.ndarray, np.ndarray]:
         # The host-aware increase stays raw, not rounded like FGD's rank: it only orders FGD's ties.
@@ -483,9 +560,22 @@ class Placer:
         self.index = ClusterIndex(nodes)
         self.policy = factory(self.index, workload)
 
-    def choose(self, request: RequestSpec) -> Placement | None:
-        """Where the request would go now; None when it fits nowhere. Changes nothing."""
-        choice = self.policy.choose(request)
+    def choose(self, request: RequestSpec, views: Mapping[str, NodeState] | None = None) -> Placement | None:
+        """Where the request would go now; None when it fits nowhere. Changes nothing.
+
+        views: nodes to judge as these states instead (by name; a reservation's guarded view), as
+        if the Placer had been built on them; the index is back on the nodes afterwards.
+        """
+        index = self.index
+        seen = [(j, view) for name, view in (views or {}).items() if (j := index.row.get(name)) is not None]
+        seen = [(j, view) for j, view in seen if index.differs(j, view)]
+        for j, view in seen:
+            index.sync(j, view)
+        try:
+            choice = self.policy.choose(request)
+        finally:
+            for j, _ in seen:
+                index.sync(j)
         if choice is None:
             return None
         j, cards = choice
@@ -495,6 +585,10 @@ class Placer:
         return Placement(
             request.id, node.name, cards, request.gpu_milli, request.memory_on(node.gpus[cards[0]])
         )
+
+    def fits(self, request: RequestSpec) -> bool:
+        """Whether the request fits on some node now (as `choose` would find, ignoring the policy)."""
+        return bool(self.index.feasible(request)[0].any())
 
     def place(self, request: RequestSpec) -> Placement | None:
         """Choose and take the resources; None (and no change) when it fits nowhere."""
@@ -507,6 +601,13 @@ class Placer:
         j = self.index.row[placement.node]
         apply_placement(self.index.nodes[j], request, placement)
         self.index.sync(j)
+
+    def refresh(self, node: str) -> None:
+        """Read a node's free resources again after the caller changed its NodeState (a no-op for
+        a node this Placer does not hold)."""
+        j = self.index.row.get(node)
+        if j is not None:
+            self.index.sync(j)
 
     def release(self, request: RequestSpec, placement: Placement) -> None:
         j = self.index.row[placement.node]

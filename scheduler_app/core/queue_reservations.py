@@ -19,7 +19,7 @@ import bisect
 import dataclasses
 import itertools
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .cluster import GpuState, NodeState, Placement, RequestSpec
@@ -151,6 +151,10 @@ class ReservationBook:
         if not self._claims:
             return list(nodes)
         return [self._guarded(n, end) if n.name in self._claims else n for n in nodes]
+
+    def guarded(self, by_name: Mapping[str, NodeState], end: float) -> dict[str, NodeState]:
+        """`view` for the nodes reservations claim, by name: the only ones it changes."""
+        return {name: self._guarded(by_name[name], end) for name in self._claims if name in by_name}
 
     def _guarded(self, node: NodeState, end: float) -> NodeState:
         claims = self._claims[node.name]

@@ -9,14 +9,14 @@ Units: milli-GPU (1000 = one card), MiB, seconds on the caller's epoch.
 from __future__ import annotations
 
 import copy
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from . import placement as placement_policies
 from .cluster import NodeState, Placement, RequestSpec
 from .fragmentation import WorkloadMix
-from .placement import apply_placement, choose_placement, release_placement
+from .placement import Placer, apply_placement, choose_placement, release_placement
 from .queue_estimates import FluidEstimator
 from .queue_ledger import Ledger, TeamQuota
 from .queue_order import FairQueue
@@ -182,6 +182,8 @@ class _Pass:
         self.queue = FairQueue(pending, self.ledger, now, mode.fair_share, mode.aging_s)
         self.plan = PassPlan()
         self._version = 0  # bumped whenever free capacity changes
+        self._placers: dict[frozenset[str], Placer] = {}
+        self._pool_nodes = Counter(n.pool for n in self.nodes)
         self._fit_memo: dict[tuple, tuple[int, bool]] = {}
         self._never_memo: dict[tuple, str] = {}
         self._waiting: list[tuple[RequestSpec, Reservation | None]] = []
@@ -200,17 +202,37 @@ class _Pass:
     def choose_start(self, request: RequestSpec) -> tuple[Placement, list[RunningAllocation]] | None:
         """Where the request would start now, and whose borrowed/spot work it reclaims; changes nothing."""
         if self._fits_now(request):
-            end = self.book.end_of(request)
-            quota_pools = self.ledger.quota_pools(request)
-            allowed = [n for n in self.nodes if not request.pools or n.pool in request.pools]
-            in_quota = [n for n in allowed if n.pool in quota_pools]
-            for candidates in (in_quota, allowed) if 0 < len(in_quota) < len(allowed) else (allowed,):
-                placement = choose_placement(
-                    self.book.view(candidates, end), request, self.policy, self.workload
-                )
+            views = self.book.guarded(self.by_name, self.book.end_of(request))
+            allowed = self._allowed(request)
+            in_quota = allowed.intersection(self.ledger.quota_pools(request))
+            both = 0 < self._count(in_quota) < self._count(allowed)
+            for pools in (in_quota, allowed) if both else (allowed,):
+                placement = self._placer(pools).choose(request, views)
                 if placement is not None:
                     return placement, []
         return self._reclaim_choice(request)
+
+    def _placer(self, pools: frozenset[str]) -> Placer:
+        """The placement engine over the nodes of these pools (in node order), kept for the pass: its
+        index and score caches follow each start and eviction instead of being built per request."""
+        placer = self._placers.get(pools)
+        if placer is None:
+            nodes = [n for n in self.nodes if n.pool in pools]
+            placer = self._placers[pools] = Placer(nodes, self.policy, self.workload)
+        return placer
+
+    def _allowed(self, request: RequestSpec) -> frozenset[str]:
+        """The pools of the nodes the request may run on."""
+        return frozenset(p for p in self._pool_nodes if not request.pools or p in request.pools)
+
+    def _count(self, pools: frozenset[str]) -> int:
+        return sum(self._pool_nodes[p] for p in pools)
+
+    def _changed(self, node: str) -> None:
+        """A node's free capacity changed: the placers read it again."""
+        self._version += 1
+        for placer in self._placers.values():
+            placer.refresh(node)
 
     def wait(
         self, request: RequestSpec, first_blocked: RequestSpec | None, explain: bool = True
@@ -264,6 +286,7 @@ class _Pass:
         fork = copy.copy(self)
         fork.now, fork.workload = now, workload
         fork.book = self.book.fork(now, reservations)
+        fork._placers = {}  # its own: they score for its workload
         fork.plan, fork._waiting = PassPlan(), []
         return fork
 
@@ -272,7 +295,7 @@ class _Pass:
         key = _shape(request)
         memo = self._fit_memo.get(key)
         if memo is None or memo[0] != self._version:
-            memo = (self._version, any(fits(request, n) for n in self.nodes))
+            memo = (self._version, self._placer(self._allowed(request)).fits(request))
             self._fit_memo[key] = memo
         return memo[1]
 
@@ -325,7 +348,7 @@ class _Pass:
         self.ledger.add(victim.request, node, sign=-1)
         self.book.drop(victim.request.id, node)
         self.victims[node].remove(victim)
-        self._version += 1
+        self._changed(node)
         kind = "borrowed capacity" if victim.borrowed else "spot capacity"
         reason = f"{kind} reclaimed for request {request.id} of team {request.team or '-'} within its quota"
         self.plan.preemptions.append(Preemption(victim, request.id, reason))
@@ -336,7 +359,7 @@ class _Pass:
         apply_placement(self.by_name[placement.node], request, placement)
         self.ledger.add(request, placement.node)
         self.book.hold(request, placement, self.now)
-        self._version += 1
+        self._changed(placement.node)
         self.plan.starts.append(Start(request, placement, borrowed))
 
     def cause(self, request: RequestSpec, first_blocked: RequestSpec | None) -> str:

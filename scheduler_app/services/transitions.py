@@ -135,10 +135,7 @@ def _move(
                 reason=reasons[request.pk],
             )
         )
-    if len(locked) == 1:  # a plain UPDATE: the bulk form's CASE per field costs more to build
-        GpuRequest.objects.filter(pk=locked[0].pk).update(**{f: getattr(locked[0], f) for f in MOVED_FIELDS})
-    else:
-        GpuRequest.objects.bulk_update(locked, MOVED_FIELDS, batch_size=500)
+    GpuRequest.objects.save_fields(locked, MOVED_FIELDS)
     record_events(events)
     if leaving:
         schedule_soon()
