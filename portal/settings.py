@@ -211,7 +211,7 @@ REST_FRAMEWORK = {
 if REDIS_URL:
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "portal.redis_cache.RedisCache",
             "LOCATION": REDIS_URL,
             "OPTIONS": {"socket_connect_timeout": REDIS_CONNECT_TIMEOUT_S, "socket_timeout": 2},
         }

@@ -102,7 +102,7 @@ def test_submit_answers_201_and_saves_once_when_redis_is_away(
     make_node()
     away = closed_port_url()
     settings.REDIS_URL = away
-    redis_cache = "django.core.cache.backends.redis.RedisCache"
+    redis_cache = "portal.redis_cache.RedisCache"
     settings.CACHES = {"default": {"BACKEND": redis_cache, "LOCATION": away}}
     settings.CHANNEL_LAYERS = {
         "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [away]}}
