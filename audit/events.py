@@ -5,7 +5,7 @@ from collections.abc import Sequence
 from django.contrib.contenttypes.models import ContentType
 
 from audit.models import Event
-from scheduler_app.live import publish_after_commit
+from scheduler_app.live import publish_after_commit, publish_cluster_after_commit
 
 
 def build_event(
@@ -38,23 +38,23 @@ def build_event(
 
 
 def record_events(events: Sequence[Event]) -> list[Event]:
-    """Append the events in one insert, then publish each to its team once the transaction commits."""
+    """Append the events in one insert, then publish each to its team and to the operators' stream
+    once the transaction commits."""
     saved = Event.objects.bulk_create(events)
     for event in saved:
+        message = {
+            "object": event.content_type.model,
+            "id": event.object_id,
+            "from": event.from_state,
+            "to": event.to_state,
+            "reason": event.reason,
+            "data": event.data,
+            "actor": event.actor_label,
+            "at": event.created_at.isoformat(),
+        }
         if event.team_id is not None:
-            publish_after_commit(
-                event.team_id,
-                {
-                    "object": event.content_type.model,
-                    "id": event.object_id,
-                    "from": event.from_state,
-                    "to": event.to_state,
-                    "reason": event.reason,
-                    "data": event.data,
-                    "actor": event.actor_label,
-                    "at": event.created_at.isoformat(),
-                },
-            )
+            publish_after_commit(event.team_id, message)
+        publish_cluster_after_commit(message)
     return saved
 
 

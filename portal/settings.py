@@ -152,6 +152,8 @@ CELERY_BEAT_SCHEDULE = {
         "task": "scheduler_app.heartbeat_watchdog",
         "schedule": float(NODE_SUSPECT_AFTER_S) / 2,
     },
+    # The live streams' 1 Hz deltas; a tick not started within its second is dropped, not queued.
+    "live-tick": {"task": "scheduler_app.live_tick", "schedule": 1.0, "options": {"expires": 1.0}},
 }
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -11,3 +11,4 @@ MAX_GPUS_PER_SAMPLE_BATCH = 64
 UTILIZATION_WINDOW_S = 900  # what the utilization endpoint summarizes: the last 15 minutes
 UTILIZATION_MAX_POINTS = 60  # the window's series is downsampled to at most this many points
 UTIL_STDDEV_TARGET_PERCENT = 15  # DESIGN: steady work keeps util std-dev under 15 %
+LIVE_READING_MAX_AGE_S = 15  # the live stream shows a card's util only while its latest reading is this fresh
