@@ -126,7 +126,7 @@ if REDIS_URL:
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "portal.channel_layers.ThreadSafeInMemoryChannelLayer"}}
 
 # Celery: Redis in production; without REDIS_URL the embedded in-process worker
 # runs the same services and Celery is not used.

@@ -70,10 +70,14 @@
   }
 
   // Fetch this page again and swap each [data-live-region] (by id) for its new content; calls made
-  // within 300 ms share one fetch.
+  // within 300 ms share one fetch, and a call while a fetch is under way gets one more after it.
   let pending = null;
+  let again = false;
   function refreshRegions(after) {
-    if (pending) return;
+    if (pending) {
+      again = true;
+      return;
+    }
     pending = setTimeout(function () {
       fetch(location.href, { credentials: "same-origin", headers: { "X-Requested-With": "live" } })
         .then(function (response) { return response.ok ? response.text() : Promise.reject(response.status); })
@@ -86,7 +90,13 @@
           if (after) after();
         })
         .catch(function () { /* the next change or tick tries again */ })
-        .finally(function () { pending = null; });
+        .finally(function () {
+          pending = null;
+          if (again) {
+            again = false;
+            refreshRegions(after);
+          }
+        });
     }, 300);
   }
 
