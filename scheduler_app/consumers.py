@@ -78,7 +78,7 @@ class LiveStreamConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({**message, "type": "event"})
 
     async def live_tick(self, message):
-        await self.send_json({**message, "type": "tick"})
+        await self.send(text_data=message["text"])  # serialized once by the ticker for every client
 
 
 class TeamEventsConsumer(LiveStreamConsumer):

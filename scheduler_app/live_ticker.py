@@ -10,6 +10,7 @@ group, each team only its own allocations, and operators every allocation.
 """
 
 import datetime as dt
+import json
 import logging
 from collections import defaultdict
 
@@ -149,11 +150,14 @@ def tick(now: dt.datetime | None = None) -> dict:
 
 
 def _send(messages: list[tuple[str, dict]], at: str) -> None:
+    """Each group's frame is serialized to JSON here, once: a consumer forwards the text as it is, so
+    500 clients cost one encoding, not 500."""
     layer = get_channel_layer()
 
     async def send_all():
         for group, body in messages:
-            await layer.group_send(group, {"type": "live.tick", "at": at, **body})
+            text = json.dumps({"type": "tick", "at": at, **body}, separators=(",", ":"))
+            await layer.group_send(group, {"type": "live.tick", "text": text})
 
     try:
         async_to_sync(send_all)()
