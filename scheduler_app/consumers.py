@@ -7,12 +7,14 @@ as it commits (`event`). The one thing a client may send is
 an `error` frame naming what was wrong, and changes nothing.
 """
 
+import asyncio
 import json
+import weakref
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from scheduler_app.live import CLUSTER_GROUP, operator_group, team_group
+from scheduler_app.live import operator_group, team_group
 from scheduler_app.live_ticker import latest_frame, snapshot_for
 from teams.selectors import team_for_member
 
@@ -20,6 +22,18 @@ UNAUTHENTICATED = 4401
 FORBIDDEN = 4403
 ACTIONS = ("snapshot",)
 MAX_CLIENT_FRAME_CHARS = 1024
+# Group adds and discards at once per event loop. redis-py's pool refuses a command past 100 open
+# connections instead of waiting: 500 pages closing together (bench.fanout) failed their discards
+# and stayed in the groups, each tick still sent to them until the group expired.
+MEMBERSHIP_CHANGES_AT_ONCE = 32
+_membership_slots: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def membership_slot() -> asyncio.Semaphore:
+    loop = asyncio.get_running_loop()
+    if loop not in _membership_slots:
+        _membership_slots[loop] = asyncio.Semaphore(MEMBERSHIP_CHANGES_AT_ONCE)
+    return _membership_slots[loop]
 
 
 class LiveStreamConsumer(AsyncJsonWebsocketConsumer):
@@ -41,14 +55,16 @@ class LiveStreamConsumer(AsyncJsonWebsocketConsumer):
         if refusal is not None:
             await self.close(code=refusal)
             return
-        for group in self.groups_joined:
-            await self.channel_layer.group_add(group, self.channel_name)
+        async with membership_slot():
+            for group in self.groups_joined:
+                await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
         await self.send_snapshot()
 
     async def disconnect(self, code):
-        for group in self.groups_joined:
-            await self.channel_layer.group_discard(group, self.channel_name)
+        async with membership_slot():
+            for group in self.groups_joined:
+                await self.channel_layer.group_discard(group, self.channel_name)
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs):
         if text_data is None:
@@ -90,7 +106,7 @@ class TeamEventsConsumer(LiveStreamConsumer):
         if team is None:
             return FORBIDDEN
         self.team_ids = {team.id}
-        self.groups_joined = [team_group(team.id), CLUSTER_GROUP]
+        self.groups_joined = [team_group(team.id)]
         return None
 
 
@@ -101,5 +117,5 @@ class ClusterConsumer(LiveStreamConsumer):
         if not user.is_staff:
             return FORBIDDEN
         self.team_ids = None
-        self.groups_joined = [operator_group(), CLUSTER_GROUP]
+        self.groups_joined = [operator_group()]
         return None

@@ -10,10 +10,6 @@ from redis.exceptions import RedisError
 log = logging.getLogger(__name__)
 
 
-# Everyone with a live stream open: per-card util and per-pool aggregates, never anyone's allocations.
-CLUSTER_GROUP = "cluster"
-
-
 def team_group(team_id: int) -> str:
     return f"team-{team_id}"
 

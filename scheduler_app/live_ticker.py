@@ -5,8 +5,8 @@ no reading younger than LIVE_READING_MAX_AGE_S), per open allocation its team,
 request, card and that card's util, and per pool the mean util of its cards
 with a reading and the free milli-GPU on ready nodes. The previous frame is
 kept in the cache (Redis in production, so any worker may run the next tick);
-each tick sends the cards and pools whose values changed to everyone's cluster
-group, each team only its own allocations, and operators every allocation.
+each tick sends to each team's group the cards and pools whose values changed
+and the team's own allocations that changed; operators get every allocation.
 """
 
 import datetime as dt
@@ -23,8 +23,9 @@ from redis.exceptions import RedisError
 
 from scheduler_app.choices import NodeStatus
 from scheduler_app.constants import LIVE_READING_MAX_AGE_S, MILLI_PER_GPU
-from scheduler_app.live import CLUSTER_GROUP, operator_group, team_group
+from scheduler_app.live import operator_group, team_group
 from scheduler_app.models import Allocation, Gpu, GpuSample
+from teams.models import Team
 
 log = logging.getLogger(__name__)
 
@@ -132,31 +133,40 @@ def tick(now: dt.datetime | None = None) -> dict:
         log.warning("cannot reach Redis for the live ticker: %s", error)
         return {"gpus": 0, "allocations": 0, "pools": 0}
     delta = frame_delta(previous, frame)
-    at = now.isoformat()
-    messages = []
-    if delta["gpus"] or delta["pools"]:
-        messages.append((CLUSTER_GROUP, {"gpus": delta["gpus"], "pools": delta["pools"]}))
+    _send(_tick_texts(delta, previous, now.isoformat()))
+    return {part: len(values) for part, values in delta.items()}
+
+
+def _tick_texts(delta: dict, previous: dict, at: str) -> list[tuple[str, str]]:
+    """(group, JSON text) per group with something to say: the cards and pools that changed, and the
+    allocations that changed among those the group may see. One frame a tick per client, serialized
+    here once per group (a consumer forwards the text as it is: 500 clients cost a few encodings)."""
+    cluster = {"type": "tick", "at": at, **{part: delta[part] for part in ("gpus", "pools") if delta[part]}}
+    cluster_only = json.dumps(cluster, separators=(",", ":")) if len(cluster) > 2 else None
     by_team: dict[int, dict] = defaultdict(dict)
     for key, value in delta["allocations"].items():
         owner = (value or previous["allocations"][key])["team"]
         by_team[owner][key] = public_allocation(value)
-    for team_id, allocations in by_team.items():
-        messages.append((team_group(team_id), {"allocations": allocations}))
-    if delta["allocations"]:
-        everyone = {key: public_allocation(value) for key, value in delta["allocations"].items()}
-        messages.append((operator_group(), {"allocations": everyone}))
-    _send(messages, at)
-    return {part: len(values) for part, values in delta.items()}
+    everyone = {key: public_allocation(value) for key, value in delta["allocations"].items()}
+
+    def text(allocations: dict) -> str | None:
+        if not allocations:
+            return cluster_only
+        return json.dumps({**cluster, "allocations": allocations}, separators=(",", ":"))
+
+    texts = [
+        (team_group(team_id), text(by_team.get(team_id, {})))
+        for team_id in Team.objects.values_list("pk", flat=True)
+    ]
+    texts.append((operator_group(), text(everyone)))
+    return [(group, body) for group, body in texts if body is not None]
 
 
-def _send(messages: list[tuple[str, dict]], at: str) -> None:
-    """Each group's frame is serialized to JSON here, once: a consumer forwards the text as it is, so
-    500 clients cost one encoding, not 500."""
+def _send(texts: list[tuple[str, str]]) -> None:
     layer = get_channel_layer()
 
     async def send_all():
-        for group, body in messages:
-            text = json.dumps({"type": "tick", "at": at, **body}, separators=(",", ":"))
+        for group, text in texts:
             await layer.group_send(group, {"type": "live.tick", "text": text})
 
     try:

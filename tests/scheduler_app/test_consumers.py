@@ -141,60 +141,55 @@ def test_operator_receives_every_teams_events(team, operator, outsider, other_te
 def test_member_tick_has_cards_pools_and_only_their_teams_allocations(running, member):
     ours, theirs = running
 
-    async def scenario():
-        socket = connect(member)
-        await socket.connect()
-        await socket.receive_json_from(timeout=5)
-        await database_sync_to_async(tick)()
-        first = await socket.receive_json_from(timeout=5)
-        second = await socket.receive_json_from(timeout=5)
-        nothing_more = await socket.receive_nothing(timeout=0.3)
-        await socket.disconnect()
-        return [first, second], nothing_more
+    (frame,) = frames_after(member, tick)
 
-    frames, nothing_more = async_to_sync(scenario)()
-
-    cluster = next(f for f in frames if "gpus" in f)
-    allocations = next(f for f in frames if "allocations" in f)["allocations"]
-    assert sorted(cluster["gpus"].values()) == [40, 40]
-    assert cluster["pools"] == {"a100": {"util": 40.0, "free_milli": 0}}
-    assert [a["request"] for a in allocations.values()] == [ours.pk]
-    assert next(iter(allocations.values()))["util"] == 40
-    assert nothing_more
-    assert "theirs" not in str(frames)
-    assert theirs.pk not in [a["request"] for f in frames for a in f.get("allocations", {}).values()]
+    assert frame["type"] == "tick" and frame["at"]
+    assert sorted(frame["gpus"].values()) == [40, 40]
+    assert frame["pools"] == {"a100": {"util": 40.0, "free_milli": 0}}
+    assert [a["request"] for a in frame["allocations"].values()] == [ours.pk]
+    assert next(iter(frame["allocations"].values()))["util"] == 40
+    assert "theirs" not in str(frame) and theirs.pk not in [
+        a["request"] for a in frame["allocations"].values()
+    ]
 
 
 def test_second_tick_sends_only_what_changed(running, member):
     ours, _ = running
+    tick()
+    card = ours.allocations.get().gpu
+    later = timezone.now() + dt.timedelta(seconds=1)
 
-    async def scenario():
-        socket = connect(member)
-        await socket.connect()
-        await socket.receive_json_from(timeout=5)
-        await database_sync_to_async(tick)()
-        await socket.receive_json_from(timeout=5)
-        await socket.receive_json_from(timeout=5)
-        card = await database_sync_to_async(lambda: ours.allocations.get().gpu)()
-        later = timezone.now() + dt.timedelta(seconds=1)
-        await database_sync_to_async(GpuSample.objects.create)(
+    def one_card_moves_and_two_ticks():
+        GpuSample.objects.create(
             gpu=card, sampled_at=later, gpu_util_percent=90, memory_used_mib=1, power_mw=1, temperature_c=40
         )
-        await database_sync_to_async(tick)(later)
-        frames = [await socket.receive_json_from(timeout=5), await socket.receive_json_from(timeout=5)]
-        unchanged_tick = await database_sync_to_async(tick)(later)
-        nothing = await socket.receive_nothing(timeout=0.3)
-        await socket.disconnect()
-        return card.pk, frames, unchanged_tick, nothing
+        tick(later)
+        return tick(later)
 
-    card_id, frames, unchanged_tick, nothing = async_to_sync(scenario)()
+    (frame,) = frames_after(member, one_card_moves_and_two_ticks)
 
-    cluster = next(f for f in frames if "gpus" in f)
-    allocation = next(f for f in frames if "allocations" in f)["allocations"]
-    assert cluster["gpus"] == {str(card_id): 90}  # the other card stayed at 40: not sent
-    assert cluster["pools"] == {"a100": {"util": 65.0, "free_milli": 0}}
-    assert [(a["gpu"], a["util"]) for a in allocation.values()] == [(card_id, 90)]
-    assert unchanged_tick == {"gpus": 0, "allocations": 0, "pools": 0} and nothing
+    assert frame["gpus"] == {str(card.pk): 90}  # the other card stayed at 40: not sent
+    assert frame["pools"] == {"a100": {"util": 65.0, "free_milli": 0}}
+    assert [(a["gpu"], a["util"]) for a in frame["allocations"].values()] == [(card.pk, 90)]
+    assert tick(later) == {"gpus": 0, "allocations": 0, "pools": 0}  # nothing changed: nothing sent
+
+
+def test_a_card_moving_under_another_teams_work_reaches_the_member_without_allocations(running, member):
+    _, theirs = running
+    tick()
+    card = theirs.allocations.get().gpu
+    later = timezone.now() + dt.timedelta(seconds=1)
+
+    def their_card_moves():
+        GpuSample.objects.create(
+            gpu=card, sampled_at=later, gpu_util_percent=5, memory_used_mib=1, power_mw=1, temperature_c=40
+        )
+        tick(later)
+
+    (frame,) = frames_after(member, their_card_moves)
+
+    assert frame["gpus"] == {str(card.pk): 5}
+    assert "allocations" not in frame
 
 
 def test_snapshot_on_connect_is_scoped_to_the_members_teams(running, member, operator):
