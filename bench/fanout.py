@@ -25,6 +25,7 @@ import random
 import statistics
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 
 from bench import production
@@ -104,11 +105,11 @@ def _run(args, env: dict, logs: Path) -> int:
         agents = multiprocessing.get_context("fork").Process(target=_play_agents, args=(cards, stop))
         agents.start()
         try:
-            lags, ticks, connected, seconds = asyncio.run(_clients(port, sessions, args.duration))
+            lags, ticks, connected, seconds, per_tick = asyncio.run(_clients(port, sessions, args.duration))
         finally:
             stop.set()
             agents.join()
-    _report(args, lags, ticks, connected, seconds)
+    _report(args, lags, ticks, connected, seconds, per_tick)
     return 0
 
 
@@ -186,6 +187,7 @@ async def _clients(port: int, sessions: list[tuple[str, str]], duration: float):
     import websockets
 
     lags: list[float] = []
+    per_tick: dict[str, list[float]] = defaultdict(list)
     ticks: list[int] = []
     measuring = asyncio.Event()
     done = asyncio.Event()
@@ -206,6 +208,7 @@ async def _clients(port: int, sessions: list[tuple[str, str]], duration: float):
                 if raw.startswith(TICK_PREFIX) and measuring.is_set():
                     at = raw[len(TICK_PREFIX) : raw.index('"', len(TICK_PREFIX))]
                     lags.append(received - dt.datetime.fromisoformat(at).timestamp())
+                    per_tick[at].append(lags[-1])
                     got += 1  # one frame a tick that changed anything
             await closing
             ticks.append(got)
@@ -226,7 +229,7 @@ async def _clients(port: int, sessions: list[tuple[str, str]], duration: float):
     failures = [r for r in results if isinstance(r, Exception)]
     if failures:
         print(f"{len(failures)} clients failed, e.g. {failures[0]!r}")
-    return lags, ticks, connected, seconds
+    return lags, ticks, connected, seconds, per_tick
 
 
 async def _close_when(done: asyncio.Event, socket) -> None:
@@ -234,7 +237,7 @@ async def _close_when(done: asyncio.Event, socket) -> None:
     await socket.close()
 
 
-def _report(args, lags: list[float], ticks: list[int], connected: int, seconds: float) -> None:
+def _report(args, lags, ticks, connected, seconds, per_tick: dict[str, list[float]]) -> None:
     if not lags:
         print("no tick frames received")
         return
@@ -254,6 +257,16 @@ def _report(args, lags: list[float], ticks: list[int], connected: int, seconds: 
     print(
         f"tick frames per client: median {statistics.median(ticks):.0f}, min {min(ticks)} "
         f"(in {seconds:.0f} s at 1 Hz)"
+    )
+
+    # Whether a late frame was late for everyone (the tick itself: the worker, Redis) or only for the
+    # last clients served (the fan-out through the ASGI processes).
+    first = [min(values) for values in per_tick.values()]
+    spread = [max(values) - min(values) for values in per_tick.values()]
+    print(
+        f"per tick: first client's lag median {statistics.median(first) * 1000:.0f} ms, "
+        f"max {max(first) * 1000:.0f} ms; first-to-last spread median "
+        f"{statistics.median(spread) * 1000:.0f} ms, max {max(spread) * 1000:.0f} ms"
     )
 
 
