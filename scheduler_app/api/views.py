@@ -4,7 +4,7 @@ serialize."""
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
 from django_filters.rest_framework import DjangoFilterBackend
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -137,7 +137,16 @@ class ClusterView(GenericAPIView):
     filter_backends = [DjangoFilterBackend]
     filterset_class = ClusterNodeFilter
 
-    @extend_schema(responses=ClusterSerializer)
+    @extend_schema(
+        responses=ClusterSerializer,
+        parameters=[
+            OpenApiParameter("pool", str, description="Only this pool's nodes (its name)."),
+            OpenApiParameter("node", str, description="Only nodes whose name contains this."),
+            OpenApiParameter("state", str, enum=NodeStatus.values, description="Only nodes in this state."),
+            OpenApiParameter("page", int, description="Page of nodes, from 1."),
+            OpenApiParameter("page_size", int, description="Nodes a page, 1..500 (50 if not given)."),
+        ],
+    )
     def get(self, request):
         nodes = self.filter_queryset(Node.objects.select_related("pool").order_by("name"))
         picture = cluster_picture(request.user, self.paginate_queryset(nodes))
