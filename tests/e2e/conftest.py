@@ -74,29 +74,44 @@ def log_in(live_server):
     return lambda browser, username, password: log_in_at(live_server.url, browser, username, password)
 
 
+class AsgiServer:
+    """The whole ASGI application (pages and websockets) served by uvicorn in a thread, on a fixed
+    loopback port, so a test may stop it and start it again (clients reconnect to the same URL)."""
+
+    def __init__(self):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._server = self._thread = None
+
+    def start(self) -> None:
+        import uvicorn
+
+        from portal.asgi import application
+
+        config = uvicorn.Config(
+            application, host="127.0.0.1", port=self.port, lifespan="off", log_level="warning"
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert self._server.started, "uvicorn did not start"
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+
 @pytest.fixture
 def asgi_server(transactional_db):
-    """The whole ASGI application (pages and websockets) on a free loopback port; yields its URL.
-
-    In the test process, so it shares the test database and, without Redis, the in-memory channel
-    layer: what a thread of this process publishes reaches the pages' websockets.
+    """An AsgiServer, started. In the test process, so it shares the test database and, without Redis,
+    the in-memory channel layer: what a thread of this process publishes reaches the pages' websockets.
     """
-    import uvicorn
-
-    from portal.asgi import application
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(application, host="127.0.0.1", port=port, lifespan="off", log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started, "uvicorn did not start"
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    server = AsgiServer()
+    server.start()
+    yield server
+    server.stop()

@@ -49,10 +49,10 @@ def test_request_list_and_detail_update_in_place_through_the_websocket(
     request = off_the_browser_thread(
         lambda: submit_request(user=member, team=team, name="live-e2e", task_type="training", gpu_milli=500)
     )
-    page = log_in_at(asgi_server, browser, "bob", "pw-bob-123")
+    page = log_in_at(asgi_server.url, browser, "bob", "pw-bob-123")
 
     # The list: the pass schedules the request; its row says so without a reload.
-    page.goto(f"{asgi_server}/requests/")
+    page.goto(f"{asgi_server.url}/requests/")
     row = page.locator("tr", has_text="live-e2e")
     expect(row.locator(".badge")).to_have_text("Pending")
     mark(page)
@@ -85,8 +85,8 @@ def test_cluster_heatmap_and_picture_update_without_reload(
         run_scheduling_pass()
 
     off_the_browser_thread(first_request)
-    page = log_in_at(asgi_server, browser, "bob", "pw-bob-123")
-    page.goto(f"{asgi_server}/cluster/")
+    page = log_in_at(asgi_server.url, browser, "bob", "pw-bob-123")
+    page.goto(f"{asgi_server.url}/cluster/")
     expect(page.locator('#pool-a100 a[data-request="heat-e2e"]')).to_have_count(1)
     mark(page)
 
@@ -109,3 +109,17 @@ def test_cluster_heatmap_and_picture_update_without_reload(
     expect(summary).to_have_text(["0", "2", "2"])  # free, allocated, all
     assert page.evaluate(NOT_RELOADED)
     screenshot(page, "live-03-cluster")
+
+
+def test_a_lost_connection_says_when_it_retries_and_comes_back(asgi_server, node, member, browser):
+    page = log_in_at(asgi_server.url, browser, "bob", "pw-bob-123")
+    page.goto(f"{asgi_server.url}/cluster/")
+    mark(page)
+
+    asgi_server.stop()
+    expect(page.locator("#live-status")).to_contain_text("Connection lost; reconnecting in")
+    expect(page.locator("#live-status")).to_have_attribute("data-state", "reconnecting")
+    asgi_server.start()
+
+    expect(page.locator("#live-status")).to_have_text("● live", timeout=20_000)
+    assert page.evaluate(NOT_RELOADED)
