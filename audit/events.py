@@ -5,7 +5,7 @@ from collections.abc import Sequence
 from django.contrib.contenttypes.models import ContentType
 
 from audit.models import Event
-from scheduler_app.live import publish_all_after_commit
+from scheduler_app.live import publish_events_after_commit
 
 
 def build_event(
@@ -37,9 +37,10 @@ def build_event(
 
 
 def record_events(events: Sequence[Event]) -> list[Event]:
-    """Append the events in one insert, then publish each to its team once the transaction commits."""
+    """Append the events in one insert, then publish each to its team and to the operators' stream
+    once the transaction commits."""
     saved = Event.objects.bulk_create(events)
-    publish_all_after_commit(
+    publish_events_after_commit(
         (
             event.team_id,
             {
@@ -54,7 +55,6 @@ def record_events(events: Sequence[Event]) -> list[Event]:
             },
         )
         for event in saved
-        if event.team_id is not None
     )
     return saved
 

@@ -128,7 +128,7 @@ if REDIS_URL:
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "portal.channel_layers.ThreadSafeInMemoryChannelLayer"}}
 
 # Celery: Redis in production; without REDIS_URL the embedded in-process worker
 # runs the same services and Celery is not used.
@@ -154,6 +154,8 @@ CELERY_BEAT_SCHEDULE = {
         "task": "scheduler_app.heartbeat_watchdog",
         "schedule": float(NODE_SUSPECT_AFTER_S) / 2,
     },
+    # The live streams' 1 Hz deltas; a tick not started within its second is dropped, not queued.
+    "live-tick": {"task": "scheduler_app.live_tick", "schedule": 1.0, "options": {"expires": 1.0}},
 }
 
 AUTH_PASSWORD_VALIDATORS = [

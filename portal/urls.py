@@ -21,6 +21,7 @@ urlpatterns = [
     path("requests/<int:pk>/cancel/", requests.request_cancel, name="request_cancel"),
     path("requests/<int:pk>/release/", requests.request_release, name="request_release"),
     path("cluster/", cluster.cluster, name="cluster"),
+    path("cluster/nodes/", cluster.cluster_nodes, name="cluster_nodes"),
     path("teams/", teams.team_index, name="teams"),
     path("teams/<slug:slug>/", teams.team_detail, name="team_detail"),
     path("teams/<slug:slug>/members/", teams.member_add, name="member_add"),

@@ -12,3 +12,4 @@ UTILIZATION_WINDOW_S = 900  # what the utilization endpoint summarizes: the last
 UTILIZATION_MAX_POINTS = 60  # the window's series is downsampled to at most this many points
 CURRENT_LOAD_WINDOW_S = 60  # "how busy is it now": the mean of each card's readings in the last minute
 UTIL_STDDEV_TARGET_PERCENT = 15  # DESIGN: steady work keeps util std-dev under 15 %
+LIVE_READING_MAX_AGE_S = 15  # the live stream shows a card's util only while its latest reading is this fresh

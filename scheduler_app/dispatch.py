@@ -2,6 +2,7 @@
 
 import logging
 import threading
+from collections.abc import Callable
 from contextlib import suppress
 
 from django.conf import settings
@@ -73,17 +74,22 @@ def pass_ended(seconds: float) -> None:
 
 
 class EmbeddedWorker:
-    """The embedded default's background worker: a thread that runs the heartbeat watchdog and a
-    scheduling pass when woken, and every interval (what Celery beat and workers do in production)."""
+    """The embedded default's background worker: a thread that runs `work` when woken and every
+    interval (what Celery beat and workers do in production). By default the heartbeat watchdog and
+    a scheduling pass."""
 
-    def __init__(self, interval_s: float):
+    def __init__(
+        self, interval_s: float, work: Callable[[], object] | None = None, name: str = "embedded-worker"
+    ):
         self.interval_s = interval_s
+        self.work = work or _watchdog_and_pass
+        self.name = name
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="embedded-worker", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
 
     def wake(self) -> None:
@@ -96,9 +102,6 @@ class EmbeddedWorker:
             self._thread.join(timeout=10)
 
     def _run(self) -> None:
-        from scheduler_app.node_health import check_heartbeats
-        from scheduler_app.scheduling import run_scheduling_pass
-
         while not self._stop.is_set():
             self._wake.wait(self.interval_s)
             self._wake.clear()
@@ -106,13 +109,28 @@ class EmbeddedWorker:
                 break
             close_old_connections()
             try:
-                check_heartbeats()
-                run_scheduling_pass()
-            except Exception:  # a failed pass must not kill the worker; the next one retries
-                log.exception("scheduling pass failed")
+                self.work()
+            except Exception:  # a failed run must not kill the worker; the next one retries
+                log.exception("%s failed", self.name)
             finally:
                 close_old_connections()
         connections.close_all()
 
 
+def _watchdog_and_pass() -> None:
+    from scheduler_app.node_health import check_heartbeats
+    from scheduler_app.scheduling import run_scheduling_pass
+
+    check_heartbeats()
+    run_scheduling_pass()
+
+
+def _live_tick() -> None:
+    from scheduler_app.live_ticker import tick
+
+    tick()
+
+
 embedded_worker = EmbeddedWorker(interval_s=settings.SCHEDULER_INTERVAL_S)
+# The live streams' 1 Hz ticker (Celery beat's live-tick in production).
+embedded_ticker = EmbeddedWorker(interval_s=1.0, work=_live_tick, name="live-ticker")

@@ -1,11 +1,11 @@
-"""The one filter of the request list, for the page and the API alike."""
+"""The filters of the request list and of the cluster's nodes, each one for the page and the API alike."""
 
 from django.core.exceptions import ValidationError
 from django_filters import CharFilter, ChoiceFilter, FilterSet, ModelChoiceFilter
 from django_filters.fields import ChoiceField
 
-from scheduler_app.choices import RequestState, TaskType
-from scheduler_app.models import GpuRequest
+from scheduler_app.choices import NodeStatus, RequestState, TaskType
+from scheduler_app.models import GpuRequest, Node, Pool
 from teams.selectors import teams_visible_to
 
 
@@ -61,4 +61,32 @@ class GpuRequestFilter(FilterSet):
 
     class Meta:
         model = GpuRequest
+        fields: list[str] = []
+
+
+class ClusterNodeFilter(FilterSet):
+    """The cluster's nodes by pool, part of their name and status: one filter for the page and the API."""
+
+    pool = ModelChoiceFilter(
+        queryset=Pool.objects.all(),
+        to_field_name="name",
+        empty_label="Any pool",
+        help_text="Only this pool's nodes (its name).",
+        error_messages={"invalid_choice": "%(value)r is not a pool."},
+    )
+    node = CharFilter(
+        field_name="name",
+        lookup_expr="icontains",
+        label="Node name contains",
+        help_text="Part of the node name.",
+    )
+    state = GivenChoiceFilter(
+        field_name="status",
+        choices=NodeStatus.choices,
+        empty_label="Any state",
+        help_text="Only nodes in this state.",
+    )
+
+    class Meta:
+        model = Node
         fields: list[str] = []

@@ -28,20 +28,40 @@ def team_group(team_id: int) -> str:
     return f"team-{team_id}"
 
 
+def operator_group() -> str:
+    """Staff on the cluster-wide stream: every team's allocations and state changes."""
+    return "operators"
+
+
 def publish_after_commit(team_id: int, message: dict) -> None:
-    """Send once the transaction commits, so nobody sees a change that was rolled back.
+    """Send to the team's stream once the transaction commits, so nobody sees a change that was
+    rolled back.
 
     Redis being away only logs a warning: the change is saved, and pages show it on their next load.
     """
-    publish_all_after_commit([(team_id, message)])
+    _queue_after_commit([(team_group(team_id), message)])
 
 
-def publish_all_after_commit(messages: Iterable[tuple[int, dict]]) -> None:
-    """The bulk form, for a transaction that changes many things (a pass): each (team id, message)
-    to its team's group, in order, with one commit hook for them all."""
-    batch = [(team_group(team_id), {"type": "team.event", **message}) for team_id, message in messages]
+def publish_cluster_after_commit(message: dict) -> None:
+    """Send to the operators' cluster-wide stream once the transaction commits."""
+    _queue_after_commit([(operator_group(), message)])
+
+
+def publish_events_after_commit(messages: Iterable[tuple[int | None, dict]]) -> None:
+    """State changes, (team id or None, message) each: to the team's stream and to the operators',
+    in order, with one commit hook for a whole transaction's (a pass moves thousands)."""
+    batch = []
+    for team_id, message in messages:
+        if team_id is not None:
+            batch.append((team_group(team_id), message))
+        batch.append((operator_group(), message))
+    _queue_after_commit(batch)
+
+
+def _queue_after_commit(batch: list[tuple[str, dict]]) -> None:
     if batch:
-        transaction.on_commit(lambda: _deliver(batch))
+        typed = [(group, {"type": "team.event", **message}) for group, message in batch]
+        transaction.on_commit(lambda: _deliver(typed))
 
 
 def _deliver(batch: list[tuple[str, dict]]) -> None:

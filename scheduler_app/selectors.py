@@ -2,15 +2,18 @@
 
 import datetime as dt
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django.contrib.contenttypes.models import ContentType
 from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from audit.models import Event
-from scheduler_app.choices import RequestState
+from scheduler_app.choices import NodeStatus, RequestState
 from scheduler_app.constants import MILLI_PER_GPU, UTILIZATION_MAX_POINTS, UTILIZATION_WINDOW_S
+from scheduler_app.lifecycle import ACTIVE_STATES
 from scheduler_app.models import Allocation, Gpu, GpuRequest, GpuSample, Node, Pool, TeamQuota
 from scheduler_app.telemetry import Load, Point, Summary, current_load, downsample, summarize
 from teams.models import Membership, Team
@@ -28,11 +31,14 @@ def team_ids_of(user) -> set[int]:
 
 
 def quota_usage(team: Team) -> list[dict]:
-    """Per pool: the team's guarantee, what its open allocations hold, and how much of that is borrowed."""
+    """Per pool: the team's guarantee, what its open allocations hold, and how much of that is borrowed.
+
+    Only the team's active requests are looked at (the (team, state) index), never its whole history.
+    """
     used: dict[int, list[int]] = defaultdict(lambda: [0, 0])
     for pool_id, milli, borrowed in (
         Allocation.objects.committed()
-        .filter(request__team=team)
+        .filter(request__team=team, request__state__in=ACTIVE_STATES)
         .values_list("gpu__node__pool_id", "milli", "borrowed")
     ):
         used[pool_id][0] += milli
@@ -94,9 +100,6 @@ class GpuView:
     def used_milli(self) -> int:
         return sum(s.milli for s in self.slices)
 
-    def free_milli(self) -> int:
-        return max(0, MILLI_PER_GPU - self.used_milli())
-
 
 @dataclass
 class NodeView:
@@ -127,44 +130,22 @@ class ClusterPicture:
     pools: list[PoolView]
     queues: list[TeamQueue]
     legend: list[tuple[str, str]]  # (colour class, team name) for the viewer's visible teams
+    nodes: list[NodeView] = field(default_factory=list)  # the nodes asked for, in their order
 
 
-def cluster_picture(user) -> ClusterPicture:
-    """Pools, nodes, cards and their slices, and the queue per team, scoped to what `user` may see.
+def cluster_picture(user, nodes: Iterable[Node] | None = None) -> ClusterPicture:
+    """Capacity per pool and the queue per team, scoped to what `user` may see; the cards and slices
+    of `nodes` only (none when not given: at 1,000 nodes the picture is loaded a pool or a search at
+    a time).
 
     Another team's slices and pending requests show as "other team" and a count,
     never their names. A fixed number of queries whatever the cluster size.
     """
     visible_teams = list(Team.objects.all() if user.is_staff else Team.objects.filter(memberships__user=user))
     colours = {t.pk: f"team-{i % 6}" for i, t in enumerate(visible_teams)}
-
-    pools = {p.pk: PoolView(p) for p in Pool.objects.all()}
-    nodes = {}
-    for node in Node.objects.order_by("name"):
-        nodes[node.pk] = NodeView(node)
-        pools[node.pool_id].nodes.append(nodes[node.pk])
-    gpus = {}
-    for gpu in Gpu.objects.select_related("node").order_by("node__name", "index"):
-        gpus[gpu.pk] = GpuView(gpu)
-        nodes[gpu.node_id].gpus.append(gpus[gpu.pk])
-    open_segments = (
-        Allocation.objects.committed().select_related("request").order_by("gpu_id", "started_at", "id")
-    )
-    for segment in open_segments:
-        request = segment.request
-        if request.team_id in colours:
-            view = SliceView(segment.milli, request.name, colours[request.team_id], request.pk)
-        else:
-            view = SliceView(segment.milli, "other team", "other", None)
-        gpus[segment.gpu_id].slices.append(view)
-
-    for pool_view in pools.values():
-        for node_view in pool_view.nodes:
-            for gpu_view in node_view.gpus:
-                pool_view.total_milli += MILLI_PER_GPU
-                pool_view.allocated_milli += gpu_view.used_milli()
-                if node_view.node.is_schedulable():
-                    pool_view.free_milli += gpu_view.free_milli()
+    pools = {p.pk: PoolView(p) for p in Pool.objects.order_by("name")}
+    _add_pool_capacity(pools)
+    node_views = _node_views(pools, list(nodes), colours) if nodes is not None else []
 
     counts = dict(
         GpuRequest.objects.filter(state=RequestState.PENDING)
@@ -184,7 +165,84 @@ def cluster_picture(user) -> ClusterPicture:
         for team in Team.objects.filter(pk__in=counts)
     ]
     legend = [(colours[t.pk], t.name) for t in visible_teams]
-    return ClusterPicture(list(pools.values()), queues, legend)
+    return ClusterPicture(list(pools.values()), queues, legend, node_views)
+
+
+def _add_pool_capacity(pools: dict[int, PoolView]) -> None:
+    """Per pool: every card's capacity, what open slices hold, and what is free on ready nodes."""
+    ready = Q(node__status=NodeStatus.READY)
+    for pool_id, cards, ready_cards in (
+        Gpu.objects.values("node__pool_id")
+        .annotate(cards=Count("id"), ready_cards=Count("id", filter=ready))
+        .values_list("node__pool_id", "cards", "ready_cards")
+    ):
+        pools[pool_id].total_milli = cards * MILLI_PER_GPU
+        pools[pool_id].free_milli = ready_cards * MILLI_PER_GPU
+    for pool_id, held, held_on_ready in (
+        Allocation.objects.committed()
+        .values("gpu__node__pool_id")
+        .annotate(held=Sum("milli"), held_on_ready=Sum("milli", filter=Q(gpu__node__status=NodeStatus.READY)))
+        .values_list("gpu__node__pool_id", "held", "held_on_ready")
+    ):
+        pools[pool_id].allocated_milli = held
+        pools[pool_id].free_milli -= held_on_ready or 0
+
+
+def _node_views(pools: dict[int, PoolView], nodes: list[Node], colours: dict[int, str]) -> list[NodeView]:
+    """The nodes' cards and open slices, also filed under their pools (nodes come with their pool);
+    names only for the teams in `colours`."""
+    views = {}
+    for node in nodes:
+        views[node.pk] = NodeView(node)
+        pools[node.pool_id].nodes.append(views[node.pk])
+    gpus = {}
+    for gpu in Gpu.objects.filter(node_id__in=views).select_related("node").order_by("node__name", "index"):
+        gpus[gpu.pk] = GpuView(gpu)
+        views[gpu.node_id].gpus.append(gpus[gpu.pk])
+    open_segments = (
+        Allocation.objects.committed()
+        .filter(gpu_id__in=gpus)
+        .select_related("request")
+        .order_by("gpu_id", "started_at", "id")
+    )
+    for segment in open_segments:
+        request = segment.request
+        if request.team_id in colours:
+            view = SliceView(segment.milli, request.name, colours[request.team_id], request.pk)
+        else:
+            view = SliceView(segment.milli, "other team", "other", None)
+        gpus[segment.gpu_id].slices.append(view)
+    return list(views.values())
+
+
+@dataclass
+class Heatmap:
+    """The whole cluster's cards in a compact form for the first paint: node names once, each node's
+    card ids in index order, and the util the live ticker last saw per card (None: no fresh reading)."""
+
+    pools: list[str]
+    nodes: list[str]
+    node_pool: list[int]  # index into pools
+    gpu_ids: list[list[int]]
+    util: list[list[int | None]]
+
+
+def cluster_heatmap(last_frame_gpus: dict[str, int | None]) -> Heatmap:
+    """Two narrow queries whatever the cluster size; utilization comes from the live ticker's frame."""
+    pools = list(Pool.objects.order_by("name").values_list("pk", "name"))
+    pool_index = {pk: i for i, (pk, _) in enumerate(pools)}
+    heatmap = Heatmap([name for _, name in pools], [], [], [], [])
+    rows = {}
+    for pk, name, pool_id in Node.objects.order_by("pool__name", "name").values_list("pk", "name", "pool_id"):
+        rows[pk] = len(heatmap.nodes)
+        heatmap.nodes.append(name)
+        heatmap.node_pool.append(pool_index[pool_id])
+        heatmap.gpu_ids.append([])
+        heatmap.util.append([])
+    for gpu_id, node_id in Gpu.objects.order_by("node_id", "index").values_list("pk", "node_id"):
+        heatmap.gpu_ids[rows[node_id]].append(gpu_id)
+        heatmap.util[rows[node_id]].append(last_frame_gpus.get(str(gpu_id)))
+    return heatmap
 
 
 def recent_audit_events(limit: int = 50) -> list[Event]:
@@ -199,10 +257,21 @@ def recent_audit_events(limit: int = 50) -> list[Event]:
 
 
 def nodes_for_operators() -> QuerySet[Node]:
-    """Every node with its pool, card count and the milli-GPU its open segments hold."""
+    """Every node with its pool, card count and the milli-GPU its open segments hold.
+
+    Both are subqueries per node, so closed allocations (most of them, in a cluster that has run a
+    while) are never joined; the open ones are found through the committed() filter.
+    """
+    cards = Gpu.objects.filter(node=OuterRef("pk")).values("node").annotate(n=Count("id")).values("n")
+    held = (
+        Allocation.objects.committed()
+        .filter(gpu__node=OuterRef("pk"))
+        .values("gpu__node")
+        .annotate(milli=Sum("milli"))
+        .values("milli")
+    )
     return Node.objects.select_related("pool").annotate(
-        gpu_count=Count("gpus", distinct=True),
-        allocated_milli=Sum("gpus__allocations__milli", filter=Q(gpus__allocations__ended_at__isnull=True)),
+        gpu_count=Coalesce(Subquery(cards), 0), allocated_milli=Subquery(held)
     )
 
 

@@ -5,6 +5,7 @@ import time
 from celery import shared_task
 
 from scheduler_app.dispatch import pass_ended, pass_started
+from scheduler_app.live_ticker import tick
 from scheduler_app.node_health import check_heartbeats
 from scheduler_app.scheduling import run_scheduling_pass
 
@@ -21,3 +22,8 @@ def scheduling_pass() -> dict:
 @shared_task(name="scheduler_app.heartbeat_watchdog", ignore_result=True)
 def heartbeat_watchdog() -> dict:
     return check_heartbeats()
+
+
+@shared_task(name="scheduler_app.live_tick", ignore_result=True)
+def live_tick() -> dict:
+    return tick()

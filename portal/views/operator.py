@@ -6,6 +6,7 @@ from functools import wraps
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
 
 from billing_app.selectors import prices_in_force
@@ -36,9 +37,13 @@ def overview(request):
     return render(request, "portal/operator/overview.html", {"events": recent_audit_events()})
 
 
+NODES_PER_PAGE = 50
+
+
 @staff_required
 def node_index(request):
-    return render(request, "portal/operator/nodes.html", {"nodes": nodes_for_operators()})
+    page = Paginator(nodes_for_operators().order_by("name"), NODES_PER_PAGE).get_page(request.GET.get("page"))
+    return render(request, "portal/operator/nodes.html", {"nodes": page, "page": page})
 
 
 @staff_required

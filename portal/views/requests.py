@@ -9,6 +9,7 @@ from django.views.decorators.http import require_POST
 
 from billing_app.selectors import price_per_hour
 from portal.forms import RequestForm
+from portal.live_streams import stream_paths
 from portal.share import Share
 from scheduler_app.estimates import price_lines
 from scheduler_app.filters import GpuRequestFilter
@@ -60,7 +61,8 @@ def request_index(request):
     filters = GpuRequestFilter(given, request_list(request.user), request=request)
     requests = filters.qs if filters.is_valid() else filters.queryset.none()
     page = Paginator(requests, PAGE_SIZE).get_page(request.GET.get("page"))
-    return render(request, "portal/requests/index.html", {"filters": filters.form, "page": page})
+    context = {"filters": filters.form, "page": page, "streams": stream_paths(request.user)}
+    return render(request, "portal/requests/index.html", context)
 
 
 def _visible_request(request, pk):
@@ -71,7 +73,14 @@ def _visible_request(request, pk):
 @login_required
 def request_detail(request, pk):
     gpu_request, events = _request_and_timeline(request, pk)
-    context = {"r": gpu_request, "events": events, "segments": request_segments(gpu_request)}
+    segments = list(request_segments(gpu_request))
+    context = {
+        "r": gpu_request,
+        "events": events,
+        "segments": segments,
+        "streams": stream_paths(request.user, gpu_request.team),
+        "allocation_labels": {str(s.pk): str(s.gpu) for s in segments if s.ended_at is None},
+    }
     return render(request, "portal/requests/detail.html", context)
 
 

@@ -210,6 +210,7 @@ class GpuSerializer(serializers.Serializer):
 
 class NodeSerializer(serializers.Serializer):
     name = serializers.CharField(source="node.name")
+    pool = serializers.CharField(source="node.pool.name")
     status = serializers.CharField(source="node.status")
     last_heartbeat_at = serializers.DateTimeField(source="node.last_heartbeat_at", allow_null=True)
     gpus = GpuSerializer(many=True)
@@ -223,7 +224,6 @@ class PoolSerializer(serializers.Serializer):
     capacity_milli = serializers.IntegerField(source="total_milli")
     allocated_milli = serializers.IntegerField()
     free_milli = serializers.IntegerField(help_text="Free on ready nodes only: what new work can use.")
-    nodes = NodeSerializer(many=True)
 
 
 class TeamQueueSerializer(serializers.Serializer):
@@ -237,8 +237,14 @@ class TeamQueueSerializer(serializers.Serializer):
 
 
 class ClusterSerializer(serializers.Serializer):
+    """Capacity per pool and the queue per team (the whole cluster), then one page of nodes."""
+
+    count = serializers.IntegerField(help_text="Nodes matching the filters.")
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
     pools = PoolSerializer(many=True)
     queues = TeamQueueSerializer(many=True)
+    results = NodeSerializer(many=True, help_text="This page's nodes, by name, with their cards and slices.")
 
 
 class QuotaSerializer(serializers.Serializer):

@@ -4,10 +4,11 @@ serialize."""
 from django.db.models import Prefetch, prefetch_related_objects
 from django.shortcuts import get_object_or_404
 from django_filters.rest_framework import DjangoFilterBackend
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
+from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -32,8 +33,8 @@ from scheduler_app.api.serializers import (
 )
 from scheduler_app.choices import NodeStatus
 from scheduler_app.estimates import estimate_request
-from scheduler_app.filters import GpuRequestFilter
-from scheduler_app.models import Allocation, GpuRequest, Pool
+from scheduler_app.filters import ClusterNodeFilter, GpuRequestFilter
+from scheduler_app.models import Allocation, GpuRequest, Node, Pool
 from scheduler_app.selectors import (
     cluster_picture,
     nodes_for_operators,
@@ -140,12 +141,36 @@ def _submitted(request, shape=SubmitSerializer) -> dict:
     return fields
 
 
-class ClusterView(APIView):
-    """Pools, nodes and GPUs with their allocated slices; other teams' work shows only as used capacity."""
+class ClusterView(GenericAPIView):
+    """Capacity per pool and the queue per team, then the nodes a page at a time (filtered by pool,
+    node name, state) with their cards and slices; other teams' work shows only as used capacity."""
 
-    @extend_schema(responses=ClusterSerializer)
+    queryset = Node.objects.none()  # names the model for the schema and the filter
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = ClusterNodeFilter
+
+    @extend_schema(
+        responses=ClusterSerializer,
+        parameters=[
+            OpenApiParameter("pool", str, description="Only this pool's nodes (its name)."),
+            OpenApiParameter("node", str, description="Only nodes whose name contains this."),
+            OpenApiParameter("state", str, enum=NodeStatus.values, description="Only nodes in this state."),
+            OpenApiParameter("page", int, description="Page of nodes, from 1."),
+            OpenApiParameter("page_size", int, description="Nodes a page, 1..500 (50 if not given)."),
+        ],
+    )
     def get(self, request):
-        return Response(ClusterSerializer(cluster_picture(request.user)).data)
+        nodes = self.filter_queryset(Node.objects.select_related("pool").order_by("name"))
+        picture = cluster_picture(request.user, self.paginate_queryset(nodes))
+        body = {
+            "count": self.paginator.page.paginator.count,
+            "next": self.paginator.get_next_link(),
+            "previous": self.paginator.get_previous_link(),
+            "pools": picture.pools,
+            "queues": picture.queues,
+            "results": picture.nodes,
+        }
+        return Response(ClusterSerializer(body).data)
 
 
 class GpuSampleIngestView(APIView):

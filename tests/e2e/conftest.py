@@ -1,5 +1,9 @@
-"""Browser tests: Playwright driving Debian's Chromium against pytest-django's live server."""
+"""Browser tests: Playwright driving Debian's Chromium against pytest-django's live server, or, for
+websockets, the ASGI application served by uvicorn in a thread of the test process."""
 
+import socket
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -53,17 +57,61 @@ def screenshot():
     return save
 
 
+def log_in_at(base_url, browser, username, password):
+    """A page of a fresh browser context, logged in through the form at base_url."""
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    page.goto(f"{base_url}/accounts/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", password)
+    page.click("main button[type=submit]")
+    page.wait_for_url(f"{base_url}/")
+    return page
+
+
 @pytest.fixture
 def log_in(live_server):
     """log_in(browser, username, password) -> a page of a fresh browser context, logged in via the form."""
+    return lambda browser, username, password: log_in_at(live_server.url, browser, username, password)
 
-    def log_in(browser, username, password):
-        page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-        page.goto(f"{live_server.url}/accounts/login/")
-        page.fill("input[name=username]", username)
-        page.fill("input[name=password]", password)
-        page.click("main button[type=submit]")
-        page.wait_for_url(f"{live_server.url}/")
-        return page
 
-    return log_in
+class AsgiServer:
+    """The whole ASGI application (pages and websockets) served by uvicorn in a thread, on a fixed
+    loopback port, so a test may stop it and start it again (clients reconnect to the same URL)."""
+
+    def __init__(self):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._server = self._thread = None
+
+    def start(self) -> None:
+        import uvicorn
+
+        from portal.asgi import application
+
+        config = uvicorn.Config(
+            application, host="127.0.0.1", port=self.port, lifespan="off", log_level="warning"
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert self._server.started, "uvicorn did not start"
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+
+@pytest.fixture
+def asgi_server(transactional_db):
+    """An AsgiServer, started. In the test process, so it shares the test database and, without Redis,
+    the in-memory channel layer: what a thread of this process publishes reaches the pages' websockets.
+    """
+    server = AsgiServer()
+    server.start()
+    yield server
+    server.stop()

@@ -1,4 +1,7 @@
+import asyncio
 import os
+import threading
+import time
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -6,7 +9,7 @@ from channels.layers import get_channel_layer
 
 def test_channel_layer_matches_configuration_and_delivers():
     layer = get_channel_layer()
-    expected = "RedisChannelLayer" if os.environ.get("REDIS_URL") else "InMemoryChannelLayer"
+    expected = "RedisChannelLayer" if os.environ.get("REDIS_URL") else "ThreadSafeInMemoryChannelLayer"
     assert type(layer).__name__ == expected
 
     async def roundtrip():
@@ -18,3 +21,28 @@ def test_channel_layer_matches_configuration_and_delivers():
         return message
 
     assert async_to_sync(roundtrip)() == {"type": "ping", "n": 7}
+
+
+def test_a_send_from_another_threads_loop_wakes_a_receiver_waiting_on_this_one():
+    """What the embedded worker and live ticker do: publish from a thread while consumers wait."""
+    layer = get_channel_layer()
+
+    async def scenario():
+        channel = await layer.new_channel()
+        await layer.group_add("threads", channel)
+        waiting = asyncio.ensure_future(layer.receive(channel))
+        await asyncio.sleep(0.05)  # the receiver now waits on this loop
+        sender = threading.Thread(
+            target=lambda: async_to_sync(layer.group_send)("threads", {"type": "ping", "n": 8})
+        )
+        started = time.monotonic()
+        sender.start()
+        message = await asyncio.wait_for(waiting, timeout=5)
+        await layer.group_discard("threads", channel)
+        sender.join()
+        return message, time.monotonic() - started
+
+    message, seconds = async_to_sync(scenario)()
+
+    assert message == {"type": "ping", "n": 8}
+    assert seconds < 2  # a plain asyncio queue would leave the receiver asleep until timeout

@@ -24,37 +24,43 @@ def cluster(team, other_team, member, outsider, make_node):
     return node
 
 
-def test_cluster_page_needs_login(client, db):
-    assert client.get(reverse("cluster")).status_code == 302
+def picture(client, **query):
+    """The cluster page and the node fragment it loads (every node, or those the query names)."""
+    return client.get(reverse("cluster")).text + client.get(reverse("cluster_nodes"), query).text
+
+
+@pytest.mark.parametrize("page", ["cluster", "cluster_nodes"])
+def test_cluster_pages_need_login(client, db, page):
+    assert client.get(reverse(page)).status_code == 302
 
 
 def test_member_sees_own_slice_named_and_linked(client, member, cluster):
     client.force_login(member)
 
-    response = client.get(reverse("cluster"))
+    text = picture(client)
 
-    assert 'title="vision-train · 250 milli-GPU"' in response.text
-    assert 'data-request="vision-train"' in response.text
+    assert 'title="vision-train · 250 milli-GPU"' in text
+    assert 'data-request="vision-train"' in text
 
 
 @pytest.mark.parametrize("user", ["member", "team_admin"])
 def test_other_teams_names_never_reach_the_page(client, cluster, user, request):
     client.force_login(request.getfixturevalue(user))
 
-    response = client.get(reverse("cluster"))
+    text = picture(client)
 
-    assert "secret-llm" not in response.text and "secret-queued" not in response.text
-    assert 'title="other team · 500 milli-GPU"' in response.text
+    assert "secret-llm" not in text and "secret-queued" not in text
+    assert 'title="other team · 500 milli-GPU"' in text
 
 
 def test_outsider_sees_their_own_names_and_not_ours(client, outsider, cluster):
     client.force_login(outsider)
 
-    response = client.get(reverse("cluster"))
+    text = picture(client)
 
-    assert "secret-llm" in response.text and "secret-queued" in response.text
-    assert "vision-train" not in response.text
-    assert 'title="other team · 250 milli-GPU"' in response.text
+    assert "secret-llm" in text and "secret-queued" in text
+    assert "vision-train" not in text
+    assert 'title="other team · 250 milli-GPU"' in text
 
 
 def test_queue_per_team_counts_everyone_but_names_only_the_viewers(client, member, cluster):
@@ -70,9 +76,9 @@ def test_queue_per_team_counts_everyone_but_names_only_the_viewers(client, membe
 def test_operator_sees_every_teams_names(client, operator, cluster):
     client.force_login(operator)
 
-    response = client.get(reverse("cluster"))
+    text = picture(client)
 
-    assert "secret-llm" in response.text and "vision-train" in response.text
+    assert "secret-llm" in text and "vision-train" in text
 
 
 def test_capacity_per_pool_counts_ready_cards_only_as_free(client, member, cluster, make_node):
@@ -112,7 +118,85 @@ def test_cluster_page_queries_do_not_grow_with_the_cluster(
             allocate(request, [Slice(gpu.id, 125, 1024)])
     client.force_login(member)
 
-    with django_assert_max_num_queries(10):
-        response = client.get(reverse("cluster"))
+    with django_assert_max_num_queries(14):
+        page = client.get(reverse("cluster"))
+    with django_assert_max_num_queries(12):
+        nodes = client.get(reverse("cluster_nodes"))
 
-    assert response.text.count('class="gpu"') == 24
+    heatmap = json.loads(
+        page.text.split('id="heatmap-data" type="application/json">')[1].split("</script>")[0]
+    )
+    assert sum(len(ids) for ids in heatmap["gpu_ids"]) == 24
+    assert nodes.text.count('class="gpu"') == 24
+
+
+def test_heatmap_is_one_compact_array_with_node_names_once(client, member, cluster, make_node):
+    spot = create_pool(name="spot", gpu_model="A100-80GB", capacity_type=CapacityType.SPOT)
+    make_node("spot-1", gpus=3, pool=spot)
+    client.force_login(member)
+
+    page = client.get(reverse("cluster")).text
+
+    heatmap = json.loads(page.split('id="heatmap-data" type="application/json">')[1].split("</script>")[0])
+    assert heatmap["pools"] == ["a100", "spot"]
+    assert heatmap["nodes"] == ["node-1", "spot-1"] and heatmap["node_pool"] == [0, 1]
+    assert [len(ids) for ids in heatmap["gpu_ids"]] == [2, 3]
+    assert heatmap["util"] == [[None, None], [None, None, None]]  # no live frame yet
+    assert 'class="gpu"' not in page  # the cards' detail loads on demand
+
+
+def test_heatmap_shows_the_live_tickers_latest_util(client, member, cluster):
+    from django.utils import timezone
+
+    from scheduler_app.live_ticker import tick
+    from scheduler_app.models import GpuSample
+
+    card = cluster.gpus.get(index=1)
+    GpuSample.objects.create(
+        gpu=card,
+        sampled_at=timezone.now(),
+        gpu_util_percent=77,
+        memory_used_mib=1,
+        power_mw=1,
+        temperature_c=30,
+    )
+    tick()
+    client.force_login(member)
+
+    page = client.get(reverse("cluster")).text
+
+    heatmap = json.loads(page.split('id="heatmap-data" type="application/json">')[1].split("</script>")[0])
+    assert heatmap["util"] == [[None, 77]]
+
+
+def test_node_fragment_filters_by_pool_name_and_state_and_pages(client, member, make_node):
+    spot = create_pool(name="spot", gpu_model="A100-80GB", capacity_type=CapacityType.SPOT)
+    for i in range(3):
+        make_node(f"od-{i}", gpus=1)
+    drained = make_node("spot-7", gpus=1, pool=spot)
+    set_node_status(drained, NodeStatus.DRAINING, reason="maintenance")
+    make_node("spot-8", gpus=1, pool=spot)
+    client.force_login(member)
+
+    def names(**query):
+        text = client.get(reverse("cluster_nodes"), query).text
+        return [line.split("</span>")[0] for line in text.split('class="node-name">')[1:]]
+
+    assert names(pool="spot") == ["spot-7", "spot-8"]
+    assert names(node="-7") == ["spot-7"]
+    assert names(state="draining") == ["spot-7"]
+    assert names(pool="a100", state="ready") == ["od-0", "od-1", "od-2"]
+    bad = client.get(reverse("cluster_nodes"), {"pool": "nope"})
+    assert bad.status_code == 200 and "is not a pool" in bad.text and 'class="node-name"' not in bad.text
+
+
+def test_node_fragment_pages_by_fifty(client, member, make_node):
+    for i in range(52):
+        make_node(f"n-{i:02}", gpus=1)
+    client.force_login(member)
+
+    first = client.get(reverse("cluster_nodes")).text
+    second = client.get(reverse("cluster_nodes"), {"page": 2}).text
+
+    assert first.count('class="node-name"') == 50 and "Page 1 of 2 (52 nodes)" in first
+    assert second.count('class="node-name"') == 2 and "n-51" in second

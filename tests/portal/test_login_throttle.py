@@ -97,9 +97,7 @@ def test_the_lock_lifts_when_its_window_ends(client, operator, page):
 @pytest.mark.parametrize("page", LOGIN_PAGES)
 def test_sign_in_still_works_while_redis_is_away(client, operator, page, settings, caplog):
     away = closed_port_url()
-    settings.CACHES = {
-        "default": {"BACKEND": "portal.redis_cache.RedisCache", "LOCATION": away}
-    }
+    settings.CACHES = {"default": {"BACKEND": "portal.redis_cache.RedisCache", "LOCATION": away}}
 
     response, signed_in = sign_in(client, page, "ops", "pw-ops-123")
 

@@ -176,10 +176,40 @@ def test_nodes_page_queries_do_not_grow(client, operator, make_node, django_asse
         make_node(f"node-{i}", gpus=4)
     client.force_login(operator)
 
-    with django_assert_max_num_queries(4):
+    with django_assert_max_num_queries(5):
         response = client.get(reverse("operator_nodes"))
 
     assert response.text.count("Drain…") == 8
+
+
+def test_nodes_page_pages_by_fifty(client, operator, make_node):
+    for i in range(51):
+        make_node(f"node-{i:02}", gpus=1)
+    client.force_login(operator)
+
+    first = client.get(reverse("operator_nodes"))
+    second = client.get(reverse("operator_nodes"), {"page": 2})
+
+    assert first.text.count("Drain…") == 50 and "Page 1 of 2 (51 nodes)" in first.text
+    assert second.text.count("Drain…") == 1 and "node-50" in second.text
+
+
+def test_nodes_page_counts_only_open_allocations(client, operator, member, team, make_node):
+    from scheduler_app.services.placement import Slice, allocate
+    from scheduler_app.services.requests import release_request, submit_request
+
+    card = make_node("node-1", gpus=2).gpus.get(index=0)
+    done = submit_request(user=member, team=team, name="done", gpu_milli=500)
+    allocate(done, [Slice(card.pk, 500, 1024)])
+    release_request(done, user=member)
+    running = submit_request(user=member, team=team, name="running", gpu_milli=250)
+    allocate(running, [Slice(card.pk, 250, 1024)])
+    client.force_login(operator)
+
+    response = client.get(reverse("operator_nodes"))
+
+    row = response.text.split("<td>node-1</td>")[1].split("</tr>")[0]
+    assert '<td class="num">2</td><td class="num">250</td>' in row
 
 
 def test_audit_page_queries_do_not_grow(client, operator, make_node, django_assert_max_num_queries):

@@ -1,5 +1,7 @@
 """Request a GPU (form and live estimate), the request list, the detail page, cancel and release."""
 
+import json
+
 import pytest
 from django.urls import reverse
 
@@ -556,3 +558,23 @@ def test_detail_offers_only_the_actions_the_state_allows(client, member, node, t
     assert reverse("request_cancel", args=[two_teams.pk]) in pending
     assert reverse("request_release", args=[two_teams.pk]) not in pending
     assert reverse("request_release", args=[two_teams.pk]) in active
+
+
+def _streams(response):
+    script = response.text.split('id="live-streams" type="application/json">')[1]
+    return json.loads(script.split("</script>")[0])
+
+
+def test_pages_follow_the_viewers_own_live_streams(client, member, operator, outsider, team):
+    request = submit_request(user=member, team=team, name="followed", gpu_milli=125)
+
+    client.force_login(member)
+    member_pages = [_streams(client.get(url)) for url in ("/requests/", f"/requests/{request.pk}/")]
+    client.force_login(operator)
+    operator_detail = _streams(client.get(f"/requests/{request.pk}/"))
+    client.force_login(outsider)
+    outsider_list = _streams(client.get("/requests/"))
+
+    assert member_pages == [["/ws/teams/vision/events/"], ["/ws/teams/vision/events/"]]
+    assert operator_detail == ["/ws/cluster/"]
+    assert outsider_list == ["/ws/teams/language/events/"]

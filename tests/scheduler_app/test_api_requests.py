@@ -242,7 +242,7 @@ def test_cluster_shows_capacity_but_not_other_teams_work(
     assert "secret-project" not in response.content.decode()
     (pool,) = response.json()["pools"]
     assert (pool["capacity_milli"], pool["allocated_milli"], pool["free_milli"]) == (2000, 750, 1250)
-    slices = [s for n in pool["nodes"] for g in n["gpus"] for s in g["slices"]]
+    slices = [s for n in response.json()["results"] for g in n["gpus"] for s in g["slices"]]
     assert sorted((s["label"], s["request_id"]) for s in slices) == [("mine", mine.pk), ("other team", None)]
     assert "secret-queue" not in response.content.decode()
     assert response.json()["queues"] == [{"team": "language", "pending": 1, "names": None}]

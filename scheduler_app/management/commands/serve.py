@@ -2,11 +2,11 @@ from daphne.cli import CommandLineInterface
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from scheduler_app.dispatch import embedded_worker
+from scheduler_app.dispatch import embedded_ticker, embedded_worker
 
 
 class Command(BaseCommand):
-    help = "Serve the portal over ASGI with Daphne; without REDIS_URL, also run the worker in-process."
+    help = "Serve the portal over ASGI (Daphne); without REDIS_URL, also run the worker and live ticker."
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default="127.0.0.1")
@@ -16,8 +16,10 @@ class Command(BaseCommand):
         if not settings.REDIS_URL:
             embedded_worker.start()
             embedded_worker.wake()
+            embedded_ticker.start()
         try:
             CommandLineInterface().run(["-b", host, "-p", str(port), "portal.asgi:application"])
         finally:
             if not settings.REDIS_URL:
                 embedded_worker.stop()
+                embedded_ticker.stop()

@@ -1,0 +1,49 @@
+// The request list and detail pages, live: a state change refreshes the page's live regions in place;
+// on the detail page each of the request's allocations draws one utilization line, a point a tick.
+(function () {
+  "use strict";
+  const streams = JSON.parse(document.getElementById("live-streams").textContent);
+  const chart = document.getElementById("util-chart");
+  const requestId = chart ? Number(chart.dataset.request) : null;
+  const labels = chart ? JSON.parse(document.getElementById("allocation-labels").textContent) : {};
+  const traceOf = {};  // allocation id -> trace index
+  const MAX_POINTS = 600;
+
+  if (chart && window.Plotly) {
+    Plotly.newPlot(chart, [], {
+      height: 260, margin: { l: 50, r: 10, t: 10, b: 40 },
+      yaxis: { title: { text: "GPU util %" }, range: [0, 100] }, xaxis: { type: "date" },
+      legend: { orientation: "h" }, paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
+    }, { displayModeBar: false, responsive: true });
+  }
+
+  function plot(at, allocations) {
+    if (!chart || !window.Plotly) return;
+    Object.keys(allocations || {}).forEach(function (id) {
+      const entry = allocations[id];
+      if (!entry || entry.request !== requestId || entry.util === null) return;
+      if (id in traceOf) {
+        Plotly.extendTraces(chart, { x: [[at]], y: [[entry.util]] }, [traceOf[id]], MAX_POINTS);
+      } else {
+        traceOf[id] = chart.data.length;
+        Plotly.addTraces(chart, {
+          type: "scatter", mode: "lines+markers", x: [at], y: [entry.util],
+          name: labels[id] || "GPU #" + entry.gpu,
+        });
+      }
+    });
+    chart.dataset.points = String(chart.data.reduce(function (n, t) { return n + t.x.length; }, 0));
+  }
+
+  streams.forEach(function (stream) {
+    window.PortalLive.connect(stream, {
+      event: function (frame) {
+        if (requestId === null || (frame.object === "gpurequest" && frame.id === requestId)) {
+          window.PortalLive.refreshRegions();
+        }
+      },
+      snapshot: function (frame) { plot(new Date().toISOString(), frame.allocations); },
+      tick: function (frame) { plot(frame.at, frame.allocations); },
+    });
+  });
+})();
