@@ -35,7 +35,33 @@
     chart.dataset.points = String(chart.data.reduce(function (n, t) { return n + t.x.length; }, 0));
   }
 
-  streams.forEach(function (stream) {
+  // The allocations' last 15 minutes (the utilization API, by card) start their lines; the stream
+  // carries on from there.
+  function seed() {
+    if (!chart || !window.Plotly) return Promise.resolve();
+    const idOf = {};
+    Object.keys(labels).forEach(function (id) { idOf[labels[id]] = id; });
+    return fetch("/api/v1/requests/" + requestId + "/utilization/", { credentials: "same-origin" })
+      .then(function (response) { return response.ok ? response.json() : { gpus: [] }; })
+      .then(function (body) {
+        body.gpus.forEach(function (card) {
+          const id = idOf[card.node + "/gpu" + card.gpu_index];
+          if (!id || !card.series.length || id in traceOf) return;
+          traceOf[id] = chart.data.length;
+          Plotly.addTraces(chart, {
+            type: "scatter", mode: "lines+markers", name: labels[id],
+            x: card.series.map(function (p) { return p.at; }),
+            y: card.series.map(function (p) { return p.gpu_util_percent; }),
+          });
+        });
+        chart.dataset.seeded = String(chart.data.length);
+      })
+      .catch(function () { /* the live points still come */ });
+  }
+
+  seed().then(function () { streams.forEach(follow); });
+
+  function follow(stream) {
     window.PortalLive.connect(stream, {
       event: function (frame) {
         if (requestId === null || (frame.object === "gpurequest" && frame.id === requestId)) {
@@ -45,5 +71,5 @@
       snapshot: function (frame) { plot(new Date().toISOString(), frame.allocations); },
       tick: function (frame) { plot(frame.at, frame.allocations); },
     });
-  });
+  }
 })();

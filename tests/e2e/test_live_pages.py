@@ -70,6 +70,12 @@ def test_request_list_and_detail_update_in_place_through_the_websocket(
     assert page.evaluate("document.getElementById('util-chart').data[0].y") == [63]
     off_the_browser_thread(lambda: read_card_of("live-e2e", 71))
     expect(page.locator("#util-chart")).to_have_attribute("data-points", "2")
+    # A page opened now starts the line from the readings so far (the utilization API).
+    later = page.context.new_page()
+    later.goto(page.url)
+    expect(later.locator("#util-chart")).to_have_attribute("data-seeded", "1")
+    assert later.evaluate("document.getElementById('util-chart').data[0].name") == "node-1/gpu0"
+    later.close()
     off_the_browser_thread(lambda: cancel_request(GpuRequest.objects.get(pk=request.pk), user=member))
     expect(page.locator("#state")).to_have_text("Cancelled")
     expect(page.locator("#timeline")).to_contain_text("cancelled")

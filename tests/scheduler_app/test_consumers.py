@@ -41,7 +41,7 @@ def connection_result(user, path):
 
 
 def frames_after(user, work, path=TEAM_STREAM):
-    """Connect, take the snapshot, run `work` (ORM calls) and return every frame sent until it goes quiet."""
+    """Connect, take the snapshot, run `work` (ORM calls) and return every frame sent until a quiet second."""
 
     async def scenario():
         socket = connect(user, path)
@@ -49,7 +49,7 @@ def frames_after(user, work, path=TEAM_STREAM):
         await socket.receive_json_from(timeout=5)
         await database_sync_to_async(work)()
         frames = []
-        while not await socket.receive_nothing(timeout=0.3):
+        while not await socket.receive_nothing(timeout=1):
             frames.append(await socket.receive_json_from(timeout=1))
         await socket.disconnect()
         return frames
