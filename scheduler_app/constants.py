@@ -11,3 +11,9 @@ MAX_GPUS_PER_SAMPLE_BATCH = 64
 UTILIZATION_WINDOW_S = 900  # what the utilization endpoint summarizes: the last 15 minutes
 UTILIZATION_MAX_POINTS = 60  # the window's series is downsampled to at most this many points
 UTIL_STDDEV_TARGET_PERCENT = 15  # DESIGN: steady work keeps util std-dev under 15 %
+
+# The node agent's protocol.
+MAX_GPUS_PER_NODE = 64
+LOG_CHUNK_MAX_CHARS = 64 * 1024  # one log report at most; the agent ships longer output in pieces
+LOG_MAX_CHARS_PER_REQUEST = 1024 * 1024  # the oldest chunks go beyond this: the page shows the tail
+EXIT_CODE_RANGE = (-255, 255)  # negative: the signal that killed the job (Popen's convention)

@@ -87,6 +87,9 @@ class Gpu(models.Model):
     model = models.CharField(max_length=64)
     memory_mib = models.PositiveIntegerField()
     mig_capable = models.BooleanField(default=False)
+    mig_enabled = models.BooleanField(
+        default=False, help_text="MIG mode on, as the node's agent last reported."
+    )
 
     class Meta:
         ordering = ["node__name", "index"]
@@ -160,6 +163,11 @@ class GpuRequest(models.Model):
     scheduled_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.SmallIntegerField(
+        null=True,
+        blank=True,
+        help_text="The job's exit status as its agent reported it; negative: killed by that signal.",
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -348,6 +356,32 @@ class GpuSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.gpu} at {self.sampled_at:%Y-%m-%d %H:%M:%S}: {self.gpu_util_percent} %"
+
+
+class LogChunk(models.Model):
+    """A piece of a request's job output (stdout and stderr interleaved) as its node's agent shipped it.
+
+    `offset` is the character offset of `text` in the job's output: a chunk sent again is
+    stored once, and a reader tails the log by asking for what lies past an offset.
+    """
+
+    request = models.ForeignKey(GpuRequest, on_delete=models.CASCADE, related_name="log_chunks")
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    offset = models.PositiveBigIntegerField()
+    text = models.TextField()
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["request", "offset"]
+        constraints = [
+            models.UniqueConstraint(fields=["request", "offset"], name="logchunk_one_per_request_offset"),
+        ]
+
+    def __str__(self) -> str:
+        return f"log of request {self.request_id} at {self.offset}"
+
+    def end(self) -> int:
+        return self.offset + len(self.text)
 
 
 class PassRecord(models.Model):

@@ -11,7 +11,8 @@ from django.utils import timezone
 from audit.models import Event
 from scheduler_app.choices import RequestState
 from scheduler_app.constants import MILLI_PER_GPU, UTILIZATION_MAX_POINTS, UTILIZATION_WINDOW_S
-from scheduler_app.models import Allocation, Gpu, GpuRequest, GpuSample, Node, Pool, TeamQuota
+from scheduler_app.models import Allocation, Gpu, GpuRequest, GpuSample, LogChunk, Node, Pool, TeamQuota
+from scheduler_app.services.agents import checkpoint_dir
 from scheduler_app.telemetry import Point, Summary, downsample, summarize
 from teams.models import Membership, Team
 
@@ -267,3 +268,60 @@ def request_utilization(
         for segment in segments
     ]
     return RequestUtilization(request, now, start, window_s, cards)
+
+
+def node_work(node: Node) -> list[dict]:
+    """What the node's agent must run now: each request holding open slices of the node, with its
+    command, its cards (UUID, milli-GPU, memory MiB) and its checkpoint directory. A request that
+    drops out of this list (released, cancelled, requeued) is one the agent must stop."""
+    work: dict[int, dict] = {}
+    for allocation in (
+        Allocation.objects.committed()
+        .filter(gpu__node=node)
+        .select_related("request__team", "gpu")
+        .order_by("request_id", "gpu__index")
+    ):
+        request = allocation.request
+        item = work.setdefault(
+            request.pk,
+            {
+                "request_id": request.pk,
+                "name": request.name,
+                "team": request.team.slug,
+                "state": request.state,
+                "task_type": request.task_type,
+                "command": request.command,
+                "checkpoint_dir": checkpoint_dir(request),
+                "gpus": [],
+            },
+        )
+        item["gpus"].append(
+            {"uuid": allocation.gpu.uuid, "milli": allocation.milli, "memory_mib": allocation.gpu_memory_mib}
+        )
+    return list(work.values())
+
+
+@dataclass(frozen=True)
+class LogTail:
+    """The job output stored past an offset: `text` runs from `start` to `end`; `start` is later than
+    the offset asked for when older output was dropped (the log keeps its newest part)."""
+
+    start: int
+    end: int
+    text: str
+
+
+def request_log(request: GpuRequest, after: int = 0) -> LogTail:
+    chunks = list(LogChunk.objects.filter(request=request, offset__gte=after).order_by("offset"))
+    earlier = LogChunk.objects.filter(request=request, offset__lt=after).order_by("-offset").first()
+    if earlier and earlier.end() > after:  # the asked-for offset falls inside a chunk
+        chunks.insert(0, earlier)
+    if not chunks:
+        return LogTail(start=after, end=after, text="")
+    start = max(after, chunks[0].offset)
+    text, position = [], start
+    for chunk in chunks:
+        piece = chunk.text[max(0, position - chunk.offset) :]
+        text.append(piece)
+        position = max(position, chunk.end())
+    return LogTail(start=start, end=position, text="".join(text))
