@@ -5,7 +5,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from django.contrib.contenttypes.models import ContentType
-from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
+from django.db.models import Count, F, Max, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
+from django.db.models.functions import Length
 from django.utils import timezone
 
 from audit.models import Event
@@ -273,7 +274,8 @@ def request_utilization(
 def node_work(node: Node) -> list[dict]:
     """What the node's agent must run now: each request holding open slices of the node, with its
     command, its cards (UUID, milli-GPU, memory MiB) and its checkpoint directory. A request that
-    drops out of this list (released, cancelled, requeued) is one the agent must stop."""
+    drops out of this list (released, cancelled, requeued) is one the agent must stop. `log_offset`
+    is where the stored log ends: a job started again appends its output there."""
     work: dict[int, dict] = {}
     for allocation in (
         Allocation.objects.committed()
@@ -292,12 +294,20 @@ def node_work(node: Node) -> list[dict]:
                 "task_type": request.task_type,
                 "command": request.command,
                 "checkpoint_dir": checkpoint_dir(request),
+                "log_offset": 0,
                 "gpus": [],
             },
         )
         item["gpus"].append(
             {"uuid": allocation.gpu.uuid, "milli": allocation.milli, "memory_mib": allocation.gpu_memory_mib}
         )
+    ends = (
+        LogChunk.objects.filter(request_id__in=list(work))
+        .values("request_id")
+        .annotate(end=Max(F("offset") + Length("text")))
+    )
+    for row in ends:
+        work[row["request_id"]]["log_offset"] = row["end"]
     return list(work.values())
 
 

@@ -63,6 +63,9 @@ class WorkSerializer(serializers.Serializer):
     task_type = serializers.CharField()
     command = serializers.CharField(allow_blank=True)
     checkpoint_dir = serializers.CharField()
+    log_offset = serializers.IntegerField(
+        help_text="Where the stored log ends: a restarted job's output goes on there."
+    )
     gpus = WorkCardSerializer(many=True)
 
 

@@ -144,22 +144,35 @@ def report_started(node: Node, request_id: int) -> GpuRequest:
 def report_finished(node: Node, request_id: int, exit_code: int) -> GpuRequest:
     """The job's process ended: exit status 0 is succeeded, anything else failed; the status is kept.
 
-    A request that already left this node (released, cancelled, requeued) keeps its state: its
-    stop was the portal's decision, and a repeated report changes nothing.
+    A request that had already ended (released, cancelled, stopped by the watchdog) keeps its state
+    and takes the exit status if it has none; one that left this node (requeued, moved) is left as
+    it is. A repeated report changes nothing.
     """
     low, high = EXIT_CODE_RANGE
     if isinstance(exit_code, bool) or not isinstance(exit_code, int) or not low <= exit_code <= high:
         raise ValidationError({"exit_code": f"Give the exit status as a whole number from {low} to {high}."})
+    outcome = RequestState.SUCCEEDED if exit_code == 0 else RequestState.FAILED
+    return _end_here(node, request_id, outcome, exit_reason(exit_code), exit_code=exit_code)
+
+
+def _end_here(node: Node, request_id: int, outcome: str, reason: str, *, exit_code: int | None = None):
+    """End the request as `outcome` if it is running (or about to) on this node; see report_finished."""
     request = _own_request(node, request_id)
     with transaction.atomic():
         locked = GpuRequest.objects.select_for_update().get(pk=request.pk)
+        if locked.is_terminal():
+            if exit_code is not None and locked.exit_code is None:
+                GpuRequest.objects.filter(pk=locked.pk).update(exit_code=exit_code)
+                locked.exit_code = exit_code
+            return locked
         if locked.state not in (RequestState.SCHEDULED, RequestState.RUNNING) or not _runs_here(node, locked):
             return locked
-        if locked.state == RequestState.SCHEDULED:  # ended before its "started" got through
+        if locked.state == RequestState.SCHEDULED and outcome == RequestState.SUCCEEDED:
+            # It ended before its "started" got through: it did run.
             transition_request(locked, RequestState.RUNNING, actor_name=AGENT, reason="process started")
-        GpuRequest.objects.filter(pk=locked.pk).update(exit_code=exit_code)
-        outcome = RequestState.SUCCEEDED if exit_code == 0 else RequestState.FAILED
-        return transition_request(locked, outcome, actor_name=AGENT, reason=exit_reason(exit_code))
+        if exit_code is not None:
+            GpuRequest.objects.filter(pk=locked.pk).update(exit_code=exit_code)
+        return transition_request(locked, outcome, actor_name=AGENT, reason=reason)
 
 
 def exit_reason(exit_code: int) -> str:
@@ -211,21 +224,10 @@ def _trim_log(request: GpuRequest) -> None:
 def report_memory_exceeded(
     node: Node, request_id: int, *, uuid: str, used_mib: int, limit_mib: int
 ) -> GpuRequest:
-    """The agent's watchdog stopped the job for using more GPU memory than its slice: logged."""
-    errors = {}
-    for name, value in (("used_mib", used_mib), ("limit_mib", limit_mib)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            errors[name] = ["Give a whole number of MiB, 0 or more."]
-    if errors:
-        raise ValidationError(errors)
+    """The agent's watchdog is stopping the job for using more GPU memory than its slice: the request
+    fails with a reason that says so (its exit status follows in the "finished" report)."""
     request = _own_request(node, request_id)
     if not Allocation.objects.filter(request=request, gpu__node=node, gpu__uuid=uuid).exists():
         raise ValidationError({"uuid": f"{uuid!r} is not a card request {request_id} holds on {node.name}."})
-    log_event(
-        request,
-        "memory exceeded",
-        actor_name=AGENT,
-        reason=f"stopped: used {used_mib} MiB of GPU memory above its slice of {limit_mib} MiB",
-        data={"gpu": uuid, "used_mib": used_mib, "limit_mib": limit_mib, "node": node.name},
-    )
-    return request
+    reason = f"stopped: used {used_mib} MiB of GPU memory above its slice of {limit_mib} MiB"
+    return _end_here(node, request_id, RequestState.FAILED, reason)

@@ -135,6 +135,7 @@ def test_work_lists_this_nodes_requests_with_command_share_memory_cards_and_chec
             "task_type": "training",
             "command": "python train.py",
             "checkpoint_dir": f"{settings.CHECKPOINT_ROOT}/{team.slug}/request-{placed.pk}",
+            "log_offset": 0,
             "gpus": [{"uuid": "GPU-node-1-0", "milli": 250, "memory_mib": 20480}],
         }
     ]
@@ -173,7 +174,7 @@ def test_finished_after_the_user_released_it_keeps_the_users_decision(agent, pla
     assert response.status_code == 200
     assert response.json()["state"] == "succeeded"
     placed.refresh_from_db()
-    assert placed.exit_code is None
+    assert (placed.state, placed.exit_code) == ("succeeded", -15)
 
 
 @pytest.mark.parametrize("bad", ["0", None, 1.5, True, 300, -300])
@@ -259,14 +260,19 @@ def test_the_log_keeps_its_newest_part(agent, placed, settings, monkeypatch):
     assert list(LogChunk.objects.values_list("text", flat=True)) == ["bbbb", "cccc"]
 
 
-def test_the_watchdogs_report_is_an_event_saying_what_it_used(agent, placed):
+def test_the_watchdogs_report_fails_the_request_saying_what_it_used(agent, placed):
+    agent.post(AGENT + f"requests/{placed.pk}/started/")
     body = {"uuid": "GPU-node-1-0", "used_mib": 30000, "limit_mib": 20480}
 
     response = agent.post(AGENT + f"requests/{placed.pk}/memory-exceeded/", body, format="json")
+    exit_report = agent.post(AGENT + f"requests/{placed.pk}/finished/", {"exit_code": 0}, format="json")
 
-    assert response.status_code == 200
-    event = Event.objects.filter(object_id=placed.pk, to_state="memory exceeded").get()
+    assert response.json() == {"request_id": placed.pk, "state": "failed"}
+    event = Event.objects.filter(object_id=placed.pk, to_state="failed").get()
     assert event.reason == "stopped: used 30000 MiB of GPU memory above its slice of 20480 MiB"
+    assert exit_report.json()["state"] == "failed"  # a clean exit after the stop changes nothing
+    placed.refresh_from_db()
+    assert placed.exit_code == 0
 
 
 def test_the_watchdogs_report_must_name_a_card_of_the_request(agent, placed):
@@ -276,7 +282,8 @@ def test_the_watchdogs_report_must_name_a_card_of_the_request(agent, placed):
 
     assert response.status_code == 400
     assert "uuid" in response.json()["error"]["fields"]
-    assert not Event.objects.filter(to_state="memory exceeded").exists()
+    placed.refresh_from_db()
+    assert placed.state == "scheduled"
 
 
 def test_heartbeat_marks_the_node_heard(agent, node):
