@@ -195,8 +195,8 @@ class SimulatedNvml:
         for pid, env in _processes_on(self._proc_root, handle.card.uuid):
             (_, _), (busy, noise), ramp_s = PROFILES.get(env.get("GPU_PORTAL_TASK_TYPE"), DEFAULT_PROFILE)
             share = _share(env)
-            sm = 100 * share * _ramp(pid, ramp_s) * self._noise(busy, noise, pid, "sm")
-            mem = sm * 0.6 * self._noise(1.0, 0.1, pid, "mem-util")
+            sm = 100 * share * _ramp(pid, ramp_s) * self._noise(busy, noise, pid, handle.card.uuid, "sm")
+            mem = sm * 0.6 * self._noise(1.0, 0.1, pid, handle.card.uuid, "mem-util")
             samples.append(
                 SimpleNamespace(
                     pid=pid, timeStamp=stamp, smUtil=round(sm), memUtil=round(mem), encUtil=0, decUtil=0
@@ -210,7 +210,9 @@ class SimulatedNvml:
             return min(claimed, handle.card.memory_mib)
         (used, noise), _, ramp_s = PROFILES.get(env.get("GPU_PORTAL_TASK_TYPE"), DEFAULT_PROFILE)
         limit = _int(env.get("GPU_PORTAL_GPU_MEMORY_MIB")) or round(handle.card.memory_mib * _share(env))
-        return max(1, round(limit * _ramp(pid, ramp_s) * self._noise(used, noise, pid, "memory")))
+        return max(
+            1, round(limit * _ramp(pid, ramp_s) * self._noise(used, noise, pid, handle.card.uuid, "memory"))
+        )
 
     def _noise(self, mean: float, spread: float, *key) -> float:
         """Gaussian noise, the same for every read of one thing within one second (as NVML's sampling

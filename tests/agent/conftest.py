@@ -10,7 +10,7 @@ from gpu_portal_sdk.node import NodeClient
 
 from agent.node_agent import NodeAgent
 from agent.nvml import load_nvml
-from agent.simnvml import SimCard
+from scheduler_app.demo_agents import simulated_cards
 from scheduler_app.services.inventory import issue_agent_credential
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import submit_request
@@ -39,7 +39,7 @@ def start_agent(live_server, transactional_db, node):
 
     def make(for_node=None, **options):
         for_node = for_node or node
-        cards = [SimCard(uuid=g.uuid, name=g.model, memory_mib=g.memory_mib) for g in for_node.gpus.all()]
+        cards = simulated_cards(for_node)
         options = {"interval_s": 0.1, "grace_s": 1.0, "mps": False, "workdir": str(REPO), **options}
         agent = NodeAgent(
             NodeClient(live_server.url, issue_agent_credential(for_node)), load_nvml(cards, seed=7), **options

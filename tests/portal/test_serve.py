@@ -1,51 +1,16 @@
 """The run command's server, for real: migrate, seed and serve over Daphne, then fetch pages."""
 
-import os
-import socket
-import subprocess
-import sys
-import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.embedded import embedded_portal as serve
 
 
 @pytest.fixture
 def embedded_portal(tmp_path):
-    """The embedded default in a scratch var/ dir, whatever this test pass is configured with."""
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
-    env["PORTAL_VAR_DIR"] = str(tmp_path)
-    manage = [sys.executable, "manage.py"]
-    for args in (["migrate", "--noinput", "-v0"], ["seed_demo"]):
-        subprocess.run(manage + args, cwd=ROOT, env=env, check=True, capture_output=True, timeout=120)
-    port = free_port()
-    server = subprocess.Popen(
-        [*manage, "serve", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"{base}/healthz/ready", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.2)
-    yield base
-    server.terminate()
-    server.wait(timeout=10)
+    with serve(tmp_path) as base:
+        yield base
 
 
 def test_run_command_serves_login_page_and_admin(embedded_portal):
