@@ -142,7 +142,7 @@ class SimulatedNvml:
 
     # Readings
 
-    def nvmlDeviceGetMemoryInfo(self, handle: _Handle) -> SimpleNamespace:
+    def nvmlDeviceGetMemoryInfo(self, handle: _Handle, version=None) -> SimpleNamespace:
         total = handle.card.memory_mib * MIB
         used = min(total, sum(p.usedGpuMemory for p in self.nvmlDeviceGetComputeRunningProcesses(handle)))
         return SimpleNamespace(total=total, used=used, free=total - used)

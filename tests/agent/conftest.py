@@ -21,9 +21,11 @@ DEMO_JOB = f"{sys.executable} -m agent.demo_job"
 
 @pytest.fixture(autouse=True)
 def _isolated_files(settings, tmp_path, monkeypatch):
-    """Checkpoints and the simulator's memory claims go to this test's own folder."""
+    """Checkpoints and the simulator's memory claims go to this test's own folder; the simulator looks at
+    the processes afresh on every read (no scan of /proc kept from an earlier test)."""
     settings.CHECKPOINT_ROOT = str(tmp_path / "checkpoints")
     monkeypatch.setenv("SIMNVML_CLAIMS_DIR", str(tmp_path / "claims"))
+    monkeypatch.setattr("agent.simnvml.PROC_SCAN_TTL_S", 0)
 
 
 @pytest.fixture
