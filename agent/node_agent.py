@@ -12,6 +12,7 @@ import time
 
 from gpu_portal_sdk.errors import NotFoundError, PortalError
 
+from agent.host import HostMeter
 from agent.jobs import Job, mps_available
 from agent.nvml import read_cards, read_processes, read_samples
 
@@ -44,6 +45,9 @@ class NodeAgent:
         self.unreported_starts: set[int] = set()
         self.unreported_exits: dict[int, int] = {}
         self.registered = False
+        self.overuse: dict[int, dict] = {}  # watchdog stops not yet reported
+        self.placed: set[int] = set()  # the requests the portal's last work list placed here
+        self.host = HostMeter()
         self.stopping = threading.Event()
 
     def run(self) -> None:
@@ -59,7 +63,7 @@ class NodeAgent:
 
     def round(self) -> None:
         """One pass over everything; each step's failure is logged and retried next round."""
-        steps = [self._follow_work, self._watch_memory, self._reap, self._ship_logs, self._sample]
+        steps = [self._follow_work, self._watch_usage, self._reap, self._ship_logs, self._sample]
         for step in steps if self.registered else [self._register]:
             try:
                 step()
@@ -105,6 +109,7 @@ class NodeAgent:
     def _follow_work(self) -> None:
         """Start what the node should run and does not; stop what it runs and should not."""
         work = {item["request_id"]: item for item in self.client.work()}
+        self.placed = set(work)
         for request_id, item in work.items():
             known = request_id in self.jobs or request_id in self.unreported_exits
             # A running request without a process here (the agent restarted) runs again, from its
@@ -129,23 +134,42 @@ class NodeAgent:
         self.jobs[item["request_id"]] = job
         self.unreported_starts.add(item["request_id"])
 
-    def _watch_memory(self) -> None:
-        """Stop a job whose processes hold more GPU memory on a card than its slice gives it."""
+    def _watch_usage(self) -> None:
+        """Attribute NVML's processes to the jobs that started them: report each job's memory and SM
+        util per card with the host's CPU and network, and stop a job holding more GPU memory on a
+        card than its slice gives it."""
         processes = read_processes(self.nvml)
+        slices = []
         for request_id, job in self.jobs.items():
-            if job.stop_deadline is not None:
-                continue
             pids = job.pids()
             for piece in job.slices:
-                used = sum(p.memory_mib for p in processes if p.uuid == piece.uuid and p.pid in pids)
-                if used > piece.memory_mib:
-                    job.stop(
-                        self.grace_s,
-                        f"{used} MiB of GPU memory on {piece.uuid}, slice {piece.memory_mib} MiB",
-                    )
-                    limit = piece.memory_mib
-                    self.client.memory_exceeded(request_id, uuid=piece.uuid, used_mib=used, limit_mib=limit)
-                    break
+                own = [p for p in processes if p.uuid == piece.uuid and p.pid in pids]
+                used = sum(p.memory_mib for p in own)
+                utils = [p.sm_util_percent for p in own if p.sm_util_percent is not None]
+                slices.append(
+                    {
+                        "request_id": request_id,
+                        "uuid": piece.uuid,
+                        "memory_used_mib": used,
+                        "sm_util_percent": min(100, sum(utils)) if utils else None,
+                    }
+                )
+                if used > piece.memory_mib and job.stop_deadline is None:
+                    job.stop(self.grace_s, f"{used} MiB of GPU memory on {piece.uuid} above its slice")
+                    self.overuse[request_id] = {
+                        "uuid": piece.uuid,
+                        "used_mib": used,
+                        "limit_mib": piece.memory_mib,
+                    }
+        self._report_overuse()
+        # Only slices of the last work list: one released since has no open slice left to report on.
+        placed = [s for s in slices if s["request_id"] in self.placed]
+        self.client.usage(dt.datetime.now(dt.UTC), self.host.read(), placed)
+
+    def _report_overuse(self) -> None:
+        for request_id, overuse in list(self.overuse.items()):
+            self.client.memory_exceeded(request_id, **overuse)
+            del self.overuse[request_id]
 
     def _reap(self) -> None:
         for request_id, job in list(self.jobs.items()):
@@ -156,8 +180,8 @@ class NodeAgent:
                 del self.jobs[request_id]
                 self.unreported_exits[request_id] = job.exit_code
         for request_id, exit_code in list(self.unreported_exits.items()):
-            if request_id in self.unreported_starts:
-                continue  # "started" first, so the portal sees the order it happened in
+            if request_id in self.unreported_starts or request_id in self.overuse:
+                continue  # in the order it happened: started, stopped by the watchdog, exited
             try:
                 self.client.finished(request_id, exit_code)
             except NotFoundError:

@@ -358,6 +358,54 @@ class GpuSample(models.Model):
         return f"{self.gpu} at {self.sampled_at:%Y-%m-%d %H:%M:%S}: {self.gpu_util_percent} %"
 
 
+class NodeSample(models.Model):
+    """A node's host at one moment, as its agent read it (psutil): CPU busy in whole percent, network
+    throughput in bytes per second received and sent."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="samples")
+    sampled_at = models.DateTimeField()
+    cpu_percent = models.PositiveSmallIntegerField()
+    net_rx_bytes_per_s = models.PositiveBigIntegerField()
+    net_tx_bytes_per_s = models.PositiveBigIntegerField()
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["node", "sampled_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "sampled_at"], name="nodesample_one_per_node_and_time"),
+            models.CheckConstraint(condition=Q(cpu_percent__lte=100), name="nodesample_cpu_0_to_100"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node} at {self.sampled_at:%Y-%m-%d %H:%M:%S}"
+
+
+class AllocationSample(models.Model):
+    """One slice's own use of its card at one moment: the GPU memory (MiB) and SM utilization (whole %,
+    null when NVML had no sample) of its job's processes there, as the node's agent attributed them."""
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE, related_name="samples")
+    sampled_at = models.DateTimeField()
+    memory_used_mib = models.PositiveIntegerField()
+    sm_util_percent = models.PositiveSmallIntegerField(null=True, blank=True)
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["allocation", "sampled_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["allocation", "sampled_at"], name="allocationsample_one_per_slice_and_time"
+            ),
+            models.CheckConstraint(
+                condition=Q(sm_util_percent__isnull=True) | Q(sm_util_percent__lte=100),
+                name="allocationsample_util_0_to_100",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.allocation} at {self.sampled_at:%Y-%m-%d %H:%M:%S}"
+
+
 class LogChunk(models.Model):
     """A piece of a request's job output (stdout and stderr interleaved) as its node's agent shipped it.
 

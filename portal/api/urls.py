@@ -11,6 +11,7 @@ from scheduler_app.api.agent_views import (
     MemoryExceededView,
     RegisterView,
     StartedView,
+    UsageView,
     WorkView,
 )
 from scheduler_app.api.views import (
@@ -37,6 +38,7 @@ urlpatterns = [
     path("agent/register/", RegisterView.as_view(), name="agent-register"),
     path("agent/heartbeat/", HeartbeatView.as_view(), name="agent-heartbeat"),
     path("agent/work/", WorkView.as_view(), name="agent-work"),
+    path("agent/usage/", UsageView.as_view(), name="agent-usage"),
     path("agent/requests/<int:pk>/started/", StartedView.as_view(), name="agent-started"),
     path("agent/requests/<int:pk>/finished/", FinishedView.as_view(), name="agent-finished"),
     path("agent/requests/<int:pk>/log/", LogView.as_view(), name="agent-log"),

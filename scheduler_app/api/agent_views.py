@@ -17,12 +17,15 @@ from scheduler_app.api.agent_serializers import (
     RegisteredSerializer,
     RegisterSerializer,
     ReportAnswerSerializer,
+    UsageAcceptedSerializer,
+    UsageSerializer,
     WorkSerializer,
 )
 from scheduler_app.selectors import node_work
 from scheduler_app.services.agents import (
     append_log,
     reconcile_gpus,
+    record_usage,
     report_finished,
     report_memory_exceeded,
     report_started,
@@ -97,3 +100,13 @@ class MemoryExceededView(AgentView):
     def post(self, request, pk):
         report = self.parsed(MemoryExceededSerializer)
         return _answer(report_memory_exceeded(request.auth, pk, **report))
+
+
+class UsageView(AgentView):
+    """The host's CPU and network and each job's own use of its cards, read at one moment; a heartbeat."""
+
+    @extend_schema(request=UsageSerializer, responses=UsageAcceptedSerializer, tags=["agent"])
+    def post(self, request):
+        usage = self.parsed(UsageSerializer)
+        accepted = record_usage(request.auth, usage["sampled_at"], host=usage["host"], slices=usage["slices"])
+        return Response(UsageAcceptedSerializer({"accepted": accepted}).data)

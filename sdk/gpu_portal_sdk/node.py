@@ -47,5 +47,11 @@ class NodeClient:
         """One batch of card readings taken at `sampled_at` (aware UTC); also a heartbeat."""
         return self._post("agent/samples/", {"sampled_at": sampled_at.isoformat(), "gpus": list(readings)})
 
+    def usage(self, sampled_at: dt.datetime, host: dict, slices: Sequence[dict]) -> dict:
+        """The host's CPU and network ({cpu_percent, net_rx_bytes_per_s, net_tx_bytes_per_s}) and each
+        job's own use of its cards ([{request_id, uuid, memory_used_mib, sm_util_percent}])."""
+        body = {"sampled_at": sampled_at.isoformat(), "host": host, "slices": list(slices)}
+        return self._post("agent/usage/", body)
+
     def _post(self, path: str, body: dict | None = None):
         return self._http._call("POST", path, json=body if body is not None else {})

@@ -4,7 +4,7 @@ stop with grace, the memory watchdog."""
 import time
 
 from audit.models import Event
-from scheduler_app.models import Gpu, GpuSample
+from scheduler_app.models import AllocationSample, Gpu, GpuSample, NodeSample
 from scheduler_app.selectors import request_log
 from scheduler_app.services.requests import release_request
 from tests.agent.conftest import DEMO_JOB, rounds_until
@@ -89,6 +89,9 @@ def test_utilization_and_memory_follow_the_running_job(start_agent, place):
     rounds_until(agent, busy, what="the card busy")
     idle = GpuSample.objects.filter(gpu__uuid="GPU-node-1-1").order_by("-sampled_at").first()
     assert (idle.gpu_util_percent, idle.memory_used_mib) == (0, 0)
+    own = AllocationSample.objects.filter(allocation__request=request).order_by("-sampled_at").first()
+    assert own.memory_used_mib == 12000 and own.sm_util_percent > 10  # the job's own use of its slice
+    assert NodeSample.objects.filter(node__name="node-1").exists()
 
 
 def test_a_released_request_is_stopped_with_sigterm_then_killed_after_the_grace_period(
