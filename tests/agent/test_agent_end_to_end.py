@@ -7,7 +7,7 @@ from audit.models import Event
 from scheduler_app.models import AllocationSample, Gpu, GpuSample, NodeSample
 from scheduler_app.selectors import request_log
 from scheduler_app.services.requests import release_request
-from tests.agent.conftest import DEMO_JOB, rounds_until
+from tests.agent_fixtures import DEMO_JOB, rounds_until
 
 
 def state_of(request) -> str:

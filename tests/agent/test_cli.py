@@ -10,7 +10,7 @@ import time
 from agent.__main__ import main
 from scheduler_app.models import Gpu
 from scheduler_app.services.inventory import issue_agent_credential, register_node
-from tests.agent.conftest import DEMO_JOB, REPO
+from tests.agent_fixtures import DEMO_JOB, REPO
 
 
 def agent_process(*args, env=None):

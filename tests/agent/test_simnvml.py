@@ -12,7 +12,7 @@ import pytest
 from agent import simnvml
 from agent.nvml import read_cards, read_processes, read_samples
 from agent.simnvml import SimCard, SimulatedNvml
-from tests.agent.conftest import REPO
+from tests.agent_fixtures import REPO
 
 CALLS = [
     "nvmlInit",
