@@ -64,6 +64,10 @@ def job_environment(work: dict, slices: list[Slice], *, mps: bool, base: dict | 
     return env
 
 
+# A request without a command is an interactive allocation (like Slurm's salloc): the capacity is held,
+# by a process that waits on the slice's cards, until the user releases it.
+HOLD = ["sleep", "infinity"]
+HOLD_NOTE = "No command: the allocation is held for you until you release it.\n"
 SHELL_SYNTAX = set(";&|<>()$`\\\"'*?[]#~=%{}\n")
 
 
@@ -92,9 +96,11 @@ class Job:
             log.warning(
                 "request %s: no checkpoint dir %s: %s", self.request_id, work["checkpoint_dir"], error
             )
-        command = work["command"].strip() or "echo 'This request has no command.'"
+        command = work["command"].strip()
+        if not command:
+            self._append(HOLD_NOTE)
         self.process = subprocess.Popen(
-            argv(command),
+            argv(command) if command else HOLD,
             cwd=workdir,
             env=job_environment(work, self.slices, mps=mps),
             stdin=subprocess.DEVNULL,

@@ -175,3 +175,19 @@ def test_an_agent_runs_only_its_own_nodes_work(start_agent, place, make_node):
 
     assert agent.jobs == {}
     assert state_of(request) == "scheduled"
+
+
+def test_a_request_without_a_command_is_held_running_until_released(start_agent, place, member):
+    agent = start_agent()
+    request = place("")
+    rounds_until(agent, lambda: state_of(request) == "running", what="running")
+    for _ in range(5):
+        agent.round()
+    assert state_of(request) == "running"
+
+    release_request(request, user=member)
+    rounds_until(agent, lambda: request.pk not in agent.jobs, what="the hold gone")
+
+    request.refresh_from_db()
+    assert (request.state, request.exit_code) == ("succeeded", -15)
+    assert log_of(request) == "No command: the allocation is held for you until you release it.\n"
