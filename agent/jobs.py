@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -65,8 +66,12 @@ def job_environment(work: dict, slices: list[Slice], *, mps: bool, base: dict | 
 
 
 # A request without a command is an interactive allocation (like Slurm's salloc): the capacity is held,
-# by a process that waits on the slice's cards, until the user releases it.
-HOLD = ["sleep", "infinity"]
+# by a process with the slice's environment, until the user releases it (or the agent is gone).
+HOLD = [
+    sys.executable,
+    "-c",
+    "import os, time\nagent = os.getppid()\nwhile os.getppid() == agent: time.sleep(1)",
+]
 HOLD_NOTE = "No command: the allocation is held for you until you release it.\n"
 SHELL_SYNTAX = set(";&|<>()$`\\\"'*?[]#~=%{}\n")
 
