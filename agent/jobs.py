@@ -20,6 +20,7 @@ import psutil
 log = logging.getLogger(__name__)
 
 READ_BYTES = 16 * 1024
+MAX_UNSHIPPED_CHARS = 2 * 1024 * 1024  # more than the portal keeps of a log (1 MiB)
 MPS_PIPE_DEFAULT = "/tmp/nvidia-mps"
 
 
@@ -127,6 +128,10 @@ class Job:
     def _append(self, text: str) -> None:
         with self._lock:
             self._pending += text.replace("\x00", "\ufffd")  # the portal takes no NUL
+            if len(self._pending) > MAX_UNSHIPPED_CHARS:  # the portal is away: keep the newest output
+                dropped = len(self._pending) - MAX_UNSHIPPED_CHARS
+                self._pending = self._pending[dropped:]
+                self.shipped += dropped
 
     def unshipped(self, limit: int) -> tuple[int, str]:
         """(offset, text): at most `limit` characters of output the portal has not stored yet."""
