@@ -1,6 +1,7 @@
-from daphne.cli import CommandLineInterface
+from daphne.cli import CommandLineInterface  # installs Daphne's Twisted reactor: import it first
 from django.conf import settings
 from django.core.management.base import BaseCommand
+from twisted.internet import reactor, threads
 
 from scheduler_app.dispatch import embedded_worker
 
@@ -25,6 +26,9 @@ class Command(BaseCommand):
 
             agents = SimulatedAgents(f"http://127.0.0.1:{port}", workdir=str(settings.BASE_DIR))
             agents.start()
+            # Stop them while the server still answers, so their jobs' last output and exits reach it:
+            # the reactor waits for the deferred, serving meanwhile, before it closes its ports.
+            reactor.addSystemEventTrigger("before", "shutdown", threads.deferToThread, agents.stop)
             # The agents call every second or two: their lines would bury the console's.
             access_log = settings.VAR_DIR / "access.log"
             daphne += ["--access-log", str(access_log)]
@@ -35,7 +39,5 @@ class Command(BaseCommand):
         try:
             CommandLineInterface().run([*daphne, "portal.asgi:application"])
         finally:
-            if agents is not None:
-                agents.stop()
             if not settings.REDIS_URL:
                 embedded_worker.stop()
