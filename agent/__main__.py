@@ -142,7 +142,7 @@ def run(args, nvml) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: agent.stop())
     agent.run()
-    return 0
+    return 1 if agent.refused else 0
 
 
 def _credential(path: str | None) -> str:

@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 
-from gpu_portal_sdk.errors import NotFoundError, PortalError
+from gpu_portal_sdk.errors import AuthenticationError, NotFoundError, PortalError
 
 from agent.host import HostMeter
 from agent.jobs import Job, mps_available
@@ -45,6 +45,7 @@ class NodeAgent:
         self.unreported_starts: set[int] = set()
         self.unreported_exits: dict[int, int] = {}
         self.registered = False
+        self.refused = False  # the portal refused the credential
         self.overuse: dict[int, dict] = {}  # watchdog stops not yet reported
         self.placed: set[int] = set()  # the requests the portal's last work list placed here
         self.host = HostMeter()
@@ -62,11 +63,17 @@ class NodeAgent:
         self.stopping.set()
 
     def round(self) -> None:
-        """One pass over everything; each step's failure is logged and retried next round."""
+        """One pass over everything; each step's failure is logged and retried next round, except a
+        refused credential (another was issued, or the node was removed): the agent stops."""
         steps = [self._follow_work, self._watch_usage, self._reap, self._ship_logs, self._sample]
         for step in steps if self.registered else [self._register]:
             try:
                 step()
+            except AuthenticationError as error:
+                log.error("the portal refused this node's credential (%s): stopping", error.message)
+                self.refused = True
+                self.stop()
+                return
             except PortalError as error:
                 log.warning("%s: %s (%s)", step.__name__.strip("_"), error.message, error.code)
             except self.nvml.NVMLError as error:

@@ -25,6 +25,15 @@ def agent_process(*args, env=None):
     )
 
 
+def settings_env(url, credential, *, simulate):
+    """The agent's settings as environment variables only."""
+    return {
+        "GPU_PORTAL_URL": url,
+        "GPU_PORTAL_NODE_CREDENTIAL": credential,
+        "GPU_PORTAL_SIMULATE": str(simulate),
+    }
+
+
 def wait_for(condition, timeout_s=30):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -68,11 +77,7 @@ def test_the_agent_runs_a_request_given_a_portal_and_a_credential_file(
 
 def test_the_agent_takes_its_settings_from_the_environment(live_server, transactional_db, pool):
     node, credential = register_node(pool=pool, name="bare-node", cpu_milli=8000, memory_mib=65536, gpus=[])
-    env = {
-        "GPU_PORTAL_URL": live_server.url,
-        "GPU_PORTAL_NODE_CREDENTIAL": credential,
-        "GPU_PORTAL_SIMULATE": "2",
-    }
+    env = settings_env(live_server.url, credential, simulate=2)
 
     agent = agent_process("--interval-s", "0.2", env=env)
     try:
@@ -122,3 +127,17 @@ def test_without_nvml_the_agent_says_to_simulate(capsys):
     """This machine has no NVIDIA driver: pynvml cannot load its library."""
     assert main(["probe"]) == 2
     assert "run with --simulate N" in capsys.readouterr().err
+
+
+def test_a_refused_credential_stops_the_agent_with_an_error(live_server, transactional_db, node):
+    env = {
+        "GPU_PORTAL_URL": live_server.url,
+        "GPU_PORTAL_NODE_CREDENTIAL": "node_revoked",
+        "GPU_PORTAL_SIMULATE": "1",
+    }
+
+    agent = agent_process("--interval-s", "0.2", env=env)
+    output, _ = agent.communicate(timeout=30)
+
+    assert agent.returncode == 1
+    assert "the portal refused this node's credential" in output
