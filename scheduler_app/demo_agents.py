@@ -3,7 +3,10 @@ one thread per node, talking HTTP to the portal this process serves, so the demo
 requests' commands, reports their output and exits, and its utilization moves."""
 
 import logging
+import os
+import sys
 import threading
+from pathlib import Path
 
 from gpu_portal_sdk.node import NodeClient
 
@@ -29,6 +32,8 @@ class SimulatedAgents:
     """One agent thread per node that is not lost, each on simulated cards with the node's UUIDs."""
 
     def __init__(self, portal_url: str, *, workdir: str, interval_s: float = 2.0, grace_s: float = 10.0):
+        # The demo's commands say `python`: make it this Python, whatever PATH the portal started with.
+        os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
         self.agents: list[NodeAgent] = []
         self.threads: list[threading.Thread] = []
         nodes = Node.objects.exclude(status=NodeStatus.LOST).prefetch_related("gpus").order_by("name")
