@@ -191,3 +191,12 @@ def test_a_request_without_a_command_is_held_running_until_released(start_agent,
     request.refresh_from_db()
     assert (request.state, request.exit_code) == ("succeeded", -15)
     assert log_of(request) == "No command: the allocation is held for you until you release it.\n"
+
+
+def test_a_command_that_cannot_start_fails_the_request_with_status_127(start_agent, place):
+    agent = start_agent()
+    request = place("no-such-program --epochs 3")
+
+    rounds_until(agent, lambda: state_of(request) == "failed", what="failed")
+
+    assert (request.exit_code, request.started_at) == (127, None)  # it never ran
