@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from agent.jobs import Job, Slice, argv, job_environment
+from agent.jobs import Job, Slice, argv, job_environment, mps_available
 
 
 def work(command, tmp_path, gpus=(("GPU-a", 250, 20480),)):
@@ -78,3 +78,20 @@ def test_a_restarted_job_appends_where_the_stored_log_ends(tmp_path):
     ended(job)
 
     assert job.unshipped(100) == (120, "more")
+
+
+def test_mps_is_used_only_where_its_control_daemon_runs(tmp_path, monkeypatch):
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    control = tools / "nvidia-cuda-mps-control"
+    pipe = tmp_path / "mps-pipe"
+    pipe.mkdir()
+    monkeypatch.setenv("PATH", str(tools))
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(pipe))
+
+    assert not mps_available()  # neither the tool nor the daemon's pipe
+    control.write_text("#!/bin/sh\n")
+    control.chmod(0o755)
+    assert not mps_available()  # the tool, but no daemon
+    (pipe / "control").touch()
+    assert mps_available()
