@@ -148,6 +148,9 @@ SCHEDULER_BATCH_S = env_int("SCHEDULER_BATCH_S", 1, minimum=0)
 # A ready node silent this long becomes suspect (no new work); this long, lost (its work is requeued).
 NODE_SUSPECT_AFTER_S = env_int("NODE_SUSPECT_AFTER_S", 60, minimum=5)
 NODE_LOST_AFTER_S = env_int("NODE_LOST_AFTER_S", 300, minimum=10)
+# Where node agents keep each job's checkpoints: storage every node mounts at this path, so requeued
+# work resumes from its checkpoint wherever it lands next.
+CHECKPOINT_ROOT = env_str("CHECKPOINT_ROOT", str(VAR_DIR / "checkpoints"))
 CELERY_BEAT_SCHEDULE = {
     "scheduling-pass": {"task": "scheduler_app.scheduling_pass", "schedule": float(SCHEDULER_INTERVAL_S)},
     "heartbeat-watchdog": {

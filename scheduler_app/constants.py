@@ -13,3 +13,9 @@ UTILIZATION_MAX_POINTS = 60  # the window's series is downsampled to at most thi
 CURRENT_LOAD_WINDOW_S = 60  # "how busy is it now": the mean of each card's readings in the last minute
 UTIL_STDDEV_TARGET_PERCENT = 15  # DESIGN: steady work keeps util std-dev under 15 %
 LIVE_READING_MAX_AGE_S = 15  # the live stream shows a card's util only while its latest reading is this fresh
+
+# The node agent's protocol.
+MAX_GPUS_PER_NODE = 64
+LOG_CHUNK_MAX_CHARS = 64 * 1024  # one log report at most; the agent ships longer output in pieces
+LOG_MAX_CHARS_PER_REQUEST = 1024 * 1024  # the oldest chunks go beyond this: the page shows the tail
+EXIT_CODE_RANGE = (-255, 255)  # negative: the signal that killed the job (Popen's convention)

@@ -24,6 +24,8 @@ from teams.models import Membership, Team
 logger = logging.getLogger(__name__)
 
 DEMO_PASSWORD = "gpu-portal-demo"
+# What the demo's requests run: a stand-in workload the simulated GPUs see (agent/demo_job.py).
+DEMO_JOB = "python -m agent.demo_job"
 GIB = 1024
 
 POOLS = [
@@ -128,7 +130,7 @@ def _seed_requests(users) -> None:
         gpu_milli=500,
         pool_name="a100-80gb",
         max_duration_s=6 * 3600,
-        command="python train.py --arch resnet50",
+        command=f"{DEMO_JOB} --seconds 240",
     )
     allocate(running, [Slice(first_a100[0].id, 500, 40 * GIB)])
     transition_request(running, RequestState.RUNNING, actor_name="agent", reason="container started")
@@ -140,7 +142,7 @@ def _seed_requests(users) -> None:
         task_type=TaskType.INFERENCE,
         gpu_milli=250,
         max_duration_s=24 * 3600,
-        command="python serve.py",
+        command=f"{DEMO_JOB} --seconds 300",
     )
     allocate(serving, [Slice(first_a100[1].id, 250, 20 * GIB)])
 
@@ -151,7 +153,7 @@ def _seed_requests(users) -> None:
         task_type=TaskType.INFERENCE,
         gpu_milli=125,
         max_duration_s=1800,
-        command="python eval.py",
+        command=f"{DEMO_JOB} --seconds 30",
     )
     allocate(done, [Slice(first_a100[2].id, 125, 10 * GIB)])
     transition_request(done, RequestState.RUNNING, actor_name="agent", reason="container started")
@@ -168,7 +170,9 @@ def _seed_requests(users) -> None:
         allow_on_demand_fallback=True,
         checkpoint_interval_s=900,
         max_duration_s=12 * 3600,
-        command="torchrun --nproc-per-node 8 finetune.py",
+        command=f"{DEMO_JOB} --seconds 120",
     )
-    cancelled = submit(users["bob"], vision, name="old-experiment", gpu_milli=125, command="python sweep.py")
+    cancelled = submit(
+        users["bob"], vision, name="old-experiment", gpu_milli=125, command=f"{DEMO_JOB} --seconds 60"
+    )
     transition_request(cancelled, RequestState.CANCELLED, actor=users["bob"], reason="cancelled by user")

@@ -87,6 +87,9 @@ class Gpu(models.Model):
     model = models.CharField(max_length=64)
     memory_mib = models.PositiveIntegerField()
     mig_capable = models.BooleanField(default=False)
+    mig_enabled = models.BooleanField(
+        default=False, help_text="MIG mode on, as the node's agent last reported."
+    )
 
     class Meta:
         ordering = ["node__name", "index"]
@@ -181,6 +184,11 @@ class GpuRequest(models.Model):
     scheduled_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.SmallIntegerField(
+        null=True,
+        blank=True,
+        help_text="The job's exit status as its agent reported it; negative: killed by that signal.",
+    )
 
     objects = GpuRequestQuerySet.as_manager()
 
@@ -371,6 +379,80 @@ class GpuSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.gpu} at {self.sampled_at:%Y-%m-%d %H:%M:%S}: {self.gpu_util_percent} %"
+
+
+class NodeSample(models.Model):
+    """A node's host at one moment, as its agent read it (psutil): CPU busy in whole percent, network
+    throughput in bytes per second received and sent."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="samples")
+    sampled_at = models.DateTimeField()
+    cpu_percent = models.PositiveSmallIntegerField()
+    net_rx_bytes_per_s = models.PositiveBigIntegerField()
+    net_tx_bytes_per_s = models.PositiveBigIntegerField()
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["node", "sampled_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "sampled_at"], name="nodesample_one_per_node_and_time"),
+            models.CheckConstraint(condition=Q(cpu_percent__lte=100), name="nodesample_cpu_0_to_100"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node} at {self.sampled_at:%Y-%m-%d %H:%M:%S}"
+
+
+class AllocationSample(models.Model):
+    """One slice's own use of its card at one moment: the GPU memory (MiB) and SM utilization (whole %,
+    null when NVML had no sample) of its job's processes there, as the node's agent attributed them."""
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE, related_name="samples")
+    sampled_at = models.DateTimeField()
+    memory_used_mib = models.PositiveIntegerField()
+    sm_util_percent = models.PositiveSmallIntegerField(null=True, blank=True)
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["allocation", "sampled_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["allocation", "sampled_at"], name="allocationsample_one_per_slice_and_time"
+            ),
+            models.CheckConstraint(
+                condition=Q(sm_util_percent__isnull=True) | Q(sm_util_percent__lte=100),
+                name="allocationsample_util_0_to_100",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.allocation} at {self.sampled_at:%Y-%m-%d %H:%M:%S}"
+
+
+class LogChunk(models.Model):
+    """A piece of a request's job output (stdout and stderr interleaved) as its node's agent shipped it.
+
+    `offset` is the character offset of `text` in the job's output: a chunk sent again is
+    stored once, and a reader tails the log by asking for what lies past an offset.
+    """
+
+    request = models.ForeignKey(GpuRequest, on_delete=models.CASCADE, related_name="log_chunks")
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    offset = models.PositiveBigIntegerField()
+    text = models.TextField()
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["request", "offset"]
+        constraints = [
+            models.UniqueConstraint(fields=["request", "offset"], name="logchunk_one_per_request_offset"),
+        ]
+
+    def __str__(self) -> str:
+        return f"log of request {self.request_id} at {self.offset}"
+
+    def end(self) -> int:
+        return self.offset + len(self.text)
 
 
 class PassRecord(models.Model):

@@ -6,15 +6,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django.contrib.contenttypes.models import ContentType
-from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import Count, F, Max, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
+from django.db.models.functions import Coalesce, Length
 from django.utils import timezone
 
 from audit.models import Event
 from scheduler_app.choices import NodeStatus, RequestState
 from scheduler_app.constants import MILLI_PER_GPU, UTILIZATION_MAX_POINTS, UTILIZATION_WINDOW_S
 from scheduler_app.lifecycle import ACTIVE_STATES
-from scheduler_app.models import Allocation, Gpu, GpuRequest, GpuSample, Node, Pool, TeamQuota
+from scheduler_app.models import Allocation, Gpu, GpuRequest, GpuSample, LogChunk, Node, Pool, TeamQuota
+from scheduler_app.services.agents import checkpoint_dir
 from scheduler_app.telemetry import Load, Point, Summary, current_load, downsample, summarize
 from teams.models import Membership, Team
 
@@ -339,3 +340,69 @@ def request_utilization(
     ]
     current = current_load([(in_window[s.gpu_id], s.gpu.memory_mib) for s in segments], now=now)
     return RequestUtilization(request, now, start, window_s, cards, current)
+
+
+def node_work(node: Node) -> list[dict]:
+    """What the node's agent must run now: each request holding open slices of the node, with its
+    command, its cards (UUID, milli-GPU, memory MiB) and its checkpoint directory. A request that
+    drops out of this list (released, cancelled, requeued) is one the agent must stop. `log_offset`
+    is where the stored log ends: a job started again appends its output there."""
+    work: dict[int, dict] = {}
+    for allocation in (
+        Allocation.objects.committed()
+        .filter(gpu__node=node)
+        .select_related("request__team", "gpu")
+        .order_by("request_id", "gpu__index")
+    ):
+        request = allocation.request
+        item = work.setdefault(
+            request.pk,
+            {
+                "request_id": request.pk,
+                "name": request.name,
+                "team": request.team.slug,
+                "state": request.state,
+                "task_type": request.task_type,
+                "command": request.command,
+                "checkpoint_dir": checkpoint_dir(request),
+                "log_offset": 0,
+                "gpus": [],
+            },
+        )
+        item["gpus"].append(
+            {"uuid": allocation.gpu.uuid, "milli": allocation.milli, "memory_mib": allocation.gpu_memory_mib}
+        )
+    ends = (
+        LogChunk.objects.filter(request_id__in=list(work))
+        .values("request_id")
+        .annotate(end=Max(F("offset") + Length("text")))
+    )
+    for row in ends:
+        work[row["request_id"]]["log_offset"] = row["end"]
+    return list(work.values())
+
+
+@dataclass(frozen=True)
+class LogTail:
+    """The job output stored past an offset: `text` runs from `start` to `end`; `start` is later than
+    the offset asked for when older output was dropped (the log keeps its newest part)."""
+
+    start: int
+    end: int
+    text: str
+
+
+def request_log(request: GpuRequest, after: int = 0) -> LogTail:
+    chunks = list(LogChunk.objects.filter(request=request, offset__gte=after).order_by("offset"))
+    earlier = LogChunk.objects.filter(request=request, offset__lt=after).order_by("-offset").first()
+    if earlier and earlier.end() > after:  # the asked-for offset falls inside a chunk
+        chunks.insert(0, earlier)
+    if not chunks:
+        return LogTail(start=after, end=after, text="")
+    start = max(after, chunks[0].offset)
+    text, position = [], start
+    for chunk in chunks:
+        piece = chunk.text[max(0, position - chunk.offset) :]
+        text.append(piece)
+        position = max(position, chunk.end())
+    return LogTail(start=start, end=position, text="".join(text))

@@ -79,15 +79,8 @@ def _check_batch(
     node: Node, sampled_at, readings: Sequence[Mapping], cards: dict[str, Gpu], now: dt.datetime
 ) -> None:
     errors: dict[str, list[str]] = {}
-    if not isinstance(sampled_at, dt.datetime) or timezone.is_naive(sampled_at):
-        errors["sampled_at"] = ["Give a time with its timezone (ISO 8601, e.g. 2025-01-31T12:00:00Z)."]
-    elif sampled_at > now + dt.timedelta(seconds=SAMPLE_MAX_FUTURE_SKEW_S):
-        errors["sampled_at"] = [
-            f"{sampled_at.isoformat()} is in the future by more than {SAMPLE_MAX_FUTURE_SKEW_S} s: "
-            "check the node's clock."
-        ]
-    elif sampled_at < now - dt.timedelta(seconds=SAMPLE_MAX_AGE_S):
-        errors["sampled_at"] = [f"Samples older than {SAMPLE_MAX_AGE_S // 60} minutes are not taken."]
+    if problem := sampled_at_error(sampled_at, now):
+        errors["sampled_at"] = [problem]
     if len(readings) > MAX_GPUS_PER_SAMPLE_BATCH:
         errors["gpus"] = [f"At most {MAX_GPUS_PER_SAMPLE_BATCH} readings in one batch."]
     seen: set[str] = set()
@@ -96,6 +89,21 @@ def _check_batch(
             errors.setdefault(f"gpus[{index}].{name}", []).append(message)
     if errors:
         raise ValidationError(errors)
+
+
+def sampled_at_error(sampled_at, now: dt.datetime) -> str | None:
+    """What is wrong with an agent's reading time, if anything: it must be aware, and neither far in the
+    future (a node's clock) nor too old (a replayed backlog)."""
+    if not isinstance(sampled_at, dt.datetime) or timezone.is_naive(sampled_at):
+        return "Give a time with its timezone (ISO 8601, e.g. 2025-01-31T12:00:00Z)."
+    if sampled_at > now + dt.timedelta(seconds=SAMPLE_MAX_FUTURE_SKEW_S):
+        return (
+            f"{sampled_at.isoformat()} is in the future by more than {SAMPLE_MAX_FUTURE_SKEW_S} s: "
+            "check the node's clock."
+        )
+    if sampled_at < now - dt.timedelta(seconds=SAMPLE_MAX_AGE_S):
+        return f"Samples older than {SAMPLE_MAX_AGE_S // 60} minutes are not taken."
+    return None
 
 
 def _reading_errors(node: Node, reading: Mapping, cards: dict[str, Gpu], seen: set[str]):

@@ -13,6 +13,8 @@ from scheduler_app.services.inventory import create_pool, register_node
 from teams.choices import Role
 from teams.models import Membership, Team
 
+pytest_plugins = ["tests.agent_fixtures"]
+
 REQUIRE_SERVICES = os.environ.get("PORTAL_REQUIRE_SERVICES") == "1"
 
 

@@ -39,7 +39,8 @@ class EmbeddedPortal:
 
 
 @contextmanager
-def embedded_portal(var_dir: Path) -> Iterator[EmbeddedPortal]:
+def embedded_portal(var_dir: Path, *serve_args: str) -> Iterator[EmbeddedPortal]:
+    """`manage.py serve *serve_args` (e.g. --simulated-agents) once it answers; stopped afterwards."""
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
     env["PORTAL_VAR_DIR"] = str(var_dir)
     port = free_port()
@@ -47,7 +48,7 @@ def embedded_portal(var_dir: Path) -> Iterator[EmbeddedPortal]:
     portal.manage("migrate", "--noinput", "-v0")
     portal.manage("seed_demo")
     server = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--port", str(port)],
+        [sys.executable, "manage.py", "serve", "--port", str(port), *serve_args],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,

@@ -4,6 +4,16 @@ from rest_framework.routers import SimpleRouter
 
 from billing_app.api.views import PoolPriceView, PriceListView
 from portal.api.views import ApiTokenViewSet, TeamViewSet, not_found
+from scheduler_app.api.agent_views import (
+    FinishedView,
+    HeartbeatView,
+    LogView,
+    MemoryExceededView,
+    RegisterView,
+    StartedView,
+    UsageView,
+    WorkView,
+)
 from scheduler_app.api.views import (
     ClusterView,
     GpuRequestViewSet,
@@ -25,6 +35,16 @@ urlpatterns = [
     path("prices/", PriceListView.as_view(), name="prices"),
     path("pools/<slug:name>/price/", PoolPriceView.as_view(), name="pool-price"),
     path("agent/samples/", GpuSampleIngestView.as_view(), name="agent-samples"),
+    path("agent/register/", RegisterView.as_view(), name="agent-register"),
+    path("agent/heartbeat/", HeartbeatView.as_view(), name="agent-heartbeat"),
+    path("agent/work/", WorkView.as_view(), name="agent-work"),
+    path("agent/usage/", UsageView.as_view(), name="agent-usage"),
+    path("agent/requests/<int:pk>/started/", StartedView.as_view(), name="agent-started"),
+    path("agent/requests/<int:pk>/finished/", FinishedView.as_view(), name="agent-finished"),
+    path("agent/requests/<int:pk>/log/", LogView.as_view(), name="agent-log"),
+    path(
+        "agent/requests/<int:pk>/memory-exceeded/", MemoryExceededView.as_view(), name="agent-memory-exceeded"
+    ),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
     re_path(r"^", not_found),  # any other path under /api/v1/ answers in the API's error format

@@ -8,6 +8,8 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.cache import add_never_cache_headers
+from django.views.decorators.http import require_POST
 
 from billing_app.selectors import prices_in_force
 from billing_app.services import set_pool_price
@@ -15,7 +17,7 @@ from portal.forms import NodeStatusForm, PoolForm, PoolPriceForm, QuotaForm
 from scheduler_app.models import Node, Pool, TeamQuota
 from scheduler_app.permissions import can_operate
 from scheduler_app.selectors import nodes_for_operators, recent_audit_events
-from scheduler_app.services.inventory import set_node_status, update_pool
+from scheduler_app.services.inventory import reissue_agent_credential, set_node_status, update_pool
 from scheduler_app.services.quotas import set_team_quota
 
 
@@ -59,6 +61,19 @@ def node_status(request, pk):
             messages.success(request, f"{node.name} is now {node.get_status_display().lower()}.")
             return redirect("operator_nodes")
     return render(request, "portal/operator/node_form.html", {"node": node, "form": form})
+
+
+@staff_required
+@require_POST
+def node_credential(request, pk):
+    """Issue the node's agent a new credential and show it this once (the page is not cached)."""
+    node = get_object_or_404(Node.objects.select_related("pool"), pk=pk)
+    credential = reissue_agent_credential(node, actor=request.user)
+    response = render(
+        request, "portal/operator/node_credential.html", {"node": node, "credential": credential}
+    )
+    add_never_cache_headers(response)
+    return response
 
 
 @staff_required

@@ -16,6 +16,7 @@ from audit.models import Event
 from portal.api.authentication import NodeCredentialAuthentication
 from portal.api.permissions import IsNodeAgent, IsOperator
 from portal.api.throttling import PerNodeRateThrottle
+from scheduler_app.api.agent_serializers import LogQuerySerializer, LogTailSerializer
 from scheduler_app.api.serializers import (
     ClusterSerializer,
     EstimateRequestSerializer,
@@ -38,6 +39,7 @@ from scheduler_app.models import Allocation, GpuRequest, Node, Pool
 from scheduler_app.selectors import (
     cluster_picture,
     nodes_for_operators,
+    request_log,
     request_utilization,
     requests_visible_to,
 )
@@ -109,6 +111,20 @@ class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
             **fields,
         )
         return Response(EstimateSerializer(estimate).data)
+
+    @extend_schema(
+        responses=LogTailSerializer,
+        parameters=[OpenApiParameter("after", int, description="Character offset already read (default 0).")],
+    )
+    @action(detail=True)
+    def log(self, request, pk=None):
+        """The job's output past `after`, as its node's agent shipped it; poll with `after=end` to tail it."""
+        gpu_request = get_object_or_404(requests_visible_to(request.user), pk=pk)
+        after = LogQuerySerializer(data=request.query_params)
+        after.is_valid(raise_exception=True)
+        tail = request_log(gpu_request, after.validated_data["after"])
+        body = {**vars(tail), "state": gpu_request.state, "exit_code": gpu_request.exit_code}
+        return Response(LogTailSerializer(body).data)
 
     @extend_schema(responses=UtilizationSerializer)
     @action(detail=True)

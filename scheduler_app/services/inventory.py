@@ -70,6 +70,21 @@ def issue_agent_credential(node: Node) -> str:
     return token
 
 
+def reissue_agent_credential(node: Node, *, actor=None, actor_name: str = "") -> str:
+    """An operator's new credential for the node's agent (a lost one, a rebuilt host); the old one stops
+    working at once. Logged; the secret is returned this once and stored only hashed."""
+    if actor is not None:
+        require(can_operate(actor), "Only platform operators issue node credentials.")
+    with transaction.atomic():
+        locked = Node.objects.select_for_update().get(pk=node.pk)
+        token = issue_agent_credential(locked)
+        log_event(
+            locked, "credential issued", actor=actor, actor_name=actor_name, reason="new agent credential"
+        )
+    node.agent_token_hash = locked.agent_token_hash
+    return token
+
+
 def node_for_agent_token(token: str) -> Node | None:
     if not token:
         return None

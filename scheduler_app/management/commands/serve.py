@@ -1,24 +1,45 @@
-from daphne.cli import CommandLineInterface
+from daphne.cli import CommandLineInterface  # installs Daphne's Twisted reactor: import it first
 from django.conf import settings
 from django.core.management.base import BaseCommand
+from twisted.internet import reactor, threads
 
 from scheduler_app.dispatch import embedded_ticker, embedded_worker
 
 
 class Command(BaseCommand):
-    help = "Serve the portal over ASGI (Daphne); without REDIS_URL, also run the worker and live ticker."
+    help = (
+        "Serve the portal over ASGI with Daphne; without REDIS_URL, also run the worker and the live "
+        "ticker in-process. "
+        "--simulated-agents also runs a node agent on simulated GPUs for every node (the demo)."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument(
+            "--simulated-agents", action="store_true", help="The demo: agents on simulated NVML."
+        )
 
-    def handle(self, *args, host, port, **options):
+    def handle(self, *args, host, port, simulated_agents, **options):
+        agents, daphne = None, ["-b", host, "-p", str(port)]
+        if simulated_agents:
+            from scheduler_app.demo_agents import SimulatedAgents
+
+            agents = SimulatedAgents(f"http://127.0.0.1:{port}", workdir=str(settings.BASE_DIR))
+            agents.start()
+            # Stop them while the server still answers, so their jobs' last output and exits reach it:
+            # the reactor waits for the deferred, serving meanwhile, before it closes its ports.
+            reactor.addSystemEventTrigger("before", "shutdown", threads.deferToThread, agents.stop)
+            # The agents call every second or two: their lines would bury the console's.
+            access_log = settings.VAR_DIR / "access.log"
+            daphne += ["--access-log", str(access_log)]
+            self.stdout.write(f"HTTP access log: {access_log}")
         if not settings.REDIS_URL:
             embedded_worker.start()
             embedded_worker.wake()
             embedded_ticker.start()
         try:
-            CommandLineInterface().run(["-b", host, "-p", str(port), "portal.asgi:application"])
+            CommandLineInterface().run([*daphne, "portal.asgi:application"])
         finally:
             if not settings.REDIS_URL:
                 embedded_worker.stop()

@@ -1,0 +1,155 @@
+"""python -m agent [run] --portal URL --credential-file FILE   run the node agent
+python -m agent probe                                       print what NVML reports here
+
+Settings also come from the environment: GPU_PORTAL_URL, GPU_PORTAL_NODE_CREDENTIAL or
+GPU_PORTAL_NODE_CREDENTIAL_FILE, and GPU_PORTAL_SIMULATE (a number of simulated GPUs) for
+machines without GPUs.
+"""
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import uuid
+from pathlib import Path
+
+from agent.nvml import load_nvml, read_cards, read_processes, read_samples
+from agent.simnvml import SimCard
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    command = argv[0] if argv and argv[0] in ("run", "probe") else "run"
+    args = _parser(command).parse_args(argv[1:] if argv and argv[0] == command else argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(message)s"
+    )
+    try:
+        nvml = load_nvml(_simulated_cards(args))
+    except Exception as error:  # pynvml raises NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        print(
+            f"Cannot read NVML: {error}. On a machine without GPUs, run with --simulate N.", file=sys.stderr
+        )
+        return 2
+    if command == "probe":
+        return probe(nvml)
+    return run(args, nvml)
+
+
+def _parser(command: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=f"python -m agent {command}", description=__doc__.splitlines()[0 if command == "run" else 1]
+    )
+    if command == "run":
+        parser.add_argument(
+            "--portal", default=os.environ.get("GPU_PORTAL_URL"), help="The portal's URL (GPU_PORTAL_URL)."
+        )
+        parser.add_argument(
+            "--credential-file",
+            default=os.environ.get("GPU_PORTAL_NODE_CREDENTIAL_FILE"),
+            help="A file holding the node's credential (GPU_PORTAL_NODE_CREDENTIAL_FILE; "
+            "or the credential itself in GPU_PORTAL_NODE_CREDENTIAL).",
+        )
+        parser.add_argument(
+            "--interval-s", type=float, default=2.0, help="Seconds between rounds (default 2)."
+        )
+        parser.add_argument(
+            "--grace-s",
+            type=float,
+            default=30.0,
+            help="A stopped job's time to checkpoint before SIGKILL (default 30).",
+        )
+        parser.add_argument(
+            "--mps",
+            choices=("auto", "on", "off"),
+            default="auto",
+            help="Set NVIDIA MPS limits: auto when a daemon runs here.",
+        )
+        parser.add_argument("--workdir", help="Where jobs run (default: the current directory).")
+    parser.add_argument(
+        "--simulate",
+        type=int,
+        metavar="N",
+        default=int(os.environ.get("GPU_PORTAL_SIMULATE") or 0) or None,
+        help="Simulated NVML with N A100 cards instead of the real driver (GPU_PORTAL_SIMULATE).",
+    )
+    parser.add_argument(
+        "--simulate-cards",
+        type=Path,
+        metavar="JSON",
+        help='Simulated cards from a file: [{"uuid", "name", "memory_mib", "mig"}].',
+    )
+    parser.add_argument("-v", "--verbose", action="store_true")
+    return parser
+
+
+def _simulated_cards(args) -> list[SimCard] | None:
+    if args.simulate_cards:
+        return [SimCard(**card) for card in json.loads(args.simulate_cards.read_text())]
+    if args.simulate:
+        host = socket.gethostname()
+        return [
+            SimCard(uuid=f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{host}.gpu{i}.sim')}")
+            for i in range(args.simulate)
+        ]
+    return None
+
+
+def probe(nvml) -> int:
+    """What the agent would register and report, read through the same code path."""
+    print(f"NVML driver {nvml.nvmlSystemGetDriverVersion()}")
+    readings = {r["uuid"]: r for r in read_samples(nvml)}
+    for card in read_cards(nvml):
+        r = readings[card.uuid]
+        print(f"GPU {card.index}: {card.model}  {card.uuid}")
+        print(f"  memory {card.memory_mib} MiB, {r['memory_used_mib']} MiB used; MIG {card.mig_mode}")
+        print(
+            f"  util {r['gpu_util_percent']} %, power {r['power_mw'] / 1000:.1f} W, {r['temperature_c']} °C"
+        )
+    processes = read_processes(nvml)
+    print(f"{len(processes)} compute processes" + (":" if processes else ""))
+    for p in processes:
+        util = "n/a" if p.sm_util_percent is None else f"{p.sm_util_percent} %"
+        print(f"  pid {p.pid} on {p.uuid}: {p.memory_mib} MiB, SM util {util}")
+    return 0
+
+
+def run(args, nvml) -> int:
+    from gpu_portal_sdk.node import NodeClient
+
+    from agent.node_agent import NodeAgent
+
+    credential = _credential(args.credential_file)
+    if not args.portal or not credential:
+        print(
+            "Give the portal's URL (--portal or GPU_PORTAL_URL) and the node's credential "
+            "(--credential-file, GPU_PORTAL_NODE_CREDENTIAL_FILE or GPU_PORTAL_NODE_CREDENTIAL).",
+            file=sys.stderr,
+        )
+        return 2
+    mps = {"auto": None, "on": True, "off": False}[args.mps]
+    agent = NodeAgent(
+        NodeClient(args.portal, credential),
+        nvml,
+        interval_s=args.interval_s,
+        grace_s=args.grace_s,
+        mps=mps,
+        workdir=args.workdir,
+    )
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: agent.stop())
+    agent.run()
+    return 1 if agent.refused else 0
+
+
+def _credential(path: str | None) -> str:
+    if path:
+        return Path(path).read_text().strip()
+    return os.environ.get("GPU_PORTAL_NODE_CREDENTIAL", "").strip()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

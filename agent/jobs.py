@@ -1,0 +1,191 @@
+"""One allocation's command as a process on this node: its slice in the environment, its output
+captured, and a stop that gives it a grace period to checkpoint before it is killed."""
+
+import codecs
+import contextlib
+import logging
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+log = logging.getLogger(__name__)
+
+READ_BYTES = 16 * 1024
+MAX_UNSHIPPED_CHARS = 2 * 1024 * 1024  # more than the portal keeps of a log (1 MiB)
+MPS_PIPE_DEFAULT = "/tmp/nvidia-mps"
+
+
+@dataclass(frozen=True)
+class Slice:
+    """The request's part of one card: milli-GPU and GPU memory in MiB."""
+
+    uuid: str
+    milli: int
+    memory_mib: int
+
+
+def mps_available(pipe_dir: str | None = None) -> bool:
+    """An MPS control daemon runs here: its control tool is installed and its pipe is in place."""
+    pipe = Path(pipe_dir or os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or MPS_PIPE_DEFAULT)
+    return shutil.which("nvidia-cuda-mps-control") is not None and (pipe / "control").exists()
+
+
+def job_environment(work: dict, slices: list[Slice], *, mps: bool, base: dict | None = None) -> dict:
+    """The process's environment: its cards by UUID, its share, its checkpoint directory; with MPS,
+    the limits the MPS server enforces (thread percentage from the share, pinned memory per card)."""
+    env = dict(os.environ if base is None else base)
+    milli = min(s.milli for s in slices)
+    memory = min(s.memory_mib for s in slices)
+    env.update(
+        {
+            "CUDA_VISIBLE_DEVICES": ",".join(s.uuid for s in slices),
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "GPU_PORTAL_REQUEST_ID": str(work["request_id"]),
+            "GPU_PORTAL_TASK_TYPE": work["task_type"],
+            "GPU_PORTAL_GPU_MILLI": str(milli),
+            "GPU_PORTAL_GPU_MEMORY_MIB": str(memory),
+            "GPU_PORTAL_CHECKPOINT_DIR": work["checkpoint_dir"],
+            "PYTHONUNBUFFERED": "1",  # so a Python job's output ships as it is written
+        }
+    )
+    if mps:
+        env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, math.ceil(milli / 10)))
+        # Device ordinals as the job sees them: CUDA_VISIBLE_DEVICES renumbers its cards from 0.
+        env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(
+            f"{i}={s.memory_mib}M" for i, s in enumerate(slices)
+        )
+    return env
+
+
+# A request without a command is an interactive allocation (like Slurm's salloc): the capacity is held,
+# by a process with the slice's environment, until the user releases it (or the agent is gone).
+HOLD = [
+    sys.executable,
+    "-c",
+    "import os, time\nagent = os.getppid()\nwhile os.getppid() == agent: time.sleep(1)",
+]
+HOLD_NOTE = "No command: the allocation is held for you until you release it.\n"
+SHELL_SYNTAX = set(";&|<>()$`\\\"'*?[]#~=%{}\n")
+
+
+def argv(command: str) -> list[str]:
+    """A plain command runs as itself (its exit status and signals are the job's own); one that uses
+    shell syntax runs under /bin/sh."""
+    if SHELL_SYNTAX.isdisjoint(command):
+        return command.split()
+    return ["/bin/sh", "-c", command]
+
+
+class Job:
+    """A running command. Its output (stdout and stderr together) collects in memory until shipped."""
+
+    def __init__(self, work: dict, *, mps: bool, workdir: str | None = None):
+        self.request_id: int = work["request_id"]
+        self.slices = [Slice(g["uuid"], g["milli"], g["memory_mib"]) for g in work["gpus"]]
+        self.stop_deadline: float | None = None
+        self.stop_reason = ""
+        self.shipped = work.get("log_offset", 0)  # where the portal's log of the request ends
+        self._pending = ""  # output from `shipped` on
+        self._lock = threading.Lock()
+        try:
+            Path(work["checkpoint_dir"]).mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            log.warning(
+                "request %s: no checkpoint dir %s: %s", self.request_id, work["checkpoint_dir"], error
+            )
+        command = work["command"].strip()
+        if not command:
+            self._append(HOLD_NOTE)
+        self.process = subprocess.Popen(
+            argv(command) if command else HOLD,
+            cwd=workdir,
+            env=job_environment(work, self.slices, mps=mps),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: a stop signals the whole job
+        )
+        self._reader = threading.Thread(target=self._read, name=f"job-{self.request_id}-output", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        stream = self.process.stdout
+        while chunk := os.read(stream.fileno(), READ_BYTES):
+            self._append(decoder.decode(chunk))
+        self._append(decoder.decode(b"", final=True))
+        stream.close()
+
+    def _append(self, text: str) -> None:
+        with self._lock:
+            self._pending += text.replace("\x00", "\ufffd")  # the portal takes no NUL
+            if len(self._pending) > MAX_UNSHIPPED_CHARS:  # the portal is away: keep the newest output
+                dropped = len(self._pending) - MAX_UNSHIPPED_CHARS
+                self._pending = self._pending[dropped:]
+                self.shipped += dropped
+
+    def unshipped(self, limit: int) -> tuple[int, str]:
+        """(offset, text): at most `limit` characters of output the portal has not stored yet."""
+        with self._lock:
+            return self.shipped, self._pending[:limit]
+
+    def mark_shipped(self, end: int) -> None:
+        """The portal stored the output up to offset `end`: drop it from memory."""
+        with self._lock:
+            if end > self.shipped:
+                self._pending = self._pending[end - self.shipped :]
+                self.shipped = end
+
+    def finished(self) -> bool:
+        """The job's processes are all gone and its output is read; its exit status is `exit_code`."""
+        return self.process.poll() is not None and not self._group_alive() and not self._reader.is_alive()
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.process.returncode
+
+    def pids(self) -> set[int]:
+        """The job's process and everything it started (what NVML may show on its cards)."""
+        try:
+            root = psutil.Process(self.process.pid)
+            return {self.process.pid, *(child.pid for child in root.children(recursive=True))}
+        except psutil.Error:
+            return {self.process.pid}
+
+    def stop(self, grace_s: float, reason: str) -> None:
+        """SIGTERM to the job's process group now, SIGKILL once `grace_s` has passed (`enforce_stop`)."""
+        if self.stop_deadline is not None:
+            return
+        log.info("request %s: stopping (%s): SIGTERM, %s s grace", self.request_id, reason, grace_s)
+        self.stop_reason = reason
+        self.stop_deadline = time.monotonic() + grace_s
+        self._signal(signal.SIGTERM)
+
+    def enforce_stop(self) -> None:
+        """Past the grace period, whatever of the job still runs is killed."""
+        if self.stop_deadline is not None and time.monotonic() >= self.stop_deadline and self._group_alive():
+            log.info("request %s: grace period over: SIGKILL", self.request_id)
+            self._signal(signal.SIGKILL)
+
+    def _group_alive(self) -> bool:
+        self.process.poll()  # reap the leader, so a finished leader does not count as alive
+        try:
+            os.killpg(self.process.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def _signal(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):  # already gone
+            os.killpg(self.process.pid, signum)

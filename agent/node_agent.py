@@ -1,0 +1,211 @@
+"""The agent's loop: register the node's cards, then every round fetch the node's work, start and stop
+jobs to match it, report what happened, ship their output, watch their GPU memory and send samples.
+
+The portal answers every report idempotently, so a report that failed (the portal restarting, a
+network blip) is simply sent again next round; jobs keep running meanwhile.
+"""
+
+import datetime as dt
+import logging
+import threading
+import time
+
+from gpu_portal_sdk.errors import AuthenticationError, NotFoundError, PortalError
+
+from agent.host import HostMeter
+from agent.jobs import Job, mps_available
+from agent.nvml import read_cards, read_processes, read_samples
+
+log = logging.getLogger(__name__)
+
+LOG_CHUNK_CHARS = 64 * 1024  # the portal's limit per log report
+
+
+class NodeAgent:
+    """One node's agent. `client` is a gpu_portal_sdk.node.NodeClient, `nvml` what agent.nvml.load_nvml
+    gave; `grace_s` is how long a stopped job may take to checkpoint before SIGKILL."""
+
+    def __init__(
+        self,
+        client,
+        nvml,
+        *,
+        interval_s: float = 2.0,
+        grace_s: float = 30.0,
+        mps: bool | None = None,
+        workdir: str | None = None,
+    ):
+        self.client = client
+        self.nvml = nvml
+        self.interval_s = interval_s
+        self.grace_s = grace_s
+        self.mps = mps_available() if mps is None else mps
+        self.workdir = workdir
+        self.jobs: dict[int, Job] = {}
+        self.unreported_starts: set[int] = set()
+        self.unreported_exits: dict[int, int] = {}
+        self.registered = False
+        self.refused = False  # the portal refused the credential
+        self.overuse: dict[int, dict] = {}  # watchdog stops not yet reported
+        self.placed: set[int] = set()  # the requests the portal's last work list placed here
+        self.host = HostMeter()
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        """Rounds until stop() is called; then the jobs are stopped with their grace period."""
+        while not self.stopping.is_set():
+            started = time.monotonic()
+            self.round()
+            self.stopping.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+        self.shutdown()
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def round(self) -> None:
+        """One pass over everything; each step's failure is logged and retried next round, except a
+        refused credential (another was issued, or the node was removed): the agent stops."""
+        steps = [self._follow_work, self._watch_usage, self._reap, self._ship_logs, self._sample]
+        for step in steps if self.registered else [self._register]:
+            try:
+                step()
+            except AuthenticationError as error:
+                log.error("the portal refused this node's credential (%s): stopping", error.message)
+                self.refused = True
+                self.stop()
+                return
+            except PortalError as error:
+                log.warning("%s: %s (%s)", step.__name__.strip("_"), error.message, error.code)
+            except self.nvml.NVMLError as error:
+                log.error("%s: NVML: %s", step.__name__.strip("_"), error)
+
+    def shutdown(self) -> None:
+        """The agent is going away (the node is going down): stop every job with its grace period and
+        ship its output, but report no exit. The portal still counts the work as running here: an
+        agent that comes back starts it again from its checkpoint, and a node that stays away is
+        declared lost and its work requeued."""
+        for job in self.jobs.values():
+            job.stop(self.grace_s, "agent shutting down")
+        deadline = time.monotonic() + self.grace_s + 5
+        while self.jobs and time.monotonic() < deadline:
+            for request_id, job in list(self.jobs.items()):
+                job.enforce_stop()
+                if job.finished():
+                    del self.jobs[request_id]
+                    try:
+                        self._ship(job)
+                    except PortalError as error:
+                        log.warning("request %s: its last output is lost: %s", request_id, error.message)
+            time.sleep(0.1)
+
+    # Steps
+
+    def _register(self) -> None:
+        if self.registered:
+            return
+        answer = self.client.register([card.registration() for card in read_cards(self.nvml)])
+        log.info(
+            "registered node %s: %d new cards, %d changed, not reported: %s",
+            answer["node"],
+            len(answer["added"]),
+            len(answer["updated"]),
+            ", ".join(answer["missing"]) or "none",
+        )
+        self.registered = True
+
+    def _follow_work(self) -> None:
+        """Start what the node should run and does not; stop what it runs and should not."""
+        work = {item["request_id"]: item for item in self.client.work()}
+        self.placed = set(work)
+        for request_id, item in work.items():
+            known = request_id in self.jobs or request_id in self.unreported_exits
+            # A running request without a process here (the agent restarted) runs again, from its
+            # checkpoint directory; a migrating one is being moved and is left alone.
+            if not known and item["state"] in ("scheduled", "running"):
+                self._start(item)
+        for request_id, job in self.jobs.items():
+            if request_id not in work:
+                job.stop(self.grace_s, "released, cancelled or moved by the portal")
+        for request_id in list(self.unreported_starts):
+            self.client.started(request_id)
+            self.unreported_starts.discard(request_id)
+
+    def _start(self, item: dict) -> None:
+        try:
+            job = Job(item, mps=self.mps, workdir=self.workdir)
+        except OSError as error:
+            log.error("request %s: cannot start %r: %s", item["request_id"], item["command"], error)
+            self.unreported_exits[item["request_id"]] = 127
+            return
+        log.info("request %s: started pid %s: %s", item["request_id"], job.process.pid, item["command"])
+        self.jobs[item["request_id"]] = job
+        self.unreported_starts.add(item["request_id"])
+
+    def _watch_usage(self) -> None:
+        """Attribute NVML's processes to the jobs that started them: report each job's memory and SM
+        util per card with the host's CPU and network, and stop a job holding more GPU memory on a
+        card than its slice gives it."""
+        processes = read_processes(self.nvml)
+        slices = []
+        for request_id, job in self.jobs.items():
+            pids = job.pids()
+            for piece in job.slices:
+                own = [p for p in processes if p.uuid == piece.uuid and p.pid in pids]
+                used = sum(p.memory_mib for p in own)
+                utils = [p.sm_util_percent for p in own if p.sm_util_percent is not None]
+                slices.append(
+                    {
+                        "request_id": request_id,
+                        "uuid": piece.uuid,
+                        "memory_used_mib": used,
+                        "sm_util_percent": min(100, sum(utils)) if utils else None,
+                    }
+                )
+                if used > piece.memory_mib and job.stop_deadline is None:
+                    job.stop(self.grace_s, f"{used} MiB of GPU memory on {piece.uuid} above its slice")
+                    self.overuse[request_id] = {
+                        "uuid": piece.uuid,
+                        "used_mib": used,
+                        "limit_mib": piece.memory_mib,
+                    }
+        self._report_overuse()
+        # Only slices of the last work list: one released since has no open slice left to report on.
+        placed = [s for s in slices if s["request_id"] in self.placed]
+        self.client.usage(dt.datetime.now(dt.UTC), self.host.read(), placed)
+
+    def _report_overuse(self) -> None:
+        for request_id, overuse in list(self.overuse.items()):
+            self.client.memory_exceeded(request_id, **overuse)
+            del self.overuse[request_id]
+
+    def _reap(self) -> None:
+        for request_id, job in list(self.jobs.items()):
+            job.enforce_stop()
+            if job.finished():
+                log.info("request %s: exited %s", request_id, job.exit_code)
+                self._ship(job)
+                del self.jobs[request_id]
+                self.unreported_exits[request_id] = job.exit_code
+        for request_id, exit_code in list(self.unreported_exits.items()):
+            if request_id in self.unreported_starts or request_id in self.overuse:
+                continue  # in the order it happened: started, stopped by the watchdog, exited
+            try:
+                self.client.finished(request_id, exit_code)
+            except NotFoundError:
+                log.warning("request %s: the portal has no such request on this node", request_id)
+            del self.unreported_exits[request_id]
+
+    def _ship_logs(self) -> None:
+        for job in self.jobs.values():
+            self._ship(job)
+
+    def _ship(self, job: Job) -> None:
+        while True:
+            offset, text = job.unshipped(LOG_CHUNK_CHARS)
+            if not text:
+                return
+            self.client.log(job.request_id, offset, text)
+            job.mark_shipped(offset + len(text))
+
+    def _sample(self) -> None:
+        self.client.samples(dt.datetime.now(dt.UTC), read_samples(self.nvml))

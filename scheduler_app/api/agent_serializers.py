@@ -1,0 +1,131 @@
+"""API shapes of the node agent's protocol (agent/ speaks it through the SDK's NodeClient). Types and
+ranges only; scheduler_app.services.agents decides what is allowed."""
+
+from rest_framework import serializers
+
+from portal.api.fields import AwareDateTimeField, StrictCharField, StrictIntegerField
+from scheduler_app.api.serializers import _flat
+from scheduler_app.constants import LOG_CHUNK_MAX_CHARS, MAX_GPUS_PER_NODE
+from scheduler_app.services.agents import MIG_MODES
+
+
+class FlatErrors:
+    """Errors of nested items named by place: `gpus[1].uuid`."""
+
+    def to_internal_value(self, data):
+        try:
+            return super().to_internal_value(data)
+        except serializers.ValidationError as error:
+            raise serializers.ValidationError(_flat(error.detail)) from None
+
+
+class CardSerializer(serializers.Serializer):
+    """One card as NVML reports it."""
+
+    uuid = StrictCharField(max_length=64, help_text="nvmlDeviceGetUUID")
+    model = StrictCharField(max_length=64, help_text="nvmlDeviceGetName")
+    memory_mib = StrictIntegerField(
+        min_value=1, max_value=2**31 - 1, help_text="nvmlDeviceGetMemoryInfo().total in MiB"
+    )
+    mig_mode = serializers.ChoiceField(choices=MIG_MODES, help_text="nvmlDeviceGetMigMode (current)")
+
+
+class RegisterSerializer(FlatErrors, serializers.Serializer):
+    gpus = CardSerializer(many=True, max_length=MAX_GPUS_PER_NODE)
+
+
+class RegisteredSerializer(serializers.Serializer):
+    node = serializers.CharField()
+    node_status = serializers.CharField()
+    added = serializers.ListField(child=serializers.CharField())
+    updated = serializers.ListField(child=serializers.CharField())
+    missing = serializers.ListField(
+        child=serializers.CharField(), help_text="Known cards NVML did not report."
+    )
+
+
+class HeartbeatSerializer(serializers.Serializer):
+    node = serializers.CharField()
+    node_status = serializers.CharField()
+
+
+class WorkCardSerializer(serializers.Serializer):
+    uuid = serializers.CharField()
+    milli = serializers.IntegerField(help_text="The slice of this card, in milli-GPU.")
+    memory_mib = serializers.IntegerField(help_text="GPU memory the slice may use, in MiB.")
+
+
+class WorkSerializer(serializers.Serializer):
+    request_id = serializers.IntegerField()
+    name = serializers.CharField()
+    team = serializers.CharField()
+    state = serializers.CharField()
+    task_type = serializers.CharField()
+    command = serializers.CharField(allow_blank=True)
+    checkpoint_dir = serializers.CharField()
+    log_offset = serializers.IntegerField(
+        help_text="Where the stored log ends: a restarted job's output goes on there."
+    )
+    gpus = WorkCardSerializer(many=True)
+
+
+class FinishedSerializer(serializers.Serializer):
+    exit_code = StrictIntegerField(help_text="The exit status; negative: killed by that signal.")
+
+
+class LogChunkSerializer(serializers.Serializer):
+    offset = StrictIntegerField(min_value=0, help_text="Character offset of `text` in the job's output.")
+    text = StrictCharField(max_length=LOG_CHUNK_MAX_CHARS, trim_whitespace=False)
+
+
+class MemoryExceededSerializer(serializers.Serializer):
+    uuid = StrictCharField(max_length=64)
+    used_mib = StrictIntegerField(min_value=0)
+    limit_mib = StrictIntegerField(min_value=0)
+
+
+class ReportAnswerSerializer(serializers.Serializer):
+    request_id = serializers.IntegerField()
+    state = serializers.CharField(help_text="The request's state after the report.")
+
+
+class LogAnswerSerializer(serializers.Serializer):
+    end = serializers.IntegerField(help_text="The stored log's end offset.")
+
+
+class LogTailSerializer(serializers.Serializer):
+    start = serializers.IntegerField()
+    end = serializers.IntegerField(help_text="Ask for what lies past this offset next (?after=end).")
+    text = serializers.CharField(allow_blank=True)
+    state = serializers.CharField()
+    exit_code = serializers.IntegerField(allow_null=True)
+
+
+class LogQuerySerializer(serializers.Serializer):
+    after = serializers.IntegerField(min_value=0, default=0)
+
+
+class HostReadingSerializer(serializers.Serializer):
+    cpu_percent = StrictIntegerField(min_value=0, max_value=100, help_text="psutil.cpu_percent, whole %.")
+    net_rx_bytes_per_s = StrictIntegerField(min_value=0, max_value=2**62, help_text="Received, bytes/s.")
+    net_tx_bytes_per_s = StrictIntegerField(min_value=0, max_value=2**62, help_text="Sent, bytes/s.")
+
+
+class SliceReadingSerializer(serializers.Serializer):
+    """A job's own processes on one of its cards (nvmlDeviceGetComputeRunningProcesses and
+    nvmlDeviceGetProcessUtilization, summed over the job's processes)."""
+
+    request_id = StrictIntegerField(min_value=1)
+    uuid = StrictCharField(max_length=64)
+    memory_used_mib = StrictIntegerField(min_value=0, max_value=2**31 - 1)
+    sm_util_percent = StrictIntegerField(min_value=0, max_value=100, allow_null=True)
+
+
+class UsageSerializer(FlatErrors, serializers.Serializer):
+    sampled_at = AwareDateTimeField(help_text="When the agent read them (node clock, with timezone).")
+    host = HostReadingSerializer()
+    slices = SliceReadingSerializer(many=True, max_length=MAX_GPUS_PER_NODE * 8)
+
+
+class UsageAcceptedSerializer(serializers.Serializer):
+    accepted = serializers.IntegerField(help_text="Slice readings in the report.")

@@ -1,0 +1,112 @@
+"""The node agent's endpoints: each takes only the node's credential (Bearer node_…) and acts for that
+node alone. Parse, call one service, answer."""
+
+from drf_spectacular.utils import extend_schema
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.api.authentication import NodeCredentialAuthentication
+from portal.api.permissions import IsNodeAgent
+from portal.api.throttling import PerNodeRateThrottle
+from scheduler_app.api.agent_serializers import (
+    FinishedSerializer,
+    HeartbeatSerializer,
+    LogAnswerSerializer,
+    LogChunkSerializer,
+    MemoryExceededSerializer,
+    RegisteredSerializer,
+    RegisterSerializer,
+    ReportAnswerSerializer,
+    UsageAcceptedSerializer,
+    UsageSerializer,
+    WorkSerializer,
+)
+from scheduler_app.selectors import node_work
+from scheduler_app.services.agents import (
+    append_log,
+    reconcile_gpus,
+    record_usage,
+    report_finished,
+    report_memory_exceeded,
+    report_started,
+)
+from scheduler_app.telemetry import record_heartbeat
+
+
+class AgentView(APIView):
+    authentication_classes = [NodeCredentialAuthentication]
+    permission_classes = [IsNodeAgent]
+    throttle_classes = [PerNodeRateThrottle]
+
+    def parsed(self, shape) -> dict:
+        form = shape(data=self.request.data)
+        form.is_valid(raise_exception=True)
+        return form.validated_data
+
+
+class RegisterView(AgentView):
+    """Register or reconcile the node's cards from NVML; also a heartbeat."""
+
+    @extend_schema(request=RegisterSerializer, responses=RegisteredSerializer, tags=["agent"])
+    def post(self, request):
+        changes = reconcile_gpus(request.auth, self.parsed(RegisterSerializer)["gpus"])
+        node = record_heartbeat(request.auth)
+        return Response(RegisteredSerializer({"node": node.name, "node_status": node.status, **changes}).data)
+
+
+class HeartbeatView(AgentView):
+    @extend_schema(request=None, responses=HeartbeatSerializer, tags=["agent"])
+    def post(self, request):
+        node = record_heartbeat(request.auth)
+        return Response(HeartbeatSerializer({"node": node.name, "node_status": node.status}).data)
+
+
+class WorkView(AgentView):
+    """The requests the node must run now; one missing from the list must stop."""
+
+    @extend_schema(responses=WorkSerializer(many=True), tags=["agent"])
+    def get(self, request):
+        return Response(WorkSerializer(node_work(request.auth), many=True).data)
+
+
+def _answer(gpu_request) -> Response:
+    return Response(ReportAnswerSerializer({"request_id": gpu_request.pk, "state": gpu_request.state}).data)
+
+
+class StartedView(AgentView):
+    @extend_schema(request=None, responses=ReportAnswerSerializer, tags=["agent"])
+    def post(self, request, pk):
+        return _answer(report_started(request.auth, pk))
+
+
+class FinishedView(AgentView):
+    @extend_schema(request=FinishedSerializer, responses=ReportAnswerSerializer, tags=["agent"])
+    def post(self, request, pk):
+        return _answer(report_finished(request.auth, pk, self.parsed(FinishedSerializer)["exit_code"]))
+
+
+class LogView(AgentView):
+    @extend_schema(request=LogChunkSerializer, responses=LogAnswerSerializer, tags=["agent"])
+    def post(self, request, pk):
+        chunk = self.parsed(LogChunkSerializer)
+        end = append_log(request.auth, pk, chunk["offset"], chunk["text"])
+        return Response(LogAnswerSerializer({"end": end}).data)
+
+
+class MemoryExceededView(AgentView):
+    """The watchdog stopped the job for using more GPU memory than its slice."""
+
+    @extend_schema(request=MemoryExceededSerializer, responses=ReportAnswerSerializer, tags=["agent"])
+    def post(self, request, pk):
+        report = self.parsed(MemoryExceededSerializer)
+        return _answer(report_memory_exceeded(request.auth, pk, **report))
+
+
+class UsageView(AgentView):
+    """The host's CPU and network and each job's own use of its cards, read at one moment; a heartbeat."""
+
+    @extend_schema(request=UsageSerializer, responses=UsageAcceptedSerializer, tags=["agent"])
+    def post(self, request):
+        usage = self.parsed(UsageSerializer)
+        accepted = record_usage(request.auth, usage["sampled_at"], host=usage["host"], slices=usage["slices"])
+        return Response(UsageAcceptedSerializer({"accepted": accepted}).data)

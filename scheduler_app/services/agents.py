@@ -1,0 +1,287 @@
+"""What a node's agent reports: its cards, its jobs starting and ending, their output and the watchdog.
+
+Every call acts for one node (the holder of its credential) and only on requests that hold, or
+held, a slice of that node: anything else is NotOnThisNode (404), never another node's work.
+Reports are idempotent: an agent retries after a lost answer, so a repeated "started" or
+"finished" changes nothing and is not an error.
+"""
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Max, Sum
+from django.db.models.functions import Length
+from django.http import Http404
+from django.utils import timezone
+
+from audit.events import log_event
+from scheduler_app.choices import RequestState
+from scheduler_app.constants import (
+    EXIT_CODE_RANGE,
+    LOG_CHUNK_MAX_CHARS,
+    LOG_MAX_CHARS_PER_REQUEST,
+    MAX_GPUS_PER_NODE,
+)
+from scheduler_app.models import Allocation, AllocationSample, Gpu, GpuRequest, LogChunk, Node, NodeSample
+from scheduler_app.services.transitions import transition_request
+from scheduler_app.telemetry import record_heartbeat, sampled_at_error
+
+AGENT = "node agent"
+MIG_MODES = ("enabled", "disabled", "unsupported")
+
+
+class NotOnThisNode(Http404):
+    """The request never held a slice of the reporting node (or does not exist): the same answer."""
+
+
+def checkpoint_dir(request: GpuRequest) -> str:
+    """The job's checkpoint directory: one per request under CHECKPOINT_ROOT, so it survives a requeue."""
+    return f"{settings.CHECKPOINT_ROOT.rstrip('/')}/{request.team.slug}/request-{request.pk}"
+
+
+def reconcile_gpus(node: Node, cards: Sequence[Mapping]) -> dict[str, list[str]]:
+    """Make the node's cards what NVML on it reports: new UUIDs are added, known ones take the
+    reported model, memory and MIG mode. Returns the UUIDs added, updated and not reported.
+
+    A card not reported is kept (it may hold work; an operator decides) and named in the answer
+    and the node's log. Checked first, nothing written on any error: a UUID of another node, a
+    card reported smaller than the memory its open slices hold.
+    """
+    with transaction.atomic():
+        Node.objects.select_for_update().get(pk=node.pk)
+        known = {gpu.uuid: gpu for gpu in Gpu.objects.filter(node=node)}
+        _check_cards(node, cards, known)
+        added, updated = [], []
+        next_index = (max((gpu.index for gpu in known.values()), default=-1)) + 1
+        for card in cards:
+            fields = {
+                "model": card["model"],
+                "memory_mib": card["memory_mib"],
+                "mig_capable": card["mig_mode"] != "unsupported",
+                "mig_enabled": card["mig_mode"] == "enabled",
+            }
+            gpu = known.get(card["uuid"])
+            if gpu is None:
+                Gpu.objects.create(node=node, index=next_index, uuid=card["uuid"], **fields)
+                next_index += 1
+                added.append(card["uuid"])
+            elif any(getattr(gpu, name) != value for name, value in fields.items()):
+                Gpu.objects.filter(pk=gpu.pk).update(**fields)
+                updated.append(card["uuid"])
+        reported = {card["uuid"] for card in cards}
+        missing = sorted(uuid for uuid in known if uuid not in reported)
+        if added or updated or missing:
+            reason = f"agent reported {len(cards)} cards: {len(added)} new, {len(updated)} changed"
+            if missing:
+                reason += f", not reported: {', '.join(missing)}"
+            data = {"added": added, "updated": updated, "missing": missing}
+            log_event(node, "gpus reconciled", actor_name=AGENT, reason=reason, data=data)
+    return {"added": added, "updated": updated, "missing": missing}
+
+
+def _check_cards(node: Node, cards: Sequence[Mapping], known: dict[str, Gpu]) -> None:
+    errors: dict[str, list[str]] = {}
+    if not cards:
+        errors["gpus"] = ["Report at least one card."]
+    elif len(cards) > MAX_GPUS_PER_NODE:
+        errors["gpus"] = [f"At most {MAX_GPUS_PER_NODE} cards per node."]
+    uuids = [card["uuid"] for card in cards]
+    elsewhere = dict(Gpu.objects.filter(uuid__in=uuids).exclude(node=node).values_list("uuid", "node__name"))
+    held = dict(
+        Allocation.objects.committed()
+        .filter(gpu__node=node)
+        .values("gpu__uuid")
+        .annotate(mem=Sum("gpu_memory_mib"))
+        .values_list("gpu__uuid", "mem")
+    )
+    seen: set[str] = set()
+    for index, card in enumerate(cards):
+        uuid = card["uuid"]
+        if uuid in seen:
+            errors.setdefault(f"gpus[{index}].uuid", []).append(f"{uuid} appears twice.")
+        seen.add(uuid)
+        if uuid in elsewhere:
+            errors.setdefault(f"gpus[{index}].uuid", []).append(
+                f"{uuid} is a card of node {elsewhere[uuid]}, not {node.name}."
+            )
+        if held.get(uuid, 0) > card["memory_mib"]:
+            errors.setdefault(f"gpus[{index}].memory_mib", []).append(
+                f"Open slices on {uuid} hold {held[uuid]} MiB; "
+                f"the card cannot have only {card['memory_mib']} MiB."
+            )
+    if errors:
+        raise ValidationError(errors)
+
+
+def _own_request(node: Node, request_id: int) -> GpuRequest:
+    """The request if it ever held a slice of `node`; NotOnThisNode otherwise (no hint that it exists)."""
+    request = GpuRequest.objects.filter(pk=request_id, allocations__gpu__node=node).distinct().first()
+    if request is None:
+        raise NotOnThisNode(f"Request {request_id} has no slice on node {node.name}.")
+    return request
+
+
+def _runs_here(node: Node, request: GpuRequest) -> bool:
+    return Allocation.objects.committed().filter(request=request, gpu__node=node).exists()
+
+
+def report_started(node: Node, request_id: int) -> GpuRequest:
+    """The job's process started: scheduled becomes running. Already running: nothing changes.
+
+    A request no longer placed on this node (released, requeued, moved) is left as it is: the
+    agent learns from its work list that the job must stop.
+    """
+    request = _own_request(node, request_id)
+    with transaction.atomic():
+        locked = GpuRequest.objects.select_for_update().get(pk=request.pk)
+        if locked.state == RequestState.SCHEDULED and _runs_here(node, locked):
+            return transition_request(
+                locked, RequestState.RUNNING, actor_name=AGENT, reason="process started"
+            )
+    return locked
+
+
+def report_finished(node: Node, request_id: int, exit_code: int) -> GpuRequest:
+    """The job's process ended: exit status 0 is succeeded, anything else failed; the status is kept.
+
+    A request that had already ended (released, cancelled, stopped by the watchdog) keeps its state
+    and takes the exit status if it has none; one that left this node (requeued, moved) is left as
+    it is. A repeated report changes nothing.
+    """
+    low, high = EXIT_CODE_RANGE
+    if isinstance(exit_code, bool) or not isinstance(exit_code, int) or not low <= exit_code <= high:
+        raise ValidationError({"exit_code": f"Give the exit status as a whole number from {low} to {high}."})
+    outcome = RequestState.SUCCEEDED if exit_code == 0 else RequestState.FAILED
+    return _end_here(node, request_id, outcome, exit_reason(exit_code), exit_code=exit_code)
+
+
+def _end_here(node: Node, request_id: int, outcome: str, reason: str, *, exit_code: int | None = None):
+    """End the request as `outcome` if it is running (or about to) on this node; see report_finished."""
+    request = _own_request(node, request_id)
+    with transaction.atomic():
+        locked = GpuRequest.objects.select_for_update().get(pk=request.pk)
+        if locked.is_terminal():
+            if exit_code is not None and locked.exit_code is None:
+                GpuRequest.objects.filter(pk=locked.pk).update(exit_code=exit_code)
+                locked.exit_code = exit_code
+            return locked
+        if locked.state not in (RequestState.SCHEDULED, RequestState.RUNNING) or not _runs_here(node, locked):
+            return locked
+        if locked.state == RequestState.SCHEDULED and outcome == RequestState.SUCCEEDED:
+            # It ended before its "started" got through: it did run.
+            transition_request(locked, RequestState.RUNNING, actor_name=AGENT, reason="process started")
+        if exit_code is not None:
+            GpuRequest.objects.filter(pk=locked.pk).update(exit_code=exit_code)
+        return transition_request(locked, outcome, actor_name=AGENT, reason=reason)
+
+
+def exit_reason(exit_code: int) -> str:
+    if exit_code < 0:
+        return f"process killed by signal {-exit_code}"
+    return f"process exited with status {exit_code}"
+
+
+def append_log(node: Node, request_id: int, offset: int, text: str) -> int:
+    """Store one piece of the job's output at its character offset; returns the log's end offset.
+
+    A piece sent again (same offset) is stored once. Beyond LOG_MAX_CHARS_PER_REQUEST the oldest
+    pieces are dropped, like a bounded `kubectl logs` buffer.
+    """
+    errors = {}
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        errors["offset"] = ["Give the character offset of the text in the job's output, 0 or more."]
+    if not isinstance(text, str) or not text:
+        errors["text"] = ["Give the output as a non-empty string."]
+    elif len(text) > LOG_CHUNK_MAX_CHARS:
+        errors["text"] = [f"At most {LOG_CHUNK_MAX_CHARS} characters per report; send the rest in pieces."]
+    elif "\x00" in text:
+        errors["text"] = ["The output cannot hold NUL characters."]
+    if errors:
+        raise ValidationError(errors)
+    request = _own_request(node, request_id)
+    with transaction.atomic():
+        GpuRequest.objects.select_for_update().get(pk=request.pk)
+        LogChunk.objects.bulk_create(
+            [LogChunk(request=request, node=node, offset=offset, text=text)], ignore_conflicts=True
+        )
+        _trim_log(request)
+        end = LogChunk.objects.filter(request=request).aggregate(end=Max("offset"))["end"]
+    return max(end or 0, offset + len(text))
+
+
+def _trim_log(request: GpuRequest) -> None:
+    chunks = LogChunk.objects.filter(request=request).annotate(size=Length("text"))
+    if (chunks.aggregate(total=Sum("size"))["total"] or 0) <= LOG_MAX_CHARS_PER_REQUEST:
+        return
+    total, drop = 0, []
+    for pk, size in chunks.order_by("-offset").values_list("pk", "size"):
+        total += size
+        if total > LOG_MAX_CHARS_PER_REQUEST:
+            drop.append(pk)
+    LogChunk.objects.filter(pk__in=drop).delete()
+
+
+def report_memory_exceeded(
+    node: Node, request_id: int, *, uuid: str, used_mib: int, limit_mib: int
+) -> GpuRequest:
+    """The agent's watchdog is stopping the job for using more GPU memory than its slice: the request
+    fails with a reason that says so (its exit status follows in the "finished" report)."""
+    request = _own_request(node, request_id)
+    if not Allocation.objects.filter(request=request, gpu__node=node, gpu__uuid=uuid).exists():
+        raise ValidationError({"uuid": f"{uuid!r} is not a card request {request_id} holds on {node.name}."})
+    reason = f"stopped: used {used_mib} MiB of GPU memory above its slice of {limit_mib} MiB"
+    return _end_here(node, request_id, RequestState.FAILED, reason)
+
+
+def record_usage(
+    node: Node,
+    sampled_at: dt.datetime,
+    *,
+    host: Mapping,
+    slices: Sequence[Mapping],
+    now: dt.datetime | None = None,
+) -> int:
+    """Store what the agent read at `sampled_at`: the host's CPU and network (`host`: cpu_percent,
+    net_rx_bytes_per_s, net_tx_bytes_per_s) and each running job's own use of its cards (`slices`:
+    request_id, uuid, memory_used_mib, sm_util_percent). Also a heartbeat; returns the slices stored.
+
+    Each slice must be an open one of this node (a ValidationError naming `slices[i]`; nothing
+    written). Sent again, a reading is stored once.
+    """
+    now = now or timezone.now()
+    errors: dict[str, list[str]] = {}
+    if problem := sampled_at_error(sampled_at, now):
+        errors["sampled_at"] = [problem]
+    open_here = {
+        (a.request_id, a.gpu.uuid): a
+        for a in Allocation.objects.committed().filter(gpu__node=node).select_related("gpu")
+    }
+    for index, reading in enumerate(slices):
+        if (reading["request_id"], reading["uuid"]) not in open_here:
+            errors[f"slices[{index}]"] = [
+                f"Request {reading['request_id']} holds no open slice of {reading['uuid']} on {node.name}."
+            ]
+    if errors:
+        raise ValidationError(errors)
+    with transaction.atomic():
+        NodeSample.objects.bulk_create(
+            [NodeSample(node=node, sampled_at=sampled_at, received_at=now, **host)], ignore_conflicts=True
+        )
+        AllocationSample.objects.bulk_create(
+            [
+                AllocationSample(
+                    allocation=open_here[(r["request_id"], r["uuid"])],
+                    sampled_at=sampled_at,
+                    memory_used_mib=r["memory_used_mib"],
+                    sm_util_percent=r["sm_util_percent"],
+                    received_at=now,
+                )
+                for r in slices
+            ],
+            ignore_conflicts=True,
+        )
+        record_heartbeat(node, now=now)
+    return len(slices)

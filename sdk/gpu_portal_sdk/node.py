@@ -1,0 +1,57 @@
+"""NodeClient: the node agent's side of the portal (/api/v1/agent/…), with a node credential (node_…).
+
+The same HTTP layer as ResourceManager: one session, the same retry rule (gpu_portal_sdk.retry) and
+the same typed errors. Every report is idempotent on the portal, so the agent may simply send it
+again on its next round after a failure.
+"""
+
+import datetime as dt
+from collections.abc import Sequence
+
+from gpu_portal_sdk.client import ResourceManager
+
+
+class NodeClient:
+    """Acts for the one node whose agent credential it holds; sees and reports only that node's work."""
+
+    def __init__(self, url: str, credential: str, *, timeout: float = 10.0, max_retries: int = 2, **http):
+        # ResourceManager is the HTTP layer here: the node credential is a bearer secret like a token.
+        self._http = ResourceManager(url, credential, timeout=timeout, max_retries=max_retries, **http)
+        self.api_url = self._http.api_url
+
+    def register(self, gpus: Sequence[dict]) -> dict:
+        """Register or reconcile the node's cards: [{uuid, model, memory_mib, mig_mode}]."""
+        return self._post("agent/register/", {"gpus": list(gpus)})
+
+    def heartbeat(self) -> dict:
+        return self._post("agent/heartbeat/")
+
+    def work(self) -> list[dict]:
+        """The requests this node must run now, each with its command, cards and checkpoint dir."""
+        return self._http._call("GET", "agent/work/")
+
+    def started(self, request_id: int) -> dict:
+        return self._post(f"agent/requests/{int(request_id)}/started/")
+
+    def finished(self, request_id: int, exit_code: int) -> dict:
+        return self._post(f"agent/requests/{int(request_id)}/finished/", {"exit_code": exit_code})
+
+    def log(self, request_id: int, offset: int, text: str) -> dict:
+        return self._post(f"agent/requests/{int(request_id)}/log/", {"offset": offset, "text": text})
+
+    def memory_exceeded(self, request_id: int, *, uuid: str, used_mib: int, limit_mib: int) -> dict:
+        body = {"uuid": uuid, "used_mib": used_mib, "limit_mib": limit_mib}
+        return self._post(f"agent/requests/{int(request_id)}/memory-exceeded/", body)
+
+    def samples(self, sampled_at: dt.datetime, readings: Sequence[dict]) -> dict:
+        """One batch of card readings taken at `sampled_at` (aware UTC); also a heartbeat."""
+        return self._post("agent/samples/", {"sampled_at": sampled_at.isoformat(), "gpus": list(readings)})
+
+    def usage(self, sampled_at: dt.datetime, host: dict, slices: Sequence[dict]) -> dict:
+        """The host's CPU and network ({cpu_percent, net_rx_bytes_per_s, net_tx_bytes_per_s}) and each
+        job's own use of its cards ([{request_id, uuid, memory_used_mib, sm_util_percent}])."""
+        body = {"sampled_at": sampled_at.isoformat(), "host": host, "slices": list(slices)}
+        return self._post("agent/usage/", body)
+
+    def _post(self, path: str, body: dict | None = None):
+        return self._http._call("POST", path, json=body if body is not None else {})

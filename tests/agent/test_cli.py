@@ -1,0 +1,143 @@
+"""`python -m agent` as an operator starts it: a process of its own, settings from flags or environment."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from agent.__main__ import main
+from scheduler_app.models import Gpu
+from scheduler_app.services.inventory import issue_agent_credential, register_node
+from tests.agent_fixtures import DEMO_JOB, REPO
+
+
+def agent_process(*args, env=None):
+    environment = {**os.environ, "PYTHONPATH": str(REPO / "sdk"), **(env or {})}  # this checkout's SDK
+    return subprocess.Popen(
+        [sys.executable, "-m", "agent", *args],
+        cwd=REPO,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def settings_env(url, credential, *, simulate):
+    """The agent's settings as environment variables only."""
+    return {
+        "GPU_PORTAL_URL": url,
+        "GPU_PORTAL_NODE_CREDENTIAL": credential,
+        "GPU_PORTAL_SIMULATE": str(simulate),
+    }
+
+
+def wait_for(condition, timeout_s=30):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_the_agent_runs_a_request_given_a_portal_and_a_credential_file(
+    live_server, transactional_db, node, place, tmp_path
+):
+    credential = tmp_path / "credential"
+    credential.write_text(issue_agent_credential(node) + "\n")
+    cards = tmp_path / "cards.json"
+    cards.write_text(
+        json.dumps([{"uuid": g.uuid, "name": g.model, "memory_mib": g.memory_mib} for g in node.gpus.all()])
+    )
+    request = place(f"{DEMO_JOB} --seconds 1")
+
+    agent = agent_process(
+        "--portal",
+        live_server.url,
+        "--credential-file",
+        str(credential),
+        "--simulate-cards",
+        str(cards),
+        "--interval-s",
+        "0.2",
+    )
+    try:
+        succeeded = wait_for(lambda: request.refresh_from_db() or request.state == "succeeded")
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        output, _ = agent.communicate(timeout=30)
+
+    assert succeeded, output
+    assert agent.returncode == 0, output
+    assert f"request {request.pk}: exited 0" in output
+
+
+def test_the_agent_takes_its_settings_from_the_environment(live_server, transactional_db, pool):
+    node, credential = register_node(pool=pool, name="bare-node", cpu_milli=8000, memory_mib=65536, gpus=[])
+    env = settings_env(live_server.url, credential, simulate=2)
+
+    agent = agent_process("--interval-s", "0.2", env=env)
+    try:
+        registered = wait_for(lambda: Gpu.objects.filter(node=node).count() == 2)
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        output, _ = agent.communicate(timeout=30)
+
+    assert registered, output
+    assert "registered node bare-node: 2 new cards" in output
+
+
+def test_without_a_portal_or_credential_the_agent_says_what_to_give(capsys, monkeypatch):
+    for name in ("GPU_PORTAL_URL", "GPU_PORTAL_NODE_CREDENTIAL", "GPU_PORTAL_NODE_CREDENTIAL_FILE"):
+        monkeypatch.delenv(name, raising=False)
+
+    assert main(["--simulate", "1"]) == 2
+    assert "Give the portal's URL (--portal or GPU_PORTAL_URL)" in capsys.readouterr().err
+
+
+def test_probe_prints_the_cards_memory_mig_mode_and_processes(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("SIMNVML_CLAIMS_DIR", str(tmp_path))
+    cards = tmp_path / "cards.json"
+    cards.write_text(
+        json.dumps([{"uuid": "GPU-probe-0", "name": "NVIDIA H200", "memory_mib": 143771, "mig": None}])
+    )
+    job = subprocess.Popen(
+        [sys.executable, "-m", "agent.demo_job", "--seconds", "30", "--gpu-memory-mib", "5000"],
+        cwd=REPO,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": "GPU-probe-0"},
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        assert wait_for(lambda: (tmp_path / str(job.pid)).exists())
+        assert main(["probe", "--simulate-cards", str(cards)]) == 0
+    finally:
+        job.kill()
+        job.wait()
+
+    out = capsys.readouterr().out
+    assert "GPU 0: NVIDIA H200  GPU-probe-0" in out
+    assert "memory 143771 MiB, 5000 MiB used; MIG unsupported" in out
+    assert f"pid {job.pid} on GPU-probe-0: 5000 MiB" in out
+
+
+def test_without_nvml_the_agent_says_to_simulate(capsys):
+    """This machine has no NVIDIA driver: pynvml cannot load its library."""
+    assert main(["probe"]) == 2
+    assert "run with --simulate N" in capsys.readouterr().err
+
+
+def test_a_refused_credential_stops_the_agent_with_an_error(live_server, transactional_db, node):
+    env = {
+        "GPU_PORTAL_URL": live_server.url,
+        "GPU_PORTAL_NODE_CREDENTIAL": "node_revoked",
+        "GPU_PORTAL_SIMULATE": "1",
+    }
+
+    agent = agent_process("--interval-s", "0.2", env=env)
+    output, _ = agent.communicate(timeout=30)
+
+    assert agent.returncode == 1
+    assert "the portal refused this node's credential" in output
