@@ -146,12 +146,28 @@ SCHEDULER_BATCH_S = env_int("SCHEDULER_BATCH_S", 1, minimum=0)
 # A ready node silent this long becomes suspect (no new work); this long, lost (its work is requeued).
 NODE_SUSPECT_AFTER_S = env_int("NODE_SUSPECT_AFTER_S", 60, minimum=5)
 NODE_LOST_AFTER_S = env_int("NODE_LOST_AFTER_S", 300, minimum=10)
+# Telemetry (scheduler_app.rollups, scheduler_app.derived_metrics): how long raw samples, 1-minute and
+# 1-hour rollups are kept, and how often the rollup-and-checks task runs.
+TELEMETRY_INTERVAL_S = env_int("TELEMETRY_INTERVAL_S", 60, minimum=10)
+TELEMETRY_RAW_RETENTION_S = env_int("TELEMETRY_RAW_RETENTION_S", 3 * 3600, minimum=3600)
+TELEMETRY_MINUTE_RETENTION_S = env_int("TELEMETRY_MINUTE_RETENTION_S", 14 * 86400, minimum=86400)
+TELEMETRY_HOUR_RETENTION_S = env_int("TELEMETRY_HOUR_RETENTION_S", 400 * 86400, minimum=7 * 86400)
+# Minutes with a sample received this recently are rolled up again (late batches land in their minute).
+TELEMETRY_ROLLUP_LOOKBACK_S = env_int("TELEMETRY_ROLLUP_LOOKBACK_S", 600, minimum=120)
+# Idle: every card of a running request under 5 % util this long; slow network: a node's mean
+# throughput under this floor while it runs work.
+TELEMETRY_IDLE_AFTER_S = env_int("TELEMETRY_IDLE_AFTER_S", 1800, minimum=300)
+TELEMETRY_NETWORK_FLOOR_BYTES_PER_S = env_int("TELEMETRY_NETWORK_FLOOR_BYTES_PER_S", 500_000_000, minimum=0)
+# GET /metrics (Prometheus, DCGM exporter names): this bearer token, or a signed-in staff user.
+METRICS_BEARER_TOKEN = env_secret("METRICS_BEARER_TOKEN")
+
 CELERY_BEAT_SCHEDULE = {
     "scheduling-pass": {"task": "scheduler_app.scheduling_pass", "schedule": float(SCHEDULER_INTERVAL_S)},
     "heartbeat-watchdog": {
         "task": "scheduler_app.heartbeat_watchdog",
         "schedule": float(NODE_SUSPECT_AFTER_S) / 2,
     },
+    "telemetry-upkeep": {"task": "scheduler_app.telemetry_upkeep", "schedule": float(TELEMETRY_INTERVAL_S)},
 }
 
 AUTH_PASSWORD_VALIDATORS = [

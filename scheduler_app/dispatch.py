@@ -2,6 +2,7 @@
 
 import logging
 import threading
+import time
 from contextlib import suppress
 
 from django.conf import settings
@@ -63,10 +64,13 @@ def pass_started() -> None:
 
 class EmbeddedWorker:
     """The embedded default's background worker: a thread that runs the heartbeat watchdog and a
-    scheduling pass when woken, and every interval (what Celery beat and workers do in production)."""
+    scheduling pass when woken, and every interval, and the telemetry upkeep once it is due (what
+    Celery beat and workers do in production)."""
 
-    def __init__(self, interval_s: float):
+    def __init__(self, interval_s: float, upkeep_interval_s: float | None = None):
         self.interval_s = interval_s
+        self.upkeep_interval_s = upkeep_interval_s or settings.TELEMETRY_INTERVAL_S
+        self._upkeep_due = 0.0
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -87,6 +91,7 @@ class EmbeddedWorker:
     def _run(self) -> None:
         from scheduler_app.node_health import check_heartbeats
         from scheduler_app.scheduling import run_scheduling_pass
+        from scheduler_app.upkeep import telemetry_upkeep
 
         while not self._stop.is_set():
             self._wake.wait(self.interval_s)
@@ -99,8 +104,13 @@ class EmbeddedWorker:
                 run_scheduling_pass()
             except Exception:  # a failed pass must not kill the worker; the next one retries
                 log.exception("scheduling pass failed")
-            finally:
-                close_old_connections()
+            if time.monotonic() >= self._upkeep_due:
+                self._upkeep_due = time.monotonic() + self.upkeep_interval_s
+                try:
+                    telemetry_upkeep()
+                except Exception:  # like a failed pass: logged, and the next upkeep retries
+                    log.exception("telemetry upkeep failed")
+            close_old_connections()
         connections.close_all()
 
 

@@ -5,6 +5,7 @@ from celery import shared_task
 from scheduler_app.dispatch import pass_started
 from scheduler_app.node_health import check_heartbeats
 from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.upkeep import telemetry_upkeep as run_telemetry_upkeep
 
 
 @shared_task(name="scheduler_app.scheduling_pass", ignore_result=True)
@@ -17,3 +18,8 @@ def scheduling_pass() -> dict:
 @shared_task(name="scheduler_app.heartbeat_watchdog", ignore_result=True)
 def heartbeat_watchdog() -> dict:
     return check_heartbeats()
+
+
+@shared_task(name="scheduler_app.telemetry_upkeep", ignore_result=True)
+def telemetry_upkeep() -> dict:
+    return run_telemetry_upkeep()

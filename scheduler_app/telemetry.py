@@ -10,27 +10,46 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from scheduler_app.choices import NodeStatus
 from scheduler_app.constants import (
     MAX_GPUS_PER_SAMPLE_BATCH,
+    MAX_MOMENTS_PER_SAMPLE_BATCH,
+    MAX_NETWORK_BYTES_PER_S,
     MAX_POWER_MW,
     MAX_TEMPERATURE_C,
     SAMPLE_MAX_AGE_S,
     SAMPLE_MAX_FUTURE_SKEW_S,
     UTIL_STDDEV_TARGET_PERCENT,
 )
-from scheduler_app.models import Gpu, GpuSample, Node
+from scheduler_app.models import Gpu, GpuSample, Node, NodeSample
 from scheduler_app.services.inventory import set_node_status
 
 AGENT = "node agent"
 READING_FIELDS = ("uuid", "gpu_util_percent", "memory_used_mib", "power_mw", "temperature_c")
+# Above this many rows in one call, PostgreSQL takes them by COPY (one round trip, no SQL to parse).
+COPY_MIN_ROWS = 64
+
+
+@dataclass(frozen=True)
+class SampleMoment:
+    """What a node's agent read at one moment: its cards' readings and, if read, the node's network
+    throughput in bytes/s (received + sent)."""
+
+    sampled_at: dt.datetime
+    readings: Sequence[Mapping]
+    network_bytes_per_s: int | None = None
 
 
 def record_gpu_samples(
-    node: Node, sampled_at: dt.datetime, readings: Sequence[Mapping], *, now: dt.datetime | None = None
+    node: Node,
+    sampled_at: dt.datetime,
+    readings: Sequence[Mapping],
+    *,
+    now: dt.datetime | None = None,
+    network_bytes_per_s: int | None = None,
 ) -> int:
     """Store one batch of the node's card readings taken at `sampled_at`; returns how many readings.
 
@@ -39,33 +58,102 @@ def record_gpu_samples(
     sampled_at. The batch is also the node's heartbeat: a suspect node is ready
     again; a lost, draining or reclaimed node keeps its status (an operator decides).
     """
+    return record_sample_moments(node, [SampleMoment(sampled_at, readings, network_bytes_per_s)], now=now)
+
+
+def record_sample_moments(
+    node: Node, moments: Sequence[SampleMoment], *, now: dt.datetime | None = None, prefix: str = ""
+) -> int:
+    """Store several moments' readings of one node at once (an agent catching up, or batching to save
+    requests); returns how many card readings. Checked whole first, errors named
+    `{prefix}gpus[i].field` for one moment and `moments[j].gpus[i].field` for several."""
     now = now or timezone.now()
-    cards = {gpu.uuid: gpu for gpu in Gpu.objects.filter(node=node)}
-    _check_batch(node, sampled_at, readings, cards, now)
-    with transaction.atomic():
-        GpuSample.objects.bulk_create(
-            [
-                GpuSample(
-                    gpu=cards[reading["uuid"]],
-                    sampled_at=sampled_at,
-                    gpu_util_percent=reading["gpu_util_percent"],
-                    memory_used_mib=reading["memory_used_mib"],
-                    power_mw=reading["power_mw"],
-                    temperature_c=reading["temperature_c"],
-                    received_at=now,
-                )
-                for reading in readings
-            ],
-            ignore_conflicts=True,
+    cards = {
+        uuid: (pk, memory)
+        for pk, uuid, memory in Gpu.objects.filter(node=node).values_list("pk", "uuid", "memory_mib")
+    }
+    errors: dict[str, list[str]] = {}
+    if len(moments) > MAX_MOMENTS_PER_SAMPLE_BATCH:
+        errors["moments"] = [f"At most {MAX_MOMENTS_PER_SAMPLE_BATCH} moments in one batch."]
+    for index, moment in enumerate(moments):
+        place = prefix if len(moments) == 1 else f"moments[{index}]."
+        for name, messages in _moment_errors(node, moment, cards, now).items():
+            errors.setdefault(place + name, []).extend(messages)
+    if len({m.sampled_at for m in moments}) < len(moments):
+        errors.setdefault("moments", []).append("Each moment's sampled_at appears once in a batch.")
+    if errors:
+        raise ValidationError(errors)
+    rows = [
+        (
+            cards[r["uuid"]][0],
+            m.sampled_at,
+            r["gpu_util_percent"],
+            r["memory_used_mib"],
+            r["power_mw"],
+            r["temperature_c"],
+            now,
         )
+        for m in moments
+        for r in m.readings
+    ]
+    node_rows = [(m.sampled_at, m.network_bytes_per_s) for m in moments if m.network_bytes_per_s is not None]
+    with transaction.atomic():
+        _insert_gpu_samples(rows)
+        if node_rows:
+            NodeSample.objects.bulk_create(
+                [NodeSample(node=node, sampled_at=at, network_bytes_per_s=bps) for at, bps in node_rows],
+                ignore_conflicts=True,
+            )
         record_heartbeat(node, now=now)
-    return len(readings)
+    return len(rows)
+
+
+def _insert_gpu_samples(rows: list[tuple]) -> None:
+    """Insert (gpu_id, sampled_at, util, memory, power, temperature, received_at) rows, skipping any
+    card-and-time already stored. Large batches go by COPY on PostgreSQL; a resent batch makes COPY hit
+    the unique constraint, and then the rows go again by INSERT ... ON CONFLICT DO NOTHING."""
+    if connection.vendor == "postgresql" and len(rows) >= COPY_MIN_ROWS:
+        try:
+            with transaction.atomic():
+                _copy_gpu_samples(rows)
+            return
+        except IntegrityError:
+            pass
+    GpuSample.objects.bulk_create(
+        [
+            GpuSample(
+                gpu_id=gpu_id,
+                sampled_at=at,
+                gpu_util_percent=util,
+                memory_used_mib=memory,
+                power_mw=power,
+                temperature_c=temperature,
+                received_at=received,
+            )
+            for gpu_id, at, util, memory, power, temperature, received in rows
+        ],
+        ignore_conflicts=True,
+    )
+
+
+def _copy_gpu_samples(rows: list[tuple]) -> None:
+    table = GpuSample._meta.db_table
+    columns = "gpu_id, sampled_at, gpu_util_percent, memory_used_mib, power_mw, temperature_c, received_at"
+    with connection.cursor() as cursor, cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
 
 
 def record_heartbeat(node: Node, *, now: dt.datetime | None = None) -> Node:
-    """The node's agent was heard from now; a suspect node becomes ready again, logged."""
+    """The node's agent was heard from now; a suspect node becomes ready again, logged.
+
+    The usual case is one UPDATE (which locks the row as the watchdog's check does); only a suspect
+    node takes the locked read and the logged status change."""
     now = now or timezone.now()
     with transaction.atomic():
+        if Node.objects.filter(pk=node.pk).exclude(status=NodeStatus.SUSPECT).update(last_heartbeat_at=now):
+            node.last_heartbeat_at = now
+            return node
         locked = Node.objects.select_for_update().get(pk=node.pk)
         Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now)
         if locked.status == NodeStatus.SUSPECT:
@@ -74,10 +162,10 @@ def record_heartbeat(node: Node, *, now: dt.datetime | None = None) -> Node:
     return node
 
 
-def _check_batch(
-    node: Node, sampled_at, readings: Sequence[Mapping], cards: dict[str, Gpu], now: dt.datetime
-) -> None:
+def _moment_errors(node: Node, moment: SampleMoment, cards: dict[str, tuple[int, int]], now: dt.datetime):
+    """{field: [message]} for one moment (empty when it is good)."""
     errors: dict[str, list[str]] = {}
+    sampled_at, readings = moment.sampled_at, moment.readings
     if not isinstance(sampled_at, dt.datetime) or timezone.is_naive(sampled_at):
         errors["sampled_at"] = ["Give a time with its timezone (ISO 8601, e.g. 2025-01-31T12:00:00Z)."]
     elif sampled_at > now + dt.timedelta(seconds=SAMPLE_MAX_FUTURE_SKEW_S):
@@ -87,17 +175,21 @@ def _check_batch(
         ]
     elif sampled_at < now - dt.timedelta(seconds=SAMPLE_MAX_AGE_S):
         errors["sampled_at"] = [f"Samples older than {SAMPLE_MAX_AGE_S // 60} minutes are not taken."]
+    network = moment.network_bytes_per_s
+    if network is not None and (isinstance(network, bool) or not isinstance(network, int)):
+        errors["network_bytes_per_s"] = ["Give a whole number of bytes per second."]
+    elif network is not None and not 0 <= network <= MAX_NETWORK_BYTES_PER_S:
+        errors["network_bytes_per_s"] = [f"{network} is out of range: give 0 to {MAX_NETWORK_BYTES_PER_S}."]
     if len(readings) > MAX_GPUS_PER_SAMPLE_BATCH:
         errors["gpus"] = [f"At most {MAX_GPUS_PER_SAMPLE_BATCH} readings in one batch."]
     seen: set[str] = set()
     for index, reading in enumerate(readings):
         for name, message in _reading_errors(node, reading, cards, seen):
             errors.setdefault(f"gpus[{index}].{name}", []).append(message)
-    if errors:
-        raise ValidationError(errors)
+    return errors
 
 
-def _reading_errors(node: Node, reading: Mapping, cards: dict[str, Gpu], seen: set[str]):
+def _reading_errors(node: Node, reading: Mapping, cards: dict[str, tuple[int, int]], seen: set[str]):
     """(field, message) for each problem of one reading; `seen` collects the uuids so far."""
     if not isinstance(reading, Mapping):
         yield "uuid", "Give each reading as an object with " + ", ".join(READING_FIELDS) + "."
@@ -106,9 +198,9 @@ def _reading_errors(node: Node, reading: Mapping, cards: dict[str, Gpu], seen: s
         if name not in reading:
             yield name, "This field is required."
     uuid = reading.get("uuid")
-    gpu = cards.get(uuid) if isinstance(uuid, str) else None
+    card = cards.get(uuid) if isinstance(uuid, str) else None
     if "uuid" in reading:
-        if gpu is None:
+        if card is None:
             yield "uuid", f"{uuid!r} is not a card of node {node.name}."
         elif uuid in seen:
             yield "uuid", f"{uuid} appears twice in this batch."
@@ -116,7 +208,7 @@ def _reading_errors(node: Node, reading: Mapping, cards: dict[str, Gpu], seen: s
             seen.add(uuid)
     ceilings = {
         "gpu_util_percent": 100,
-        "memory_used_mib": gpu.memory_mib if gpu else None,
+        "memory_used_mib": card[1] if card else None,
         "power_mw": MAX_POWER_MW,
         "temperature_c": MAX_TEMPERATURE_C,
     }

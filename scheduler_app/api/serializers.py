@@ -18,6 +18,8 @@ from scheduler_app.choices import BillingMode, RequestState, TaskType
 from scheduler_app.constants import (
     MAX_GPUS_PER_REQUEST,
     MAX_GPUS_PER_SAMPLE_BATCH,
+    MAX_MOMENTS_PER_SAMPLE_BATCH,
+    MAX_NETWORK_BYTES_PER_S,
     MAX_POWER_MW,
     MAX_TEMPERATURE_C,
     MILLI_PER_GPU,
@@ -271,6 +273,25 @@ class SampleBatchSerializer(serializers.Serializer):
 
     sampled_at = AwareDateTimeField(help_text="When the agent read the cards (node clock, with timezone).")
     gpus = GpuReadingSerializer(many=True, max_length=MAX_GPUS_PER_SAMPLE_BATCH)
+    network_bytes_per_s = StrictIntegerField(
+        required=False,
+        min_value=0,
+        max_value=MAX_NETWORK_BYTES_PER_S,
+        help_text="Optional: the node's network throughput at that moment, bytes/s received + sent (psutil).",
+    )
+
+    def to_internal_value(self, data):
+        try:
+            return super().to_internal_value(data)
+        except serializers.ValidationError as error:
+            raise serializers.ValidationError(_flat(error.detail)) from None
+
+
+class SampleMomentsSerializer(serializers.Serializer):
+    """Several moments of one node in one request (an agent sending a few seconds at once, or catching
+    up): errors name `moments[0].gpus[1].uuid`."""
+
+    moments = SampleBatchSerializer(many=True, min_length=1, max_length=MAX_MOMENTS_PER_SAMPLE_BATCH)
 
     def to_internal_value(self, data):
         try:
