@@ -6,26 +6,13 @@ import datetime as dt
 import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from scheduler_app.constants import MAX_MOMENTS_PER_SAMPLE_BATCH, MAX_NETWORK_BYTES_PER_S
 from scheduler_app.models import GpuSample, NodeSample
-from scheduler_app.services.inventory import issue_agent_credential
 from scheduler_app.telemetry import SampleMoment, record_gpu_samples, record_sample_moments
+from tests.scheduler_app.test_api_telemetry import agent, node  # noqa: F401 (fixtures)
 
 INGEST = "/api/v1/agent/samples/"
-
-
-@pytest.fixture
-def node(make_node):
-    return make_node("node-1", gpus=2)
-
-
-@pytest.fixture
-def agent(node):
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {issue_agent_credential(node)}")
-    return client
 
 
 def readings(*utils):
