@@ -1,3 +1,4 @@
+# ruff: noqa: F811 (the imported node and agent fixtures are parameters by design)
 """Ingest's additions: the node's network throughput (optional, validated) and several moments in one
 request, through POST /api/v1/agent/samples/ and the service, on the same one-row-per-card-and-time rule."""
 
