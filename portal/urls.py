@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from portal.auth_forms import SignInForm
-from portal.views import cluster, general, operator, requests, teams, tokens
+from portal.views import cluster, general, metrics, operator, requests, teams, tokens
 
 urlpatterns = [
     path("", general.home, name="home"),
@@ -13,6 +13,7 @@ urlpatterns = [
     path("accounts/password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
     path("healthz/live", general.health_live, name="health_live"),
     path("healthz/ready", general.health_ready, name="health_ready"),
+    path("metrics", metrics.metrics, name="metrics"),
     path("accounts/tokens/", tokens.token_index, name="tokens"),
     path("accounts/tokens/<int:pk>/revoke/", tokens.token_revoke, name="token_revoke"),
     path("requests/", requests.request_index, name="requests"),
