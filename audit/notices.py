@@ -98,6 +98,15 @@ def dismiss_notice(notice: Notice, *, user, now: dt.datetime | None = None) -> N
     return notice
 
 
-def notices_for(user, *, limit: int = 5) -> QuerySet[Notice]:
-    """The user's teams' undismissed notices, newest first (a short list for the home and team pages)."""
-    return Notice.objects.unread().filter(team__memberships__user=user).select_related("team")[:limit]
+def visible_notices(user) -> QuerySet[Notice]:
+    """The notices of the user's teams (members only: an operator reads them in the audit log)."""
+    return Notice.objects.filter(team__memberships__user=user)
+
+
+def notices_for(user, *, team: Team | None = None, limit: int = 5) -> QuerySet[Notice]:
+    """The user's teams' (or one of them's) undismissed notices, newest first: a short list for the home
+    and team pages."""
+    notices = visible_notices(user).unread().select_related("team")
+    if team is not None:
+        notices = notices.filter(team=team)
+    return notices[:limit]

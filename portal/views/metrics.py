@@ -23,4 +23,8 @@ def _allowed(request) -> bool:
         return True
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     expected = settings.METRICS_BEARER_TOKEN
-    return bool(expected) and scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected.encode())
+    return (
+        bool(expected)
+        and scheme.lower() == "bearer"
+        and hmac.compare_digest(given.strip().encode(), expected.encode())
+    )

@@ -1,11 +1,13 @@
-"""A team's quota and use per pool and its members; team admins manage the members."""
+"""A team's quota and use per pool, its members and its notices; team admins manage the members."""
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
+from audit.notices import dismiss_notice, notices_for, visible_notices
 from portal.forms import AddMemberForm, RoleForm
 from scheduler_app.selectors import quota_usage
 from teams.permissions import can_manage_team
@@ -22,6 +24,7 @@ def _render_team(request, team, add_form=None, status=200):
     context = {
         "team": team,
         "usage": quota_usage(team),
+        "notices": notices_for(request.user, team=team),
         "members": team_members(team),
         "can_manage": can_manage_team(request.user, team),
         "add_form": add_form or AddMemberForm(),
@@ -89,3 +92,14 @@ def member_remove(request, slug, membership_id):
     else:
         messages.success(request, f"{membership.user} removed from {team.name}.")
     return redirect("team_detail", slug=slug)
+
+
+@login_required
+@require_POST
+def notice_dismiss(request, pk):
+    """A member has read a notice of their team; back to the page it was on."""
+    dismiss_notice(get_object_or_404(visible_notices(request.user), pk=pk), user=request.user)
+    back = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+        back = "home"
+    return redirect(back)
