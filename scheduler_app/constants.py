@@ -12,4 +12,5 @@ MAX_MOMENTS_PER_SAMPLE_BATCH = 60  # an agent may send up to a minute of 1 Hz re
 MAX_NETWORK_BYTES_PER_S = 400 * 10**9  # 3.2 Tb/s: above any node's links, so a larger reading is broken
 UTILIZATION_WINDOW_S = 900  # what the utilization endpoint summarizes: the last 15 minutes
 UTILIZATION_MAX_POINTS = 60  # the window's series is downsampled to at most this many points
+TELEMETRY_MAX_RANGE_S = 400 * 86400  # the longest range a telemetry query answers (hour rollups)
 UTIL_STDDEV_TARGET_PERCENT = 15  # DESIGN: steady work keeps util std-dev under 15 %

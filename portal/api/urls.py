@@ -4,6 +4,12 @@ from rest_framework.routers import SimpleRouter
 
 from billing_app.api.views import PoolPriceView, PriceListView
 from portal.api.views import ApiTokenViewSet, TeamViewSet, not_found
+from scheduler_app.api.telemetry_views import (
+    GpuTelemetryView,
+    PoolTelemetryView,
+    RequestTelemetryView,
+    TeamTelemetryView,
+)
 from scheduler_app.api.views import (
     ClusterView,
     GpuRequestViewSet,
@@ -25,6 +31,10 @@ urlpatterns = [
     path("prices/", PriceListView.as_view(), name="prices"),
     path("pools/<slug:name>/price/", PoolPriceView.as_view(), name="pool-price"),
     path("agent/samples/", GpuSampleIngestView.as_view(), name="agent-samples"),
+    path("requests/<int:pk>/telemetry/", RequestTelemetryView.as_view(), name="request-telemetry"),
+    path("teams/<slug:slug>/telemetry/", TeamTelemetryView.as_view(), name="team-telemetry"),
+    path("pools/<slug:name>/telemetry/", PoolTelemetryView.as_view(), name="pool-telemetry"),
+    path("gpus/<int:pk>/telemetry/", GpuTelemetryView.as_view(), name="gpu-telemetry"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
     re_path(r"^", not_found),  # any other path under /api/v1/ answers in the API's error format
