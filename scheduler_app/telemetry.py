@@ -66,10 +66,68 @@ def record_sample_moments(
     requests); returns how many card readings. Checked whole first (errors named `gpus[i].field` for
     one moment, `moments[j].gpus[i].field` for several; nothing written), one row per card and time."""
     now = now or timezone.now()
+    # On PostgreSQL the node's cards come from this process's cache first: the store statement
+    # refuses to write when the cards a batch names are no longer as cached, and a batch the cache
+    # finds wrong is judged again on fresh cards, so the cache never decides alone.
+    trust_cache = connection.vendor == "postgresql"
+    for _ in range(2):
+        cards = _cards(node, fresh=not trust_cache)
+        errors = _batch_errors(node, moments, cards, now)
+        if errors and trust_cache:
+            cards = _cards(node, fresh=True)
+            errors = _batch_errors(node, moments, cards, now)
+        if errors:
+            raise ValidationError(errors)
+        rows = [
+            (
+                cards[r["uuid"]][0],
+                m.sampled_at,
+                r["gpu_util_percent"],
+                r["memory_used_mib"],
+                r["power_mw"],
+                r["temperature_c"],
+            )
+            for m in moments
+            for r in m.readings
+        ]
+        node_rows = [
+            (m.sampled_at, m.network_bytes_per_s) for m in moments if m.network_bytes_per_s is not None
+        ]
+        if connection.vendor != "postgresql":
+            with transaction.atomic():
+                _store(node, rows, node_rows, now)
+                record_heartbeat(node, now=now)
+            return len(rows)
+        named = {r["uuid"] for m in moments for r in m.readings}
+        stored, beaten = _store_in_one_statement(node, rows, node_rows, now, {u: cards[u] for u in named})
+        if stored:
+            if beaten:
+                node.last_heartbeat_at = now
+            else:
+                record_heartbeat(node, now=now)
+            return len(rows)
+        trust_cache = False  # the node's cards changed since they were cached: again, on fresh ones
+    raise ValidationError({"gpus": ["The node's cards changed while this batch was stored; send it again."]})
+
+
+# Per node id: {uuid: (card id, memory MiB)} as last read from the database (see record_sample_moments).
+_known_cards: dict[int, dict[str, tuple[int, int]]] = {}
+
+
+def _cards(node: Node, *, fresh: bool) -> dict[str, tuple[int, int]]:
+    if not fresh and (known := _known_cards.get(node.pk)) is not None:
+        return known
     cards = {
         uuid: (pk, memory)
         for pk, uuid, memory in Gpu.objects.filter(node=node).values_list("pk", "uuid", "memory_mib")
     }
+    _known_cards[node.pk] = cards
+    return cards
+
+
+def _batch_errors(
+    node: Node, moments: Sequence[SampleMoment], cards, now: dt.datetime
+) -> dict[str, list[str]]:
     errors: dict[str, list[str]] = {}
     if len(moments) > MAX_MOMENTS_PER_SAMPLE_BATCH:
         errors["moments"] = [f"At most {MAX_MOMENTS_PER_SAMPLE_BATCH} moments in one batch."]
@@ -79,45 +137,28 @@ def record_sample_moments(
             errors.setdefault(place + name, []).extend(messages)
     if len({m.sampled_at for m in moments}) < len(moments):
         errors.setdefault("moments", []).append("Each moment's sampled_at appears once in a batch.")
-    if errors:
-        raise ValidationError(errors)
-    rows = [
-        (
-            cards[r["uuid"]][0],
-            m.sampled_at,
-            r["gpu_util_percent"],
-            r["memory_used_mib"],
-            r["power_mw"],
-            r["temperature_c"],
-        )
-        for m in moments
-        for r in m.readings
-    ]
-    node_rows = [(m.sampled_at, m.network_bytes_per_s) for m in moments if m.network_bytes_per_s is not None]
-    if connection.vendor == "postgresql":
-        if _store_in_one_statement(node, rows, node_rows, now):
-            node.last_heartbeat_at = now
-        else:
-            record_heartbeat(node, now=now)
-    else:
-        with transaction.atomic():
-            _store(node, rows, node_rows, now)
-            record_heartbeat(node, now=now)
-    return len(rows)
+    return errors
 
 
-# PostgreSQL: one statement, so one round trip and one transaction, for the card rows (ON CONFLICT: a
-# resent batch adds nothing), the node's readings and the heartbeat of a node that is not suspect (a
-# suspect one comes back through record_heartbeat, which logs it); it returns whether it beat. Arrays
-# through unnest: one statement whatever the batch's size (measured faster than COPY, which also
-# cannot skip rows already stored: bench/README.md).
+# PostgreSQL: one statement, so one round trip and one transaction. It writes nothing unless the cards
+# the batch names are still the node's with the memory the checks used (`fresh`); then the card rows
+# (ON CONFLICT: a resent batch adds nothing), the node's readings and the heartbeat of a node that is
+# not suspect (a suspect one comes back through record_heartbeat, which logs it). It answers (written,
+# beat). Arrays through unnest: one statement whatever the batch's size (measured faster than COPY,
+# which also cannot skip rows already stored: bench/README.md).
 _STORE_SQL = f"""
-WITH beat AS (
+WITH fresh AS (
+    SELECT count(*) = %(named)s AS ok
+    FROM unnest(%(card_id)s::bigint[], %(card_uuid)s::text[], %(card_memory)s::int[]) AS c(id, uuid, memory)
+    JOIN {Gpu._meta.db_table} g ON g.id = c.id AND g.uuid = c.uuid AND g.memory_mib = c.memory
+        AND g.node_id = %(node)s
+), beat AS (
     UPDATE {Node._meta.db_table} SET last_heartbeat_at = %(now)s
-    WHERE id = %(node)s AND status <> %(suspect)s RETURNING id
+    WHERE id = %(node)s AND status <> %(suspect)s AND (SELECT ok FROM fresh) RETURNING id
 ), node_rows AS (
     INSERT INTO {NodeSample._meta.db_table} (node_id, sampled_at, network_bytes_per_s)
     SELECT %(node)s, at, bps FROM unnest(%(node_at)s::timestamptz[], %(node_bps)s::bigint[]) AS r(at, bps)
+    WHERE (SELECT ok FROM fresh)
     ON CONFLICT DO NOTHING
 ), card_rows AS (
     INSERT INTO {GpuSample._meta.db_table}
@@ -127,18 +168,25 @@ WITH beat AS (
         %(gpu)s::bigint[], %(at)s::timestamptz[], %(util)s::int[], %(memory)s::int[], %(power)s::int[],
         %(temperature)s::int[]
     ) AS r(gpu, at, util, memory, power, temperature)
+    WHERE (SELECT ok FROM fresh)
     ON CONFLICT DO NOTHING
 )
-SELECT count(*) FROM beat
+SELECT (SELECT ok FROM fresh), (SELECT count(*) FROM beat)
 """
 
 
-def _store_in_one_statement(node: Node, rows: list[tuple], node_rows: list[tuple], now: dt.datetime) -> bool:
+def _store_in_one_statement(
+    node: Node, rows: list[tuple], node_rows: list[tuple], now: dt.datetime, named: dict[str, tuple[int, int]]
+) -> tuple[bool, bool]:
     columns = list(zip(*rows, strict=True)) if rows else [()] * len(_COLUMNS)
     params = {
         "now": now,
         "node": node.pk,
         "suspect": NodeStatus.SUSPECT,
+        "named": len(named),
+        "card_uuid": list(named),
+        "card_id": [pk for pk, _ in named.values()],
+        "card_memory": [memory for _, memory in named.values()],
         "node_at": [at for at, _ in node_rows],
         "node_bps": [bps for _, bps in node_rows],
         **{name: list(values) for name, values in zip(_COLUMNS, columns, strict=True)},
@@ -150,7 +198,8 @@ def _store_in_one_statement(node: Node, rows: list[tuple], node_rows: list[tuple
         # for the disk.
         cursor.execute("SET LOCAL synchronous_commit TO OFF; " + _STORE_SQL, params)
         cursor.cursor.nextset()
-        return cursor.fetchone()[0] == 1
+        written, beats = cursor.fetchone()
+        return written, beats == 1
 
 
 _COLUMNS = ("gpu", "at", "util", "memory", "power", "temperature")

@@ -138,3 +138,27 @@ def test_the_service_checks_network_readings_and_moment_counts_too(node):
         f"At most {MAX_MOMENTS_PER_SAMPLE_BATCH} moments in one batch."
     ]
     assert not GpuSample.objects.exists() and not NodeSample.objects.exists()
+
+
+def test_a_card_changed_since_the_last_batch_is_judged_as_it_is_now(node):
+    """The ingest may remember a node's cards between batches; what it remembers never decides alone."""
+    now = timezone.now()
+    record_gpu_samples(node, now - dt.timedelta(seconds=2), readings(10), now=now)
+    card = node.gpus.get(index=0)
+    card.memory_mib = 2048  # re-registered smaller: the next reading's 4096 MiB no longer fits
+    card.save()
+
+    with pytest.raises(ValidationError) as refused:
+        record_gpu_samples(node, now - dt.timedelta(seconds=1), readings(20), now=now)
+
+    assert refused.value.message_dict["gpus[0].memory_used_mib"] == ["4096 is out of range: give 0 to 2048."]
+    assert GpuSample.objects.count() == 1
+    card.uuid = "GPU-node-1-0-new"  # replaced: the old uuid is no card of the node any more
+    card.memory_mib = 81920
+    card.save()
+    with pytest.raises(ValidationError) as refused:
+        record_gpu_samples(node, now, readings(30), now=now)
+    assert "'GPU-node-1-0' is not a card of node node-1." in refused.value.message_dict["gpus[0].uuid"]
+    fresh = [dict(readings(40)[0], uuid="GPU-node-1-0-new")]
+    assert record_gpu_samples(node, now, fresh, now=now) == 1
+    assert sorted(GpuSample.objects.values_list("gpu_util_percent", flat=True)) == [10, 40]
