@@ -107,6 +107,9 @@ def _agent(args, node_ids: list[int], start: dt.datetime, seed: int, results) ->
     import django
 
     django.setup()
+    from django.conf import settings
+
+    settings.DEBUG = False  # DEBUG keeps the last 9,000 queries' SQL: megabytes with these arrays
     from scheduler_app import telemetry
     from scheduler_app.models import Node
 

@@ -27,6 +27,7 @@ urlpatterns = [
     path("teams/<slug:slug>/members/", teams.member_add, name="member_add"),
     path("teams/<slug:slug>/members/<int:membership_id>/role/", teams.member_role, name="member_role"),
     path("teams/<slug:slug>/members/<int:membership_id>/remove/", teams.member_remove, name="member_remove"),
+    path("teams/<slug:slug>/idle-policy/", teams.idle_policy, name="team_idle_policy"),
     path("notices/<int:pk>/dismiss/", teams.notice_dismiss, name="notice_dismiss"),
     path("operator/", operator.overview, name="operator"),
     path("operator/nodes/", operator.node_index, name="operator_nodes"),

@@ -1,5 +1,6 @@
 """A team's quota and use per pool, its members and its notices; team admins manage the members."""
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
@@ -12,7 +13,7 @@ from portal.forms import AddMemberForm, RoleForm
 from scheduler_app.selectors import quota_usage
 from teams.permissions import can_manage_team
 from teams.selectors import team_members, teams_visible_to
-from teams.services import add_member, change_role, remove_member
+from teams.services import add_member, change_role, remove_member, set_idle_release
 
 
 def _visible_team(request, slug):
@@ -25,6 +26,7 @@ def _render_team(request, team, add_form=None, status=200):
         "team": team,
         "usage": quota_usage(team),
         "notices": notices_for(request.user, team=team),
+        "idle_minutes": settings.TELEMETRY_IDLE_AFTER_S // 60,
         "members": team_members(team),
         "can_manage": can_manage_team(request.user, team),
         "add_form": add_form or AddMemberForm(),
@@ -103,3 +105,13 @@ def notice_dismiss(request, pk):
     if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
         back = "home"
     return redirect(back)
+
+
+@login_required
+@require_POST
+def idle_policy(request, slug):
+    team = _visible_team(request, slug)
+    release = request.POST.get("release") == "1"
+    set_idle_release(team, release=release, actor=request.user)
+    messages.success(request, "Idle work will be released." if release else "Idle work will only be noticed.")
+    return redirect("team_detail", slug=slug)

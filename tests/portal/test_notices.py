@@ -8,7 +8,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.urls import reverse
 
-from audit.models import Notice
+from audit.models import Event, Notice
 from audit.notices import Finding, dismiss_notice, notices_for, raise_notices
 from scheduler_app.live import team_group
 from teams.permissions import NotAllowed
@@ -117,3 +117,27 @@ async def _drain(layer, channel) -> list[dict]:
                 received.append(await layer.receive(channel))
         except TimeoutError:
             return received
+
+
+def test_a_team_admin_sets_the_idle_policy_and_it_is_logged(client, team_admin, team):
+    client.force_login(team_admin)
+
+    response = client.post(reverse("team_idle_policy", args=[team.slug]), {"release": "1"})
+
+    assert response.status_code == 302
+    team.refresh_from_db()
+    assert team.release_idle_allocations is True
+    event = Event.objects.get(to_state="updated", object_id=team.pk)
+    assert event.data == {"release_idle_allocations": {"from": False, "to": True}}
+    assert "and is released" in client.get(reverse("team_detail", args=[team.slug])).content.decode()
+
+
+@pytest.mark.parametrize("who, status", [("member", 403), ("outsider", 404)])
+def test_only_team_admins_set_the_idle_policy(client, request, team, who, status):
+    client.force_login(request.getfixturevalue(who))
+
+    response = client.post(reverse("team_idle_policy", args=[team.slug]), {"release": "1"})
+
+    assert response.status_code == status
+    team.refresh_from_db()
+    assert team.release_idle_allocations is False
