@@ -71,6 +71,27 @@ def main() -> None:
     print("agent memory after the first second (MiB): " + ", ".join(f"{r['warm_mib']:.0f}" for r in reports))
     if stored != sent:
         raise SystemExit(f"{sent - stored} readings were not stored")
+    _time_rollup(stored)
+
+
+def _time_rollup(stored: int) -> None:
+    """The upkeep's rollup over everything just stored: what one run costs per raw sample it reads."""
+    from django.db.models import Max, Min
+
+    from scheduler_app.models import GpuSample
+    from scheduler_app.rollups import roll_up
+
+    span = GpuSample.objects.aggregate(first=Min("sampled_at"), last=Max("sampled_at"))
+    from django.conf import settings
+
+    settings.TELEMETRY_ROLLUP_LOOKBACK_S = int((span["last"] - span["first"]).total_seconds()) + 120
+    begin = time.perf_counter()
+    written = roll_up(span["last"])
+    seconds = time.perf_counter() - begin
+    print(
+        f"rollup of the {stored:,} samples: {written['minute']:,} minute and {written['hour']:,} hour rows "
+        f"in {seconds:.1f} s ({stored / seconds:,.0f} samples/s)"
+    )
 
 
 def _rebuild_cluster(nodes: int, gpus_per_node: int) -> list[int]:

@@ -153,7 +153,7 @@ TELEMETRY_RAW_RETENTION_S = env_int("TELEMETRY_RAW_RETENTION_S", 3 * 3600, minim
 TELEMETRY_MINUTE_RETENTION_S = env_int("TELEMETRY_MINUTE_RETENTION_S", 14 * 86400, minimum=86400)
 TELEMETRY_HOUR_RETENTION_S = env_int("TELEMETRY_HOUR_RETENTION_S", 400 * 86400, minimum=7 * 86400)
 # Minutes with a sample received this recently are rolled up again (late batches land in their minute).
-TELEMETRY_ROLLUP_LOOKBACK_S = env_int("TELEMETRY_ROLLUP_LOOKBACK_S", 600, minimum=120)
+TELEMETRY_ROLLUP_LOOKBACK_S = env_int("TELEMETRY_ROLLUP_LOOKBACK_S", 300, minimum=120)
 # Idle: every card of a running request under 5 % util this long; slow network: a node's mean
 # throughput under this floor while it runs work.
 TELEMETRY_IDLE_AFTER_S = env_int("TELEMETRY_IDLE_AFTER_S", 1800, minimum=300)
