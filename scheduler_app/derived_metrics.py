@@ -18,7 +18,7 @@ from collections import defaultdict
 from contextlib import suppress
 
 from django.conf import settings
-from django.db.models import Count, F, Max, Min, Q, Sum, Value
+from django.db.models import Count, F, FilteredRelation, Max, Min, Q, Sum, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
@@ -61,23 +61,23 @@ def _running_segments():
     return Allocation.objects.committed().filter(request__state=RequestState.RUNNING)
 
 
-def _minutes(since) -> Q:
-    """The segment's card's minute rollups from `since` on (a Q on the gpu__rollups join)."""
-    return Q(gpu__rollups__resolution_s=MINUTE_S, gpu__rollups__bucket_start__gte=since)
+def _minutes(since, until=None) -> FilteredRelation:
+    """The segment's card's minute rollups from `since` on (before `until`), joined on that condition, so
+    the database reads only those rows; a segment without any still comes out, with nulls."""
+    condition = Q(gpu__rollups__resolution_s=MINUTE_S, gpu__rollups__bucket_start__gte=since)
+    if until is not None:
+        condition &= Q(gpu__rollups__bucket_start__lt=until)
+    return FilteredRelation("gpu__rollups", condition=condition)
 
 
 def _jitter(now):
     since = floor_to(now - dt.timedelta(seconds=UTILIZATION_WINDOW_S), MINUTE_S)
-    window = _minutes(since)
     rows = (
         _running_segments()
         .filter(started_at__lte=since)
+        .annotate(recent=_minutes(since))
         .values("request_id", "request__team_id", "gpu_id", "gpu__uuid")
-        .annotate(
-            n=Sum("gpu__rollups__samples", filter=window),
-            s=Sum("gpu__rollups__util_sum", filter=window),
-            sq=Sum("gpu__rollups__util_sq_sum", filter=window),
-        )
+        .annotate(n=Sum("recent__samples"), s=Sum("recent__util_sum"), sq=Sum("recent__util_sq_sum"))
         .filter(n__gte=JITTER_MIN_SAMPLES)
     )
     jittery = defaultdict(dict)
@@ -110,25 +110,25 @@ def _leaks(now):
     start = Greatest(
         Value(now - dt.timedelta(seconds=LEAK_SPAN_S)), F("started_at") + dt.timedelta(seconds=WARM_UP_S)
     )
-    head = Q(
-        gpu__rollups__resolution_s=MINUTE_S,
-        gpu__rollups__bucket_start__gte=start,
-        gpu__rollups__bucket_start__lt=start + dt.timedelta(seconds=LEAK_AVERAGE_S),
-    )
-    tail = _minutes(floor_to(now - dt.timedelta(seconds=LEAK_AVERAGE_S), MINUTE_S))
     rows = (
         _running_segments()
         .filter(started_at__lte=now - dt.timedelta(seconds=LEAK_MIN_SPAN_S + WARM_UP_S))
+        .annotate(
+            leak_head=_minutes(start, start + dt.timedelta(seconds=LEAK_AVERAGE_S)),
+            leak_tail=_minutes(floor_to(now - dt.timedelta(seconds=LEAK_AVERAGE_S), MINUTE_S)),
+        )
         .values("pk", "request_id", "request__team_id", "gpu__uuid", "started_at")
         .annotate(
-            head_n=Sum("gpu__rollups__samples", filter=head),
-            head_mem=Sum("gpu__rollups__memory_sum", filter=head),
-            tail_n=Sum("gpu__rollups__samples", filter=tail),
-            tail_mem=Sum("gpu__rollups__memory_sum", filter=tail),
+            head_n=Sum("leak_head__samples"),
+            head_mem=Sum("leak_head__memory_sum"),
+            tail_n=Sum("leak_tail__samples"),
+            tail_mem=Sum("leak_tail__memory_sum"),
         )
     )
     leaking = defaultdict(dict)
     team_of = {}
+    # The two joins multiply: each head row comes once per tail row and the other way round, which
+    # scales a sum and its count alike, so the means below are exact.
     for row in rows:
         if not row["head_n"] or not row["tail_n"] or not row["head_mem"]:
             continue
@@ -165,14 +165,11 @@ def _leaks(now):
 def _idle(now):
     idle_s = settings.TELEMETRY_IDLE_AFTER_S
     since = floor_to(now - dt.timedelta(seconds=idle_s), MINUTE_S)
-    window = _minutes(since)
     rows = (
         _running_segments()
+        .annotate(recent=_minutes(since))
         .values("request_id", "request__team_id", "request__team__release_idle_allocations", "started_at")
-        .annotate(
-            busiest=Max("gpu__rollups__util_max", filter=window),
-            first=Min("gpu__rollups__bucket_start", filter=window),
-        )
+        .annotate(busiest=Max("recent__util_max"), first=Min("recent__bucket_start"))
     )
     requests = defaultdict(list)
     for row in rows:
