@@ -5,6 +5,8 @@ import datetime as dt
 import re
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from scheduler_app.models import Gpu
@@ -176,3 +178,17 @@ def test_an_empty_cluster_still_has_help_and_type_lines(client, db):
     metrics = parse(scrape(client, HTTP_AUTHORIZATION=f"Bearer {TOKEN}").content.decode())
 
     assert metrics == {name: [] for name in METRIC_NAMES}
+
+
+def test_a_scrape_takes_the_same_queries_whatever_the_cluster_size(client, cluster, make_node):
+    def queries_for_a_scrape() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert scrape(client, HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 200
+        return len(captured)
+
+    before = queries_for_a_scrape()
+    for n in range(3):
+        gpu = make_node(f"extra-{n}", gpus=4).gpus.first()
+        plant(gpu, timezone.now() - dt.timedelta(seconds=10), [50])
+
+    assert queries_for_a_scrape() == before
