@@ -88,8 +88,10 @@ def _bucket_sql(column: str, resolution_s: int) -> str:
     unit = {MINUTE_S: "minute", HOUR_S: "hour"}[resolution_s]
     if connection.vendor == "postgresql":
         return f"date_trunc('{unit}', {column})"
-    # SQLite keeps datetimes as 'YYYY-MM-DD HH:MM:SS[.ffffff]' text in UTC, as Django writes them.
-    pattern = {MINUTE_S: "%Y-%m-%d %H:%M:00", HOUR_S: "%Y-%m-%d %H:00:00"}[resolution_s]
+    # SQLite keeps datetimes as 'YYYY-MM-DD HH:MM:SS[.ffffff]' text in UTC, as Django writes them. The
+    # percent signs are doubled: the query goes through Django's %s parameter style (and, with DEBUG,
+    # through `sql % params` for the query log).
+    pattern = {MINUTE_S: "%%Y-%%m-%%d %%H:%%M:00", HOUR_S: "%%Y-%%m-%%d %%H:00:00"}[resolution_s]
     return f"strftime('{pattern}', {column})"
 
 

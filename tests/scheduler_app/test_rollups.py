@@ -150,3 +150,16 @@ def test_each_resolution_is_pruned_after_its_retention(gpu, settings):
         (MINUTE_S, floor_to(NOW - dt.timedelta(days=1, hours=23), MINUTE_S)),
         (HOUR_S, floor_to(NOW - dt.timedelta(days=29), HOUR_S)),
     ]
+
+
+def test_rollups_work_with_the_query_log_on(gpu, settings):
+    """DEBUG (the embedded default) logs each query by formatting it with its parameters."""
+    settings.DEBUG = True
+    plant(gpu, NOW - dt.timedelta(minutes=3), [10, 20])
+
+    roll_up(NOW)
+
+    assert sorted(GpuRollup.objects.filter(resolution_s=MINUTE_S).values_list("util_sum", flat=True)) == [
+        10,
+        20,
+    ]
