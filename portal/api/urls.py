@@ -2,6 +2,7 @@ from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
+from audit.api.views import NoticeViewSet
 from billing_app.api.views import PoolPriceView, PriceListView
 from portal.api.views import ApiTokenViewSet, TeamViewSet, not_found
 from scheduler_app.api.telemetry_views import (
@@ -24,6 +25,7 @@ router.register("teams", TeamViewSet, basename="team")
 router.register("tokens", ApiTokenViewSet, basename="token")
 router.register("nodes", NodeViewSet, basename="node")
 router.register("pools", PoolViewSet, basename="pool")
+router.register("notices", NoticeViewSet, basename="notice")
 
 urlpatterns = [
     *router.urls,

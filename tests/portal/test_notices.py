@@ -141,3 +141,23 @@ def test_only_team_admins_set_the_idle_policy(client, request, team, who, status
     assert response.status_code == status
     team.refresh_from_db()
     assert team.release_idle_allocations is False
+
+
+def test_the_api_lists_only_the_users_teams_notices_and_dismisses_them(api_client, member, team, notices):
+    ours, theirs = notices
+    client = api_client(member)
+
+    listed = client.get("/api/v1/notices/").json()["results"]
+    foreign = client.post(f"/api/v1/notices/{theirs.pk}/dismiss/")
+    dismissed = client.post(f"/api/v1/notices/{ours.pk}/dismiss/")
+    unread = client.get("/api/v1/notices/", {"unread": "1"}).json()["results"]
+
+    assert [(n["id"], n["team"], n["kind"], n["open"]) for n in listed] == [
+        (ours.pk, team.slug, "idle", True)
+    ]
+    assert foreign.status_code == 404
+    assert foreign.json()["error"]["code"] == "not_found"
+    theirs.refresh_from_db()
+    assert theirs.dismissed_at is None
+    assert dismissed.status_code == 200 and dismissed.json()["dismissed_at"] is not None
+    assert unread == []
