@@ -14,7 +14,7 @@ rollups (node throughput from the raw node samples), one aggregate query per che
 
 import datetime as dt
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from contextlib import suppress
 
 from django.conf import settings
@@ -51,10 +51,7 @@ def check_running_work(now: dt.datetime | None = None) -> dict[str, int]:
     for notice in raised:
         if notice.kind == NoticeKind.IDLE and notice.data.get("release"):
             _release_idle(notice.data["request_id"], notice.text)
-    counts = defaultdict(int)
-    for notice in raised:
-        counts[notice.kind] += 1
-    return dict(counts)
+    return dict(Counter(notice.kind for notice in raised))
 
 
 def _running_segments():
