@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from audit.models import Event
+from audit.models import Event, Notice
 from portal.admin_base import RecordAdmin
 
 
@@ -17,4 +17,12 @@ class EventAdmin(RecordAdmin):
     ]
     list_filter = ["content_type", "to_state", "team"]
     search_fields = ["actor_label", "reason"]
+    date_hierarchy = "created_at"
+
+
+@admin.register(Notice)
+class NoticeAdmin(RecordAdmin):
+    list_display = ["created_at", "team", "kind", "text", "dismissed_at", "resolved_at"]
+    list_filter = ["kind", "team"]
+    search_fields = ["text", "key"]
     date_hierarchy = "created_at"

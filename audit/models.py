@@ -7,6 +7,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import models
 from django.utils import timezone
 
+from audit.choices import NoticeKind
 from teams.permissions import NotAllowed
 
 APPEND_ONLY = "The event log is append-only."
@@ -78,3 +79,46 @@ class Event(models.Model):
 
 def _shown(value) -> str:
     return "none" if value is None else str(value)
+
+
+class NoticeQuerySet(models.QuerySet):
+    def open(self):
+        """Notices whose episode is still going on (the condition held at the last check)."""
+        return self.filter(resolved_at__isnull=True)
+
+    def unread(self):
+        return self.filter(dismissed_at__isnull=True)
+
+
+class Notice(models.Model):
+    """A message to a team about its work (an idle job, a memory leak...), one per episode.
+
+    `key` names the episode's subject ("idle:request:42"); while a notice with that key is open
+    (resolved_at null) no second one is raised. A member dismisses it from the team's pages;
+    the check resolves it when the condition ends, so a later episode gets a notice of its own.
+    """
+
+    team = models.ForeignKey("teams.Team", on_delete=models.CASCADE, related_name="notices")
+    kind = models.CharField(max_length=32, choices=NoticeKind.choices)
+    key = models.CharField(max_length=100)
+    text = models.CharField(max_length=500)
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    dismissed_at = models.DateTimeField(null=True, blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    objects = NoticeQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["team", "dismissed_at", "created_at"])]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team", "key"],
+                condition=models.Q(resolved_at__isnull=True),
+                name="notice_one_open_episode",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team}: {self.text}"

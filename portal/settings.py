@@ -151,6 +151,21 @@ NODE_LOST_AFTER_S = env_int("NODE_LOST_AFTER_S", 300, minimum=10)
 # Where node agents keep each job's checkpoints: storage every node mounts at this path, so requeued
 # work resumes from its checkpoint wherever it lands next.
 CHECKPOINT_ROOT = env_str("CHECKPOINT_ROOT", str(VAR_DIR / "checkpoints"))
+# Telemetry (scheduler_app.rollups, scheduler_app.derived_metrics): how long raw samples, 1-minute and
+# 1-hour rollups are kept, and how often the rollup-and-checks task runs.
+TELEMETRY_INTERVAL_S = env_int("TELEMETRY_INTERVAL_S", 60, minimum=10)
+TELEMETRY_RAW_RETENTION_S = env_int("TELEMETRY_RAW_RETENTION_S", 3 * 3600, minimum=3600)
+TELEMETRY_MINUTE_RETENTION_S = env_int("TELEMETRY_MINUTE_RETENTION_S", 14 * 86400, minimum=86400)
+TELEMETRY_HOUR_RETENTION_S = env_int("TELEMETRY_HOUR_RETENTION_S", 400 * 86400, minimum=7 * 86400)
+# Minutes with a sample received this recently are rolled up again (late batches land in their minute).
+TELEMETRY_ROLLUP_LOOKBACK_S = env_int("TELEMETRY_ROLLUP_LOOKBACK_S", 300, minimum=120)
+# Idle: every card of a running request under 5 % util this long; slow network: a node's mean
+# throughput under this floor while it runs work.
+TELEMETRY_IDLE_AFTER_S = env_int("TELEMETRY_IDLE_AFTER_S", 1800, minimum=300)
+TELEMETRY_NETWORK_FLOOR_BYTES_PER_S = env_int("TELEMETRY_NETWORK_FLOOR_BYTES_PER_S", 500_000_000, minimum=0)
+# GET /metrics (Prometheus, DCGM exporter names): this bearer token, or a signed-in staff user.
+METRICS_BEARER_TOKEN = env_secret("METRICS_BEARER_TOKEN")
+
 CELERY_BEAT_SCHEDULE = {
     "scheduling-pass": {"task": "scheduler_app.scheduling_pass", "schedule": float(SCHEDULER_INTERVAL_S)},
     "heartbeat-watchdog": {
@@ -159,6 +174,7 @@ CELERY_BEAT_SCHEDULE = {
     },
     # The live streams' 1 Hz deltas; a tick not started within its second is dropped, not queued.
     "live-tick": {"task": "scheduler_app.live_tick", "schedule": 1.0, "options": {"expires": 1.0}},
+    "telemetry-upkeep": {"task": "scheduler_app.telemetry_upkeep", "schedule": float(TELEMETRY_INTERVAL_S)},
 }
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from portal.auth_forms import SignInForm
-from portal.views import cluster, general, operator, requests, teams, tokens
+from portal.views import cluster, general, metrics, operator, requests, teams, tokens
 
 urlpatterns = [
     path("", general.home, name="home"),
@@ -13,6 +13,7 @@ urlpatterns = [
     path("accounts/password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
     path("healthz/live", general.health_live, name="health_live"),
     path("healthz/ready", general.health_ready, name="health_ready"),
+    path("metrics", metrics.metrics, name="metrics"),
     path("accounts/tokens/", tokens.token_index, name="tokens"),
     path("accounts/tokens/<int:pk>/revoke/", tokens.token_revoke, name="token_revoke"),
     path("requests/", requests.request_index, name="requests"),
@@ -27,6 +28,8 @@ urlpatterns = [
     path("teams/<slug:slug>/members/", teams.member_add, name="member_add"),
     path("teams/<slug:slug>/members/<int:membership_id>/role/", teams.member_role, name="member_role"),
     path("teams/<slug:slug>/members/<int:membership_id>/remove/", teams.member_remove, name="member_remove"),
+    path("teams/<slug:slug>/idle-policy/", teams.idle_policy, name="team_idle_policy"),
+    path("notices/<int:pk>/dismiss/", teams.notice_dismiss, name="notice_dismiss"),
     path("operator/", operator.overview, name="operator"),
     path("operator/nodes/", operator.node_index, name="operator_nodes"),
     path("operator/nodes/<int:pk>/", operator.node_status, name="operator_node"),

@@ -8,9 +8,12 @@ MAX_TEMPERATURE_C = 150  # NVML reports unsigned whole degrees; no working card 
 SAMPLE_MAX_FUTURE_SKEW_S = 60  # a node's clock may run this far ahead of the portal's
 SAMPLE_MAX_AGE_S = 3600  # older batches (an agent replaying a backlog) are refused, not stored
 MAX_GPUS_PER_SAMPLE_BATCH = 64
+MAX_MOMENTS_PER_SAMPLE_BATCH = 60  # an agent may send up to a minute of 1 Hz readings in one request
+MAX_NETWORK_BYTES_PER_S = 400 * 10**9  # 3.2 Tb/s: above any node's links, so a larger reading is broken
 UTILIZATION_WINDOW_S = 900  # what the utilization endpoint summarizes: the last 15 minutes
 UTILIZATION_MAX_POINTS = 60  # the window's series is downsampled to at most this many points
 CURRENT_LOAD_WINDOW_S = 60  # "how busy is it now": the mean of each card's readings in the last minute
+TELEMETRY_MAX_RANGE_S = 400 * 86400  # the longest range a telemetry query answers (hour rollups)
 UTIL_STDDEV_TARGET_PERCENT = 15  # DESIGN: steady work keeps util std-dev under 15 %
 LIVE_READING_MAX_AGE_S = 15  # the live stream shows a card's util only while its latest reading is this fresh
 

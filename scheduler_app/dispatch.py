@@ -2,6 +2,7 @@
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from contextlib import suppress
 
@@ -76,14 +77,20 @@ def pass_ended(seconds: float) -> None:
 class EmbeddedWorker:
     """The embedded default's background worker: a thread that runs `work` when woken and every
     interval (what Celery beat and workers do in production). By default the heartbeat watchdog and
-    a scheduling pass."""
+    a scheduling pass, and the telemetry upkeep once it is due."""
 
     def __init__(
-        self, interval_s: float, work: Callable[[], object] | None = None, name: str = "embedded-worker"
+        self,
+        interval_s: float,
+        work: Callable[[], object] | None = None,
+        name: str = "embedded-worker",
+        upkeep_interval_s: float | None = None,
     ):
         self.interval_s = interval_s
-        self.work = work or _watchdog_and_pass
+        self.work = work or self._watchdog_pass_and_upkeep
         self.name = name
+        self.upkeep_interval_s = upkeep_interval_s or settings.TELEMETRY_INTERVAL_S
+        self._upkeep_due = 0.0
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -116,13 +123,18 @@ class EmbeddedWorker:
                 close_old_connections()
         connections.close_all()
 
+    def _watchdog_pass_and_upkeep(self) -> None:
+        from scheduler_app.node_health import check_heartbeats
+        from scheduler_app.scheduling import run_scheduling_pass
+        from scheduler_app.upkeep import telemetry_upkeep
 
-def _watchdog_and_pass() -> None:
-    from scheduler_app.node_health import check_heartbeats
-    from scheduler_app.scheduling import run_scheduling_pass
-
-    check_heartbeats()
-    run_scheduling_pass()
+        try:
+            check_heartbeats()
+            run_scheduling_pass()
+        finally:  # a failed pass does not hold back the upkeep
+            if time.monotonic() >= self._upkeep_due:
+                self._upkeep_due = time.monotonic() + self.upkeep_interval_s
+                telemetry_upkeep()
 
 
 def _live_tick() -> None:

@@ -359,8 +359,9 @@ class GpuSample(models.Model):
 
     class Meta:
         ordering = ["gpu", "sampled_at"]
-        # The unique constraint's index on (gpu, sampled_at) serves every read: a card's recent
-        # window and its latest sample.
+        # The unique constraint's index on (gpu, sampled_at) serves every card's reads: its recent
+        # window and its latest sample. The sampled_at index serves the rollup's time range and pruning.
+        indexes = [models.Index(fields=["sampled_at"], name="gpusample_sampled_at")]
         constraints = [
             models.UniqueConstraint(fields=["gpu", "sampled_at"], name="gpusample_one_per_gpu_and_time"),
             models.CheckConstraint(
@@ -383,13 +384,16 @@ class GpuSample(models.Model):
 
 class NodeSample(models.Model):
     """A node's host at one moment, as its agent read it (psutil): CPU busy in whole percent, network
-    throughput in bytes per second received and sent."""
+    throughput in bytes per second received and sent, and their sum (`network_bytes_per_s`, what the
+    slow-network check reads; an agent may report only that, with its card readings). One row per
+    node and sampled_at, like GpuSample; kept as long as raw GPU samples."""
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="samples")
     sampled_at = models.DateTimeField()
-    cpu_percent = models.PositiveSmallIntegerField()
-    net_rx_bytes_per_s = models.PositiveBigIntegerField()
-    net_tx_bytes_per_s = models.PositiveBigIntegerField()
+    cpu_percent = models.PositiveSmallIntegerField(null=True, blank=True)
+    net_rx_bytes_per_s = models.PositiveBigIntegerField(null=True, blank=True)
+    net_tx_bytes_per_s = models.PositiveBigIntegerField(null=True, blank=True)
+    network_bytes_per_s = models.PositiveBigIntegerField(null=True, blank=True)
     received_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -465,3 +469,39 @@ class PassRecord(models.Model):
 
     def __str__(self) -> str:
         return f"pass at {self.ran_at:%Y-%m-%d %H:%M:%S}"
+
+
+class GpuRollup(models.Model):
+    """A card's samples in one bucket of `resolution_s` seconds (60 or 3600) from bucket_start, as sums:
+
+    mean = sum / samples, population variance = sum_sq / samples - mean². Util in %, memory in MiB,
+    power in mW, temperature in °C. Recomputed whole from the finer data, so a rerun writes the same row.
+    """
+
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="rollups")
+    resolution_s = models.PositiveIntegerField()
+    bucket_start = models.DateTimeField()
+    samples = models.PositiveIntegerField()
+    util_sum = models.BigIntegerField()
+    util_sq_sum = models.BigIntegerField()
+    util_min = models.PositiveSmallIntegerField()
+    util_max = models.PositiveSmallIntegerField()
+    memory_sum = models.BigIntegerField()
+    memory_sq_sum = models.BigIntegerField()
+    memory_min = models.PositiveIntegerField()
+    memory_max = models.PositiveIntegerField()
+    power_sum = models.BigIntegerField()
+    temperature_sum = models.BigIntegerField()
+
+    class Meta:
+        ordering = ["gpu", "resolution_s", "bucket_start"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gpu", "resolution_s", "bucket_start"], name="gpurollup_one_per_gpu_bucket"
+            ),
+            models.CheckConstraint(condition=Q(samples__gt=0), name="gpurollup_not_empty"),
+        ]
+        indexes = [models.Index(fields=["resolution_s", "bucket_start"])]
+
+    def __str__(self) -> str:
+        return f"{self.gpu} {self.resolution_s}s bucket at {self.bucket_start:%Y-%m-%d %H:%M}"

@@ -13,6 +13,7 @@ import pickle
 from django.contrib.contenttypes.models import ContentType
 from django.db.models import Max
 
+from audit.choices import NoticeKind
 from audit.models import Event
 from scheduler_app.choices import RequestState
 from scheduler_app.cluster_state import WORKLOAD_WINDOW, ClusterSnapshot, request_spec
@@ -102,6 +103,8 @@ def _changes_since(last_event_id: int) -> tuple[tuple[int, ...], frozenset[int],
     for kind, pk, before, after in changes.values_list(
         "content_type_id", "object_id", "from_state", "to_state"
     ):
+        if after in NoticeKind.values:
+            continue  # a telemetry finding (scheduler_app.derived_metrics) changes no state
         if kind in scheduler_types:
             return None  # a node, pool or quota changed: what the pass saw no longer holds
         if kind != request_type.pk:

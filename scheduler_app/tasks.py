@@ -8,6 +8,7 @@ from scheduler_app.dispatch import pass_ended, pass_started
 from scheduler_app.live_ticker import tick
 from scheduler_app.node_health import check_heartbeats
 from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.upkeep import telemetry_upkeep as run_telemetry_upkeep
 
 
 @shared_task(name="scheduler_app.scheduling_pass", ignore_result=True)
@@ -27,3 +28,8 @@ def heartbeat_watchdog() -> dict:
 @shared_task(name="scheduler_app.live_tick", ignore_result=True)
 def live_tick() -> dict:
     return tick()
+
+
+@shared_task(name="scheduler_app.telemetry_upkeep", ignore_result=True)
+def telemetry_upkeep() -> dict:
+    return run_telemetry_upkeep()

@@ -14,6 +14,7 @@ class TeamAdmin(admin.ModelAdmin):
     list_display = ["name", "slug", "member_count", "created_at"]
     search_fields = ["name", "slug"]
     prepopulated_fields = {"slug": ["name"]}
+    readonly_fields = ["release_idle_allocations"]  # set on the team's page (teams.services.set_idle_release)
     inlines = [MembershipInline]
 
     @admin.display(description="Members")

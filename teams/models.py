@@ -11,6 +11,10 @@ class Team(models.Model):
     slug = models.SlugField(max_length=100, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="teams")
+    release_idle_allocations = models.BooleanField(
+        default=False,
+        help_text="Release running work idle for TELEMETRY_IDLE_AFTER_S (a notice goes out either way).",
+    )
 
     class Meta:
         db_table = "portal_team"  # created by the portal app before teams moved here; kept in place

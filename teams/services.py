@@ -155,3 +155,25 @@ def _remembered_token(token_hash: str) -> ApiToken | None:
 def _remember_token(token: ApiToken) -> None:
     with suppress(RedisError):
         cache.set(_token_key(token.token_hash), token, TOKEN_CACHE_S)
+
+
+def set_idle_release(team: Team, *, release: bool, actor) -> Team:
+    """The team's policy for work idle past TELEMETRY_IDLE_AFTER_S: release it (True) or only notify."""
+    require(
+        can_manage_team(actor, team), f"Only team admins of {team.name} (or operators) can set its policy."
+    )
+    with transaction.atomic():
+        locked = Team.objects.select_for_update().get(pk=team.pk)
+        if locked.release_idle_allocations != release:
+            before, locked.release_idle_allocations = locked.release_idle_allocations, release
+            locked.save(update_fields=["release_idle_allocations"])
+            log_event(
+                locked,
+                "updated",
+                actor=actor,
+                team=locked,
+                reason="idle work policy",
+                data={"release_idle_allocations": {"from": before, "to": release}},
+            )
+    team.refresh_from_db()
+    return team

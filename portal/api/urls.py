@@ -2,6 +2,7 @@ from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
+from audit.api.views import NoticeViewSet
 from billing_app.api.views import PoolPriceView, PriceListView
 from portal.api.views import ApiTokenViewSet, TeamViewSet, not_found
 from scheduler_app.api.agent_views import (
@@ -13,6 +14,12 @@ from scheduler_app.api.agent_views import (
     StartedView,
     UsageView,
     WorkView,
+)
+from scheduler_app.api.telemetry_views import (
+    GpuTelemetryView,
+    PoolTelemetryView,
+    RequestTelemetryView,
+    TeamTelemetryView,
 )
 from scheduler_app.api.views import (
     ClusterView,
@@ -28,6 +35,7 @@ router.register("teams", TeamViewSet, basename="team")
 router.register("tokens", ApiTokenViewSet, basename="token")
 router.register("nodes", NodeViewSet, basename="node")
 router.register("pools", PoolViewSet, basename="pool")
+router.register("notices", NoticeViewSet, basename="notice")
 
 urlpatterns = [
     *router.urls,
@@ -45,6 +53,10 @@ urlpatterns = [
     path(
         "agent/requests/<int:pk>/memory-exceeded/", MemoryExceededView.as_view(), name="agent-memory-exceeded"
     ),
+    path("requests/<int:pk>/telemetry/", RequestTelemetryView.as_view(), name="request-telemetry"),
+    path("teams/<slug:slug>/telemetry/", TeamTelemetryView.as_view(), name="team-telemetry"),
+    path("pools/<slug:name>/telemetry/", PoolTelemetryView.as_view(), name="pool-telemetry"),
+    path("gpus/<int:pk>/telemetry/", GpuTelemetryView.as_view(), name="gpu-telemetry"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
     re_path(r"^", not_found),  # any other path under /api/v1/ answers in the API's error format

@@ -2,6 +2,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import JsonResponse
 from django.shortcuts import render
 
+from audit.notices import notices_for
 from portal.health import readiness
 from scheduler_app.selectors import requests_visible_to
 from teams.models import Membership
@@ -11,7 +12,8 @@ from teams.models import Membership
 def home(request):
     memberships = Membership.objects.filter(user=request.user).select_related("team")
     recent = requests_visible_to(request.user).select_related("team", "pool")[:20]
-    return render(request, "portal/home.html", {"memberships": memberships, "recent": recent})
+    context = {"memberships": memberships, "recent": recent, "notices": notices_for(request.user)}
+    return render(request, "portal/home.html", context)
 
 
 def health_live(request):

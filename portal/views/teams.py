@@ -1,16 +1,19 @@
-"""A team's quota and use per pool and its members; team admins manage the members."""
+"""A team's quota and use per pool, its members and its notices; team admins manage the members."""
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
+from audit.notices import dismiss_notice, notices_for, visible_notices
 from portal.forms import AddMemberForm, RoleForm
 from scheduler_app.selectors import quota_usage
 from teams.permissions import can_manage_team
 from teams.selectors import team_members, teams_visible_to
-from teams.services import add_member, change_role, remove_member
+from teams.services import add_member, change_role, remove_member, set_idle_release
 
 
 def _visible_team(request, slug):
@@ -22,6 +25,8 @@ def _render_team(request, team, add_form=None, status=200):
     context = {
         "team": team,
         "usage": quota_usage(team),
+        "notices": notices_for(request.user, team=team),
+        "idle_minutes": settings.TELEMETRY_IDLE_AFTER_S // 60,
         "members": team_members(team),
         "can_manage": can_manage_team(request.user, team),
         "add_form": add_form or AddMemberForm(),
@@ -88,4 +93,25 @@ def member_remove(request, slug, membership_id):
         messages.error(request, f"Not removed: {' '.join(error.messages)}")
     else:
         messages.success(request, f"{membership.user} removed from {team.name}.")
+    return redirect("team_detail", slug=slug)
+
+
+@login_required
+@require_POST
+def notice_dismiss(request, pk):
+    """A member has read a notice of their team; back to the page it was on."""
+    dismiss_notice(get_object_or_404(visible_notices(request.user), pk=pk), user=request.user)
+    back = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+        back = "home"
+    return redirect(back)
+
+
+@login_required
+@require_POST
+def idle_policy(request, slug):
+    team = _visible_team(request, slug)
+    release = request.POST.get("release") == "1"
+    set_idle_release(team, release=release, actor=request.user)
+    messages.success(request, "Idle work will be released." if release else "Idle work will only be noticed.")
     return redirect("team_detail", slug=slug)

@@ -2,7 +2,9 @@
 types and ranges; the services decide what is allowed."""
 
 import copy
+import datetime as dt
 
+from django.utils import timezone
 from rest_framework import serializers
 
 from audit.models import Event
@@ -18,9 +20,12 @@ from scheduler_app.choices import BillingMode, RequestState, TaskType
 from scheduler_app.constants import (
     MAX_GPUS_PER_REQUEST,
     MAX_GPUS_PER_SAMPLE_BATCH,
+    MAX_MOMENTS_PER_SAMPLE_BATCH,
+    MAX_NETWORK_BYTES_PER_S,
     MAX_POWER_MW,
     MAX_TEMPERATURE_C,
     MILLI_PER_GPU,
+    TELEMETRY_MAX_RANGE_S,
 )
 from scheduler_app.models import Allocation, GpuRequest, GpuSample, Node, Pool
 
@@ -277,6 +282,25 @@ class SampleBatchSerializer(serializers.Serializer):
 
     sampled_at = AwareDateTimeField(help_text="When the agent read the cards (node clock, with timezone).")
     gpus = GpuReadingSerializer(many=True, max_length=MAX_GPUS_PER_SAMPLE_BATCH)
+    network_bytes_per_s = StrictIntegerField(
+        required=False,
+        min_value=0,
+        max_value=MAX_NETWORK_BYTES_PER_S,
+        help_text="Optional: the node's network throughput at that moment, bytes/s received + sent (psutil).",
+    )
+
+    def to_internal_value(self, data):
+        try:
+            return super().to_internal_value(data)
+        except serializers.ValidationError as error:
+            raise serializers.ValidationError(_flat(error.detail)) from None
+
+
+class SampleMomentsSerializer(serializers.Serializer):
+    """Several moments of one node in one request (an agent sending a few seconds at once, or catching
+    up): errors name `moments[0].gpus[1].uuid`."""
+
+    moments = SampleBatchSerializer(many=True, min_length=1, max_length=MAX_MOMENTS_PER_SAMPLE_BATCH)
 
     def to_internal_value(self, data):
         try:
@@ -416,3 +440,76 @@ class PoolDetailSerializer(serializers.ModelSerializer):
 class PoolChangeSerializer(serializers.Serializer):
     granularity_milli = StrictIntegerField(min_value=1, max_value=MILLI_PER_GPU, required=False)
     description = StrictCharField(max_length=200, required=False, allow_blank=True)
+
+
+class TelemetryRangeSerializer(serializers.Serializer):
+    """?start=&end= (ISO 8601 with a timezone): the last hour by default, at most TELEMETRY_MAX_RANGE_S."""
+
+    start = AwareDateTimeField(required=False, help_text="Default: an hour before `end`.")
+    end = AwareDateTimeField(required=False, help_text="Default: now.")
+
+    def validate(self, data):
+        end = data.get("end") or timezone.now()
+        start = data.get("start") or end - dt.timedelta(hours=1)
+        if start >= end:
+            raise serializers.ValidationError({"start": "Give a start before the end."})
+        if (end - start).total_seconds() > TELEMETRY_MAX_RANGE_S:
+            raise serializers.ValidationError(
+                {"start": f"Ask for at most {TELEMETRY_MAX_RANGE_S // 86400} days."}
+            )
+        return {"start": start, "end": end}
+
+
+class TelemetryPointSerializer(serializers.Serializer):
+    at = serializers.DateTimeField(help_text="Start of the bucket (the sample's time at raw resolution).")
+    samples = serializers.IntegerField()
+    util_mean = serializers.FloatField(help_text="GPU utilization, %.")
+    util_stddev = serializers.FloatField(help_text="Population standard deviation within the bucket, %.")
+    util_min = serializers.IntegerField()
+    util_max = serializers.IntegerField()
+    memory_mean_mib = serializers.FloatField()
+    memory_max_mib = serializers.IntegerField()
+    power_mean_w = serializers.FloatField()
+    temperature_mean_c = serializers.FloatField()
+
+
+class ShareSeriesPointSerializer(serializers.Serializer):
+    at = serializers.DateTimeField(help_text="Start of the bucket.")
+    cards = serializers.IntegerField(help_text="Cards that reported in the bucket.")
+    held_gpus = serializers.FloatField(help_text="GPUs held (shares summed: 0.5 = half a card).")
+    busy_gpus = serializers.FloatField(help_text="Held GPUs times their cards' mean utilization.")
+    util_percent = serializers.FloatField(help_text="busy / held, %.")
+    memory_used_mib = serializers.FloatField(help_text="Cards' mean memory used, weighted by share.")
+
+
+class SegmentSeriesSerializer(serializers.Serializer):
+    node = serializers.CharField(source="segment.gpu.node.name")
+    gpu_index = serializers.IntegerField(source="segment.gpu.index")
+    gpu_uuid = serializers.CharField(source="segment.gpu.uuid")
+    milli = serializers.IntegerField(source="segment.milli")
+    started_at = serializers.DateTimeField(source="segment.started_at")
+    ended_at = serializers.DateTimeField(source="segment.ended_at", allow_null=True)
+    points = TelemetryPointSerializer(
+        many=True, help_text="The whole card's readings while the request held it."
+    )
+
+
+class RequestTelemetrySerializer(serializers.Serializer):
+    resolution_s = serializers.IntegerField(help_text="Seconds per bucket: 1 (raw samples), 60 or 3600.")
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+    cards = SegmentSeriesSerializer(many=True)
+
+
+class GpuTelemetrySerializer(serializers.Serializer):
+    resolution_s = serializers.IntegerField(help_text="Seconds per bucket: 1 (raw samples), 60 or 3600.")
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+    points = TelemetryPointSerializer(many=True)
+
+
+class ShareTelemetrySerializer(serializers.Serializer):
+    resolution_s = serializers.IntegerField(help_text="Seconds per bucket: 60 or 3600.")
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+    points = ShareSeriesPointSerializer(many=True)

@@ -4,7 +4,7 @@ serialize."""
 from django.db.models import Prefetch, prefetch_related_objects
 from django.shortcuts import get_object_or_404
 from django_filters.rest_framework import DjangoFilterBackend
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -29,6 +29,7 @@ from scheduler_app.api.serializers import (
     ReasonSerializer,
     SampleBatchAcceptedSerializer,
     SampleBatchSerializer,
+    SampleMomentsSerializer,
     SubmitSerializer,
     UtilizationSerializer,
 )
@@ -45,7 +46,7 @@ from scheduler_app.selectors import (
 )
 from scheduler_app.services.inventory import set_node_status, update_pool
 from scheduler_app.services.requests import cancel_request, release_request, submit_request
-from scheduler_app.telemetry import record_gpu_samples
+from scheduler_app.telemetry import SampleMoment, record_sample_moments
 from teams.selectors import team_for_submit
 
 
@@ -197,12 +198,25 @@ class GpuSampleIngestView(APIView):
     permission_classes = [IsNodeAgent]
     throttle_classes = [PerNodeRateThrottle]
 
-    @extend_schema(request=SampleBatchSerializer, responses=SampleBatchAcceptedSerializer, tags=["agent"])
+    @extend_schema(
+        request=PolymorphicProxySerializer(
+            "SampleBatchOrMoments",
+            [SampleBatchSerializer, SampleMomentsSerializer],
+            resource_type_field_name=None,
+        ),
+        responses=SampleBatchAcceptedSerializer,
+        tags=["agent"],
+    )
     def post(self, request):
-        batch = SampleBatchSerializer(data=request.data)
+        several = isinstance(request.data, dict) and "moments" in request.data
+        batch = (SampleMomentsSerializer if several else SampleBatchSerializer)(data=request.data)
         batch.is_valid(raise_exception=True)
         node = request.auth
-        accepted = record_gpu_samples(node, batch.validated_data["sampled_at"], batch.validated_data["gpus"])
+        moments = batch.validated_data["moments"] if several else [batch.validated_data]
+        accepted = record_sample_moments(
+            node,
+            [SampleMoment(m["sampled_at"], m["gpus"], m.get("network_bytes_per_s")) for m in moments],
+        )
         body = {"accepted": accepted, "node": node.name, "node_status": node.status}
         return Response(SampleBatchAcceptedSerializer(body).data)
 

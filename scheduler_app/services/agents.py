@@ -268,7 +268,16 @@ def record_usage(
         raise ValidationError(errors)
     with transaction.atomic():
         NodeSample.objects.bulk_create(
-            [NodeSample(node=node, sampled_at=sampled_at, received_at=now, **host)], ignore_conflicts=True
+            [
+                NodeSample(
+                    node=node,
+                    sampled_at=sampled_at,
+                    received_at=now,
+                    network_bytes_per_s=host["net_rx_bytes_per_s"] + host["net_tx_bytes_per_s"],
+                    **host,
+                )
+            ],
+            ignore_conflicts=True,
         )
         AllocationSample.objects.bulk_create(
             [

@@ -26,3 +26,32 @@ def test_submit_wakes_the_worker_which_schedules_the_request(team, member, make_
         worker.stop()
 
     assert GpuRequest.objects.get(pk=request.pk).state == "scheduled"
+
+
+def test_the_worker_runs_the_telemetry_upkeep_when_due(make_node, monkeypatch, settings):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from scheduler_app.models import GpuRollup
+    from tests.scheduler_app.telemetry_helpers import plant
+
+    settings.REDIS_URL = ""
+    gpu = make_node().gpus.first()
+    plant(gpu, timezone.now() - dt.timedelta(minutes=3), [10, 20, 30])
+    worker = EmbeddedWorker(interval_s=3600, upkeep_interval_s=3600)
+    monkeypatch.setattr("scheduler_app.dispatch.embedded_worker", worker)
+    worker.start()
+    try:
+        worker.wake()  # the first round runs the upkeep: it is due from the start
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not GpuRollup.objects.exists():
+            time.sleep(0.05)
+    finally:
+        worker.stop()
+
+    assert sorted(GpuRollup.objects.filter(resolution_s=60).values_list("util_sum", flat=True)) == [
+        10,
+        20,
+        30,
+    ]

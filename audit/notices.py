@@ -1,0 +1,112 @@
+"""Notices to a team about its work: raised once per episode by the telemetry checks, each with an Event
+on the work concerned, published live; resolved when the condition ends; dismissed by a member."""
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from audit.events import log_event
+from audit.models import Notice
+from scheduler_app.live import publish_after_commit
+from teams.models import Team
+from teams.permissions import is_member, require
+
+CHECKS = "telemetry checks"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A condition found on `subject` (a request or a node) for one team; `key` names its episode."""
+
+    kind: str
+    team_id: int
+    key: str
+    subject: object
+    text: str
+    data: dict = field(default_factory=dict)
+
+
+def raise_notices(
+    findings: Sequence[Finding], *, kinds: Iterable[str], now: dt.datetime | None = None
+) -> list[Notice]:
+    """Notify each finding whose episode has no open notice yet (and log its Event); resolve the open
+    notices of `kinds` that no finding repeats. Returns the notices raised now.
+
+    Two checks running at once cannot raise one episode twice: the open notice of a team and key is
+    unique, and the loser's savepoint (notice and event) rolls back."""
+    now = now or timezone.now()
+    kinds = list(kinds)
+    found = {(f.team_id, f.key) for f in findings}
+    open_now = {(n.team_id, n.key): n for n in Notice.objects.open().filter(kind__in=kinds)}
+    ended = [n.pk for episode, n in open_now.items() if episode not in found]
+    Notice.objects.filter(pk__in=ended).update(resolved_at=now)
+    raised = []
+    for finding in findings:
+        if (finding.team_id, finding.key) in open_now:
+            continue
+        try:
+            with transaction.atomic():
+                notice = Notice.objects.create(
+                    team_id=finding.team_id,
+                    kind=finding.kind,
+                    key=finding.key,
+                    text=finding.text[:500],
+                    data=finding.data,
+                    created_at=now,
+                )
+                log_event(
+                    finding.subject,
+                    finding.kind,
+                    actor_name=CHECKS,
+                    reason=finding.text,
+                    team=Team(pk=finding.team_id),
+                    data=finding.data,
+                )
+        except IntegrityError:
+            continue  # another check raised this episode first
+        publish_after_commit(notice.team_id, notice_message(notice))
+        raised.append(notice)
+    return raised
+
+
+def notice_message(notice: Notice) -> dict:
+    """A notice as the team's live stream carries it."""
+    return {
+        "object": "notice",
+        "id": notice.pk,
+        "kind": notice.kind,
+        "text": notice.text,
+        "data": notice.data,
+        "at": notice.created_at.isoformat(),
+        "dismissed": notice.dismissed_at is not None,
+    }
+
+
+def dismiss_notice(notice: Notice, *, user, now: dt.datetime | None = None) -> Notice:
+    """A member has read it: it leaves the team's list (its episode stays open, so it is not raised again)."""
+    require(is_member(user, notice.team), "Only members of the notice's team can dismiss it.")
+    with transaction.atomic():
+        Notice.objects.filter(pk=notice.pk, dismissed_at__isnull=True).update(
+            dismissed_at=now or timezone.now()
+        )
+        notice.refresh_from_db()
+        publish_after_commit(notice.team_id, notice_message(notice))
+    return notice
+
+
+def visible_notices(user) -> QuerySet[Notice]:
+    """The notices of the user's teams (members only: an operator reads them in the audit log)."""
+    return Notice.objects.filter(team__memberships__user=user)
+
+
+def notices_for(user, *, team: Team | None = None, limit: int = 5) -> QuerySet[Notice]:
+    """The user's teams' (or one of them's) undismissed notices, newest first: a short list for the home
+    and team pages."""
+    notices = visible_notices(user).unread().select_related("team")
+    if team is not None:
+        notices = notices.filter(team=team)
+    return notices[:limit]
