@@ -111,6 +111,8 @@ class ClusterIndex:
         self.state = np.zeros(n, dtype=np.int64)
         self._state_ids: dict[bytes, int] = {}
         self._fixed: dict[tuple, np.ndarray] = {}  # masks of what never changes: pools, models, card memory
+        self.changes = 0  # syncs so far
+        self._last_feasible: tuple[tuple, tuple] = ((), ())
         for j in range(n):
             self.sync(j)
         self.cpu_scale = max(1, int(max((node.cpu_milli for node in self.nodes), default=1)))
@@ -127,6 +129,7 @@ class ClusterIndex:
             self.gpu_mem_total[j, g.index] = g.memory_mib
             self.gpu_model[j, g.index] = self.model_id[g.model]
         self.version[j] += 1
+        self.changes += 1
         key = (
             b"".join(
                 a[j].tobytes()
@@ -151,7 +154,16 @@ class ClusterIndex:
         )
 
     def feasible(self, request: RequestSpec) -> tuple[np.ndarray, np.ndarray]:
-        """(nodes that can take the request (N,), cards that can hold one slice (N, slots))."""
+        """(nodes that can take the request (N,), cards that can hold one slice (N, slots)); callers must
+        not change them in place (the last answer is kept until a node changes: a pass asks whether a
+        request fits anywhere, then where)."""
+        key = (self.changes, request.cpu_milli, request.memory_mib, request.pools, request.num_gpus)
+        key += (request.gpu_milli, request.models, request.gpu_memory_mib)
+        if self._last_feasible[0] != key:
+            self._last_feasible = (key, self._feasible(request))
+        return self._last_feasible[1]
+
+    def _feasible(self, request: RequestSpec) -> tuple[np.ndarray, np.ndarray]:
         ok = (self.cpu_free >= request.cpu_milli) & (self.mem_free >= request.memory_mib)
         if request.pools:
             ok &= self._in_pools(request.pools)
@@ -297,7 +309,7 @@ class Fgd(Policy):
             return None
         cards, isolated = self._cards(request, ok, cards)
         if isolated:
-            ok &= cards.any(axis=1)
+            ok = ok & cards.any(axis=1)
         key = (
             request.cpu_milli,
             request.memory_mib,
