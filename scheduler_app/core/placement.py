@@ -362,14 +362,13 @@ class Fgd(Policy):
         ix = self.index
         cpu, gpu, model, mem = ix.cpu_free[rows], ix.gpu_free[rows], ix.gpu_model[rows], ix.mem_free[rows]
         cpu_after, mem_after = cpu - request.cpu_milli, mem - request.memory_mib
-        before = self._current_fragmentation(rows)
         if request.num_gpus == 1:
             r, c = np.nonzero(cards)
             gpu_after = gpu[r].copy()
             gpu_after[np.arange(len(r)), c] -= request.gpu_milli
             rank = np.full(cards.shape, np.inf)
             host = np.full(cards.shape, np.inf)
-            after = self._frag(cpu_after[r], gpu_after, model[r], mem_after[r])
+            before, after = self._before_and_after(rows, cpu_after[r], gpu_after, model[r], mem_after[r])
             rank[r, c], host[r, c] = self._ranks(tuple(f[r] for f in before), after)
             if self.pack:
                 # Equal rank: the card left with the least free share, i.e. an already-used card.
@@ -382,7 +381,9 @@ class Fgd(Policy):
             scores.score[rows], scores.host[rows] = rank[at], host[at]
         else:
             taken = _first_cards(cards, request.num_gpus)
-            after = self._frag(cpu_after, gpu - taken * request.gpu_milli, model, mem_after)
+            before, after = self._before_and_after(
+                rows, cpu_after, gpu - taken * request.gpu_milli, model, mem_after
+            )
             scores.score[rows], scores.host[rows] = self._ranks(before, after)
         scores.version[rows] = ix.version[rows]
 
@@ -390,8 +391,11 @@ class Fgd(Policy):
         """The fragmentation measures this policy ranks by, for K node states."""
         return (self.model.batch(cpu, gpu, model),)
 
-    def _current_fragmentation(self, rows: np.ndarray) -> tuple:
-        """``_frag`` of the nodes in their current state (before a placement), each state computed once."""
+    def _before_and_after(
+        self, rows: np.ndarray, cpu: np.ndarray, gpu: np.ndarray, model: np.ndarray, mem: np.ndarray
+    ) -> tuple[tuple, tuple]:
+        """(``_frag`` of the rows' current states, ``_frag`` of the K states given), in one batch: each
+        node state's current fragmentation is computed once, ever."""
         ix = self.index
         states = ix.state[rows]
         if len(self.current_known) < ix.states:
@@ -399,15 +403,21 @@ class Fgd(Policy):
             self.current_known = np.concatenate([self.current_known, np.zeros(grow, dtype=bool)])
             self.current = tuple(np.concatenate([c, np.zeros(grow)]) for c in self.current)
         unknown, first = np.unique(states[~self.current_known[states]], return_index=True)
-        if len(unknown):
-            new = rows[~self.current_known[states]][first]
-            values = self._frag(ix.cpu_free[new], ix.gpu_free[new], ix.gpu_model[new], ix.mem_free[new])
-            if not self.current:
-                self.current = tuple(np.zeros(len(self.current_known)) for _ in values)
-            for known, value in zip(self.current, values, strict=True):
-                known[unknown] = value
-            self.current_known[unknown] = True
-        return tuple(known[states] for known in self.current)
+        if not len(unknown):
+            return tuple(known[states] for known in self.current), self._frag(cpu, gpu, model, mem)
+        new = rows[~self.current_known[states]][first]
+        values = self._frag(
+            np.concatenate([ix.cpu_free[new], cpu]),
+            np.concatenate([ix.gpu_free[new], gpu]),
+            np.concatenate([ix.gpu_model[new], model]),
+            np.concatenate([ix.mem_free[new], mem]),
+        )
+        if not self.current:
+            self.current = tuple(np.zeros(len(self.current_known)) for _ in values)
+        for known, value in zip(self.current, values, strict=True):
+            known[unknown] = value[: len(new)]
+        self.current_known[unknown] = True
+        return tuple(known[states] for known in self.current), tuple(v[len(new) :] for v in values)
 
     def _ranks(self, before: tuple, after: tuple) -> tuple[np.ndarray, np.ndarray]:
         """(FGD rank, secondary key; lower is better) of moving node states from `before` to `after`."""
