@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from .cluster import MILLI_PER_GPU, GpuState, NodeState, Placement, RequestSpec
-from .fragmentation import FragmentationModel, WorkloadMix, weighted_sum
+from .fragmentation import FragmentationModel, WorkloadMix
 
 DEFAULT_POLICY = "fgd-plus"
 # fgd-plus keeps nodes for a gang shape while at most this share of the nodes can still host it.
@@ -485,7 +485,7 @@ class _GangRoom:
             (ix.gpu_free[sub] == MILLI_PER_GPU) & ~taken[hit],
             ix.gpu_model[sub],
         )
-        cost[hit] = weighted_sum(1 / np.maximum(hosts[scarce], 1), before[:, hit] & ~after)
+        cost[hit] = _weighted_sum(1 / np.maximum(hosts[scarce], 1), before[:, hit] & ~after)
         return cost
 
 
@@ -559,6 +559,13 @@ class FgdPlus(Fgd):
         if (ok & (idle.sum(axis=1) >= request.num_gpus)).any():
             return idle, True
         return cards, False
+
+
+def _weighted_sum(weights: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per column k, the sum over i of weights[i] * values[i, k], each column summed alone as one
+    contiguous row, so a column's result does not depend on the others. (A BLAS product, or a sum
+    down the columns, rounds a column differently by the batch's size and its place in it.)"""
+    return (np.ascontiguousarray(values.T) * weights[None, :]).sum(axis=1)
 
 
 POLICIES: dict[str, type[Policy]] = {
