@@ -4,9 +4,12 @@ Two ways in:
 
 * ``choose_placement(nodes, request, policy, workload)`` for a one-off decision;
 * ``Placer(nodes, policy, workload)`` for a scheduling pass: it mirrors the
-  nodes into numpy arrays once, then each ``place``/``release`` touches one
-  node, and per-request-shape scores are cached per node, so only the nodes
-  changed since that shape was last seen are rescored.
+  nodes into numpy arrays once, then each ``place``/``release`` (or ``refresh``
+  after the caller changed a node) touches one node, and per-request-shape
+  scores are cached per node and per node state, so only the nodes changed
+  since that shape was last seen, into a state not scored for it, are rescored.
+  ``choose(request, views)`` judges some nodes as other states for one call
+  (a reservation's guarded view).
 
 Policies (``POLICIES``, by name):
 
@@ -26,7 +29,8 @@ Policies (``POLICIES``, by name):
 Every policy checks GPU share and card memory, host CPU and memory, the
 request's GPU models and pools. Multi-GPU requests take whole cards on one
 node. All choices are deterministic: remaining ties go to the earliest node
-in the given order, then the lowest card index.
+in the given order, then the lowest card index. Scores are exact (fixed-point
+fragmentation), so a tie is a tie whatever batch the nodes were scored in.
 """
 
 from __future__ import annotations
