@@ -23,10 +23,12 @@ def build_event(
 
     `data` holds structured details (JSON: numbers, money as decimal strings), never a state.
     """
+    # The subject's team by id: a request loaded without its team needs no query for it.
+    team_id = team.pk if team is not None else getattr(subject, "team_id", None)
     return Event(
         content_type=ContentType.objects.get_for_model(subject),
         object_id=subject.pk,
-        team_id=team.pk if team is not None else getattr(subject, "team_id", None),
+        team_id=team_id,
         actor=actor,
         actor_label=actor.get_username() if actor is not None else (actor_name or "system"),
         from_state=from_state,

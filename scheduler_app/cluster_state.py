@@ -1,7 +1,7 @@
 """Loading the database into the pure core's plain state (the read half of a scheduling pass).
 
-Six queries whatever the cluster size: ready nodes, their cards, open
-allocations, pending requests, quotas, and the recent requests whose shapes
+Seven queries whatever the cluster size: ready nodes, their cards, open
+allocations and their requests, pending requests, quotas, and the recent requests whose shapes
 make the workload mix the placement policy keeps room for.
 """
 
@@ -33,7 +33,6 @@ class ClusterSnapshot:
     gpu_position: dict[int, int] = field(default_factory=dict)  # Gpu.pk -> position on its node
     pool_capacity: dict[str, str] = field(default_factory=dict)
     node_pool: dict[str, str] = field(default_factory=dict)
-    requests: dict[int, GpuRequest] = field(default_factory=dict)
     unplaceable: dict[int, str] = field(default_factory=dict)  # pending requests no pool may take, and why
     recent: list[RequestSpec] = field(default_factory=list)  # newest first, WORKLOAD_WINDOW at most
 
@@ -49,43 +48,95 @@ def allowed_pools(request: GpuRequest, pools: list[Pool]) -> frozenset[str]:
     Spot work runs on spot pools, and on on-demand pools too when it accepts the
     fallback; on-demand work never lands on reclaimable capacity.
     """
-    if request.pool_id:
-        return frozenset({request.pool.name})
-    wanted = {CapacityType.SPOT} if request.billing_mode == BillingMode.SPOT else {CapacityType.ON_DEMAND}
-    if request.billing_mode == BillingMode.SPOT and request.allow_on_demand_fallback:
+    return _allowed_pools(request.pool_id, request.billing_mode, request.allow_on_demand_fallback, pools)
+
+
+def _allowed_pools(
+    pool_id: int | None, billing_mode: str, fallback: bool, pools: list[Pool]
+) -> frozenset[str]:
+    if pool_id:
+        return frozenset(p.name for p in pools if p.pk == pool_id)
+    wanted = {CapacityType.SPOT} if billing_mode == BillingMode.SPOT else {CapacityType.ON_DEMAND}
+    if billing_mode == BillingMode.SPOT and fallback:
         wanted.add(CapacityType.ON_DEMAND)
     return frozenset(p.name for p in pools if p.capacity_type in wanted)
 
 
+# What a RequestSpec is made of, as `values_list` reads it (a pass reads thousands: no model instances).
+_SPEC_FIELDS = (
+    "pk",
+    "gpu_milli",
+    "num_gpus",
+    "cpu_milli",
+    "memory_mib",
+    "gpu_memory_mib",
+    "gpu_model",
+    "pool_id",
+    "task_type",
+    "priority",
+    "team__slug",
+    "max_duration_s",
+    "billing_mode",
+    "allow_on_demand_fallback",
+    "created_at",
+)
+
+
 def request_spec(request: GpuRequest, pools: list[Pool]) -> RequestSpec:
     """The core's view of a request; a named pool's granularity rounds the share up."""
-    milli = request.gpu_milli
-    if request.pool_id:
-        step = request.pool.granularity_milli
+    values = [request.team.slug if name == "team__slug" else getattr(request, name) for name in _SPEC_FIELDS]
+    return _spec(pools, *values)
+
+
+def request_specs(requests, pools: list[Pool]) -> list[RequestSpec]:
+    """`request_spec` of each request of a queryset, in its order, read as plain values."""
+    return [_spec(pools, *row) for row in requests.values_list(*_SPEC_FIELDS)]
+
+
+def _spec(
+    pools: list[Pool],
+    pk: int,
+    gpu_milli: int,
+    num_gpus: int,
+    cpu_milli: int,
+    memory_mib: int,
+    gpu_memory_mib: int | None,
+    gpu_model: str,
+    pool_id: int | None,
+    task_type: str,
+    priority: int,
+    team: str,
+    max_duration_s: int | None,
+    billing_mode: str,
+    fallback: bool,
+    created_at: datetime,
+) -> RequestSpec:
+    milli = gpu_milli
+    if pool_id:
+        step = next(p.granularity_milli for p in pools if p.pk == pool_id)
         milli = min(MILLI_PER_GPU, -(-milli // step) * step)
     return RequestSpec(
-        id=request.pk,
+        id=pk,
         gpu_milli=milli,
-        num_gpus=request.num_gpus,
-        cpu_milli=request.cpu_milli,
-        memory_mib=request.memory_mib,
-        gpu_memory_mib=request.gpu_memory_mib or 0,
-        models=frozenset({request.gpu_model}) if request.gpu_model else frozenset(),
-        pools=allowed_pools(request, pools),
-        task_type=request.task_type,
-        priority=request.priority,
-        team=request.team.slug,
-        max_duration_s=request.max_duration_s,
-        billing_mode=request.billing_mode,
-        allow_fallback=request.allow_on_demand_fallback,
-        submitted_at=request.created_at.timestamp(),
+        num_gpus=num_gpus,
+        cpu_milli=cpu_milli,
+        memory_mib=memory_mib,
+        gpu_memory_mib=gpu_memory_mib or 0,
+        models=frozenset({gpu_model}) if gpu_model else frozenset(),
+        pools=_allowed_pools(pool_id, billing_mode, fallback, pools),
+        task_type=task_type,
+        priority=priority,
+        team=team,
+        max_duration_s=max_duration_s,
+        billing_mode=billing_mode,
+        allow_fallback=fallback,
+        submitted_at=created_at.timestamp(),
     )
 
 
 def recent_specs(pools: list[Pool]) -> list[RequestSpec]:
     """The newest requests first, as many as make the workload mix."""
-    recent = GpuRequest.objects.select_related("team", "pool").order_by("-created_at", "-id")
-    return [request_spec(r, pools) for r in recent[:WORKLOAD_WINDOW]]
+    return request_specs(GpuRequest.objects.order_by("-created_at", "-id")[:WORKLOAD_WINDOW], pools)
 
 
 def load_cluster_snapshot() -> ClusterSnapshot:
@@ -119,21 +170,13 @@ def load_cluster_snapshot() -> ClusterSnapshot:
 
     _take_out_running(snapshot, states, pools)
 
-    pending = (
-        GpuRequest.objects.filter(state=RequestState.PENDING)
-        .select_related("team", "pool")
-        .order_by("created_at", "id")
-    )
-    for request in pending:
-        snapshot.requests[request.pk] = request
-        spec = request_spec(request, pools)
+    pending = GpuRequest.objects.filter(state=RequestState.PENDING).order_by("created_at", "id")
+    for spec in request_specs(pending, pools):
         if spec.pools:
             snapshot.pending.append(spec)
         else:
-            snapshot.unplaceable[request.pk] = f"no {request.billing_mode} pool exists" + (
-                "; allow on-demand fallback to run elsewhere"
-                if request.billing_mode == BillingMode.SPOT
-                else ""
+            snapshot.unplaceable[spec.id] = f"no {spec.billing_mode} pool exists" + (
+                "; allow on-demand fallback to run elsewhere" if spec.billing_mode == BillingMode.SPOT else ""
             )
     snapshot.recent = recent_specs(pools)
     snapshot.quotas = [
@@ -148,36 +191,35 @@ def _take_out_running(snapshot: ClusterSnapshot, states: dict[int, NodeState], p
     segments = defaultdict(list)
     open_allocations = (
         Allocation.objects.committed()
-        .select_related("gpu", "request__team", "request__pool")
         .order_by("request_id", "gpu_id")
+        .values_list(
+            "request_id", "gpu_id", "gpu__node_id", "milli", "gpu_memory_mib", "started_at", "borrowed"
+        )
     )
-    for allocation in open_allocations:
-        segments[allocation.request_id].append(allocation)
-    for pieces in segments.values():
-        node = states.get(pieces[0].gpu.node_id)
-        if node is None:  # on a node that is not ready: it holds its cards, but nothing is placed there
+    for piece in open_allocations:
+        if piece[2] in states:  # else on a node not ready: it holds its cards, nothing is placed there
+            segments[piece[0]].append(piece)
+    holding = Allocation.objects.committed().values("request_id")
+    running = GpuRequest.objects.filter(pk__in=holding).order_by("pk")
+    for request in request_specs(running, pools):
+        pieces = segments.get(request.id)
+        if pieces is None:
             continue
-        request = pieces[0].request
+        node = states[pieces[0][2]]
         node.free_cpu_milli -= request.cpu_milli
         node.free_memory_mib -= request.memory_mib
-        for piece in pieces:
-            card = node.gpus[snapshot.gpu_position[piece.gpu_id]]
-            card.free_milli -= piece.milli
-            card.free_memory_mib -= piece.gpu_memory_mib
+        for _, gpu_id, _, milli, gpu_memory_mib, _, _ in pieces:
+            card = node.gpus[snapshot.gpu_position[gpu_id]]
+            card.free_milli -= milli
+            card.free_memory_mib -= gpu_memory_mib
         placement = Placement(
-            request.pk,
+            request.id,
             node.name,
-            tuple(snapshot.gpu_position[p.gpu_id] for p in pieces),
-            pieces[0].milli,
-            pieces[0].gpu_memory_mib,
+            tuple(snapshot.gpu_position[piece[1]] for piece in pieces),
+            pieces[0][3],
+            pieces[0][4],
         )
-        started: datetime = min(p.started_at for p in pieces)
-        snapshot.requests[request.pk] = request
+        started: datetime = min(piece[5] for piece in pieces)
         snapshot.running.append(
-            RunningAllocation(
-                request_spec(request, pools),
-                placement,
-                started.timestamp(),
-                borrowed=any(p.borrowed for p in pieces),
-            )
+            RunningAllocation(request, placement, started.timestamp(), borrowed=any(p[6] for p in pieces))
         )

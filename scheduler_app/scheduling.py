@@ -76,7 +76,8 @@ def _apply(plan: PassPlan, snapshot: ClusterSnapshot, now: dt.datetime) -> PassR
         | {waiting.request_id for waiting in plan.waiting}
         | set(snapshot.unplaceable)
     )
-    locked = {r.pk: r for r in GpuRequest.objects.select_for_update().filter(pk__in=touched).order_by("pk")}
+    rows = GpuRequest.objects.select_for_update().filter(pk__in=touched).order_by("pk")
+    locked = {r.pk: r for r in rows.only("state", "pending_reason", "estimated_start_at")}
     preempted = len(requeue(list(victims), reasons=victims, actor_name=ACTOR, now=now)) if victims else 0
     placed = place(
         [

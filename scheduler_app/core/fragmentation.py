@@ -30,6 +30,10 @@ from .cluster import NodeState, RequestSpec
 
 DEFAULT_COVERAGE = 0.95
 _NO_LIMIT = 1 << 40
+# Fixed-point unit of the weights. They sum to 1, so a node's weighted idle milli stays below
+# 2**28 * its idle milli (2**42 for 16 cards): an exact int64, an exact float, and so is the
+# difference of two.
+_UNIT = 1 << 28
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,14 +106,6 @@ class WorkloadMix:
         return self.memory_mib[i] if self.memory_mib else 0.0
 
 
-def weighted_sum(weights: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Per column k, the sum over i of weights[i] * values[i, k], each column summed alone as one
-    contiguous row, so a node state scores the same bits in any batch. (A BLAS product, or a sum down
-    the columns, rounds a column differently by the batch's size and its place in it: exact ties
-    then went by noise.)"""
-    return (np.ascontiguousarray(values.T) * weights[None, :]).sum(axis=1)
-
-
 def _shape_order(shape: Shape) -> tuple:
     return (shape.cpu_milli, shape.gpu_milli, shape.num_gpus, sorted(shape.models))
 
@@ -168,6 +164,10 @@ class FragmentationModel:
             sum(w for s, w in zip(mix.shapes, mix.weights, strict=True) if not s.num_gpus)
         )
         self.weights = np.array([mix.weights[i] for i in gpu], dtype=np.float64)
+        # Weights in fixed point: sums of integers are exact, so a node state scores the same bits in
+        # any batch and equal increases are equal (a float product rounds by the batch's shape).
+        self.units = np.round(self.weights * _UNIT).astype(np.int64)
+        self.cpu_only_units = round(self.cpu_only_weight * _UNIT)
         self.cpu = np.array([mix.shapes[i].cpu_milli for i in gpu], dtype=np.int64)
         self.memory = np.array([mix.memory_of(i) for i in gpu], dtype=np.float64)
         self.cpu_div = np.maximum(self.cpu, 1)[:, None]
@@ -209,14 +209,14 @@ class FragmentationModel:
         mem_free: np.ndarray | None,
     ) -> tuple[np.ndarray, np.ndarray]:
         idle = gpu_free.sum(axis=1)
-        frag = self.cpu_only_weight * idle
+        frag = self.cpu_only_units * idle
         if not len(self.weights):
-            return frag, frag
+            return frag / _UNIT, frag / _UNIT
         usable = (gpu_free[None, :, :] >= self.milli[:, None, None]) & self.eligible[:, gpu_model]
         count = usable.sum(axis=2)
         fits = (count >= self.num[:, None]) & (cpu_free[None, :] >= self.cpu[:, None])
         usable_milli = np.where(usable, gpu_free[None, :, :], 0).sum(axis=2)
-        plain = frag + weighted_sum(self.weights, idle[None, :] - np.where(fits, usable_milli, 0))
+        plain = (frag + self.units @ (idle[None, :] - np.where(fits, usable_milli, 0))) / _UNIT
         if mem_free is None:
             return plain, plain
         # How many of each shape the host could still take (a shape asking for none: no limit).
@@ -235,7 +235,7 @@ class FragmentationModel:
         mixed = np.flatnonzero(((gpu_model != gpu_model[:, :1]) & (gpu_model >= 0)).any(axis=1))
         if len(mixed):
             usable_milli[:, mixed] = self._top_usable(gpu_free[mixed], gpu_model[mixed], take[:, mixed])
-        host = frag + weighted_sum(self.weights, idle[None, :] - np.where(fits, usable_milli, 0))
+        host = (frag + self.units @ (idle[None, :] - np.where(fits, usable_milli, 0))) / _UNIT
         return plain, host
 
     def _top_usable(self, gpu_free: np.ndarray, gpu_model: np.ndarray, take: np.ndarray) -> np.ndarray:

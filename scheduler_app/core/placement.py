@@ -4,9 +4,12 @@ Two ways in:
 
 * ``choose_placement(nodes, request, policy, workload)`` for a one-off decision;
 * ``Placer(nodes, policy, workload)`` for a scheduling pass: it mirrors the
-  nodes into numpy arrays once, then each ``place``/``release`` touches one
-  node, and per-request-shape scores are cached per node, so only the nodes
-  changed since that shape was last seen are rescored.
+  nodes into numpy arrays once, then each ``place``/``release`` (or ``refresh``
+  after the caller changed a node) touches one node, and per-request-shape
+  scores are cached per node and per node state, so only the nodes changed
+  since that shape was last seen, into a state not scored for it, are rescored.
+  ``choose(request, views)`` judges some nodes as other states for one call
+  (a reservation's guarded view).
 
 Policies (``POLICIES``, by name):
 
@@ -26,7 +29,8 @@ Policies (``POLICIES``, by name):
 Every policy checks GPU share and card memory, host CPU and memory, the
 request's GPU models and pools. Multi-GPU requests take whole cards on one
 node. All choices are deterministic: remaining ties go to the earliest node
-in the given order, then the lowest card index.
+in the given order, then the lowest card index. Scores are exact (fixed-point
+fragmentation), so a tie is a tie whatever batch the nodes were scored in.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from .cluster import MILLI_PER_GPU, GpuState, NodeState, Placement, RequestSpec
-from .fragmentation import FragmentationModel, WorkloadMix, weighted_sum
+from .fragmentation import FragmentationModel, WorkloadMix
 
 DEFAULT_POLICY = "fgd-plus"
 # fgd-plus keeps nodes for a gang shape while at most this share of the nodes can still host it.
@@ -111,6 +115,8 @@ class ClusterIndex:
         self.state = np.zeros(n, dtype=np.int64)
         self._state_ids: dict[bytes, int] = {}
         self._fixed: dict[tuple, np.ndarray] = {}  # masks of what never changes: pools, models, card memory
+        self.changes = 0  # syncs so far
+        self._last_feasible: tuple[tuple, tuple] = ((), ())
         for j in range(n):
             self.sync(j)
         self.cpu_scale = max(1, int(max((node.cpu_milli for node in self.nodes), default=1)))
@@ -127,6 +133,7 @@ class ClusterIndex:
             self.gpu_mem_total[j, g.index] = g.memory_mib
             self.gpu_model[j, g.index] = self.model_id[g.model]
         self.version[j] += 1
+        self.changes += 1
         key = (
             b"".join(
                 a[j].tobytes()
@@ -151,7 +158,16 @@ class ClusterIndex:
         )
 
     def feasible(self, request: RequestSpec) -> tuple[np.ndarray, np.ndarray]:
-        """(nodes that can take the request (N,), cards that can hold one slice (N, slots))."""
+        """(nodes that can take the request (N,), cards that can hold one slice (N, slots)); callers must
+        not change them in place (the last answer is kept until a node changes: a pass asks whether a
+        request fits anywhere, then where)."""
+        key = (self.changes, request.cpu_milli, request.memory_mib, request.pools, request.num_gpus)
+        key += (request.gpu_milli, request.models, request.gpu_memory_mib)
+        if self._last_feasible[0] != key:
+            self._last_feasible = (key, self._feasible(request))
+        return self._last_feasible[1]
+
+    def _feasible(self, request: RequestSpec) -> tuple[np.ndarray, np.ndarray]:
         ok = (self.cpu_free >= request.cpu_milli) & (self.mem_free >= request.memory_mib)
         if request.pools:
             ok &= self._in_pools(request.pools)
@@ -297,7 +313,7 @@ class Fgd(Policy):
             return None
         cards, isolated = self._cards(request, ok, cards)
         if isolated:
-            ok &= cards.any(axis=1)
+            ok = ok & cards.any(axis=1)
         key = (
             request.cpu_milli,
             request.memory_mib,
@@ -350,14 +366,13 @@ class Fgd(Policy):
         ix = self.index
         cpu, gpu, model, mem = ix.cpu_free[rows], ix.gpu_free[rows], ix.gpu_model[rows], ix.mem_free[rows]
         cpu_after, mem_after = cpu - request.cpu_milli, mem - request.memory_mib
-        before = self._current_fragmentation(rows)
         if request.num_gpus == 1:
             r, c = np.nonzero(cards)
             gpu_after = gpu[r].copy()
             gpu_after[np.arange(len(r)), c] -= request.gpu_milli
             rank = np.full(cards.shape, np.inf)
             host = np.full(cards.shape, np.inf)
-            after = self._frag(cpu_after[r], gpu_after, model[r], mem_after[r])
+            before, after = self._before_and_after(rows, cpu_after[r], gpu_after, model[r], mem_after[r])
             rank[r, c], host[r, c] = self._ranks(tuple(f[r] for f in before), after)
             if self.pack:
                 # Equal rank: the card left with the least free share, i.e. an already-used card.
@@ -370,7 +385,9 @@ class Fgd(Policy):
             scores.score[rows], scores.host[rows] = rank[at], host[at]
         else:
             taken = _first_cards(cards, request.num_gpus)
-            after = self._frag(cpu_after, gpu - taken * request.gpu_milli, model, mem_after)
+            before, after = self._before_and_after(
+                rows, cpu_after, gpu - taken * request.gpu_milli, model, mem_after
+            )
             scores.score[rows], scores.host[rows] = self._ranks(before, after)
         scores.version[rows] = ix.version[rows]
 
@@ -378,8 +395,11 @@ class Fgd(Policy):
         """The fragmentation measures this policy ranks by, for K node states."""
         return (self.model.batch(cpu, gpu, model),)
 
-    def _current_fragmentation(self, rows: np.ndarray) -> tuple:
-        """``_frag`` of the nodes in their current state (before a placement), each state computed once."""
+    def _before_and_after(
+        self, rows: np.ndarray, cpu: np.ndarray, gpu: np.ndarray, model: np.ndarray, mem: np.ndarray
+    ) -> tuple[tuple, tuple]:
+        """(``_frag`` of the rows' current states, ``_frag`` of the K states given), in one batch: each
+        node state's current fragmentation is computed once, ever."""
         ix = self.index
         states = ix.state[rows]
         if len(self.current_known) < ix.states:
@@ -387,15 +407,21 @@ class Fgd(Policy):
             self.current_known = np.concatenate([self.current_known, np.zeros(grow, dtype=bool)])
             self.current = tuple(np.concatenate([c, np.zeros(grow)]) for c in self.current)
         unknown, first = np.unique(states[~self.current_known[states]], return_index=True)
-        if len(unknown):
-            new = rows[~self.current_known[states]][first]
-            values = self._frag(ix.cpu_free[new], ix.gpu_free[new], ix.gpu_model[new], ix.mem_free[new])
-            if not self.current:
-                self.current = tuple(np.zeros(len(self.current_known)) for _ in values)
-            for known, value in zip(self.current, values, strict=True):
-                known[unknown] = value
-            self.current_known[unknown] = True
-        return tuple(known[states] for known in self.current)
+        if not len(unknown):
+            return tuple(known[states] for known in self.current), self._frag(cpu, gpu, model, mem)
+        new = rows[~self.current_known[states]][first]
+        values = self._frag(
+            np.concatenate([ix.cpu_free[new], cpu]),
+            np.concatenate([ix.gpu_free[new], gpu]),
+            np.concatenate([ix.gpu_model[new], model]),
+            np.concatenate([ix.mem_free[new], mem]),
+        )
+        if not self.current:
+            self.current = tuple(np.zeros(len(self.current_known)) for _ in values)
+        for known, value in zip(self.current, values, strict=True):
+            known[unknown] = value[: len(new)]
+        self.current_known[unknown] = True
+        return tuple(known[states] for known in self.current), tuple(v[len(new) :] for v in values)
 
     def _ranks(self, before: tuple, after: tuple) -> tuple[np.ndarray, np.ndarray]:
         """(FGD rank, secondary key; lower is better) of moving node states from `before` to `after`."""
@@ -463,7 +489,7 @@ class _GangRoom:
             (ix.gpu_free[sub] == MILLI_PER_GPU) & ~taken[hit],
             ix.gpu_model[sub],
         )
-        cost[hit] = weighted_sum(1 / np.maximum(hosts[scarce], 1), before[:, hit] & ~after)
+        cost[hit] = _weighted_sum(1 / np.maximum(hosts[scarce], 1), before[:, hit] & ~after)
         return cost
 
 
@@ -537,6 +563,13 @@ class FgdPlus(Fgd):
         if (ok & (idle.sum(axis=1) >= request.num_gpus)).any():
             return idle, True
         return cards, False
+
+
+def _weighted_sum(weights: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per column k, the sum over i of weights[i] * values[i, k], each column summed alone as one
+    contiguous row, so a column's result does not depend on the others. (A BLAS product, or a sum
+    down the columns, rounds a column differently by the batch's size and its place in it.)"""
+    return (np.ascontiguousarray(values.T) * weights[None, :]).sum(axis=1)
 
 
 POLICIES: dict[str, type[Policy]] = {

@@ -76,9 +76,8 @@ def place(starts: Sequence[PlannedStart], *, actor_name: str = "scheduler", now=
         committed = Allocation.objects.committed_by_gpu(gpu_ids)
         pending = {
             r.pk: r
-            for r in GpuRequest.objects.select_for_update(of=("self",))
+            for r in GpuRequest.objects.select_for_update()
             .filter(pk__in=[s.request_id for s in starts], state=RequestState.PENDING)
-            .select_related("team")
             .order_by("pk")
         }
         allocations, reasons = [], {}
