@@ -68,7 +68,12 @@
           window.PortalLive.refreshRegions();
         }
       },
-      snapshot: function (frame) { plot(new Date().toISOString(), frame.allocations); },
+      // On each (re)connect: a state change made while the socket was not yet (or no longer) open
+      // was sent to nobody, so the regions are fetched once to catch up.
+      snapshot: function (frame) {
+        window.PortalLive.refreshRegions();
+        plot(new Date().toISOString(), frame.allocations);
+      },
       tick: function (frame) { plot(frame.at, frame.allocations); },
     });
   }
