@@ -12,7 +12,7 @@ import time
 
 from gpu_portal_sdk.errors import AuthenticationError, NotFoundError, PortalError
 
-from agent.host import HostMeter
+from agent.host import host_meter
 from agent.jobs import Job, mps_available
 from agent.nvml import read_cards, read_processes, read_samples
 
@@ -48,7 +48,7 @@ class NodeAgent:
         self.refused = False  # the portal refused the credential
         self.overuse: dict[int, dict] = {}  # watchdog stops not yet reported
         self.placed: set[int] = set()  # the requests the portal's last work list placed here
-        self.host = HostMeter()
+        self.host = host_meter(nvml)
         self.stopping = threading.Event()
 
     def run(self) -> None:
