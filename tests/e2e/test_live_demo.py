@@ -65,10 +65,11 @@ def test_the_demo_cluster_moves_and_a_new_request_runs_to_its_end_live(demo, bro
 
     expect(page.locator("#state")).to_have_text("Running", timeout=30_000)
     expect(page.locator("#job-log")).to_contain_text("starting at step 0", timeout=20_000)
-    # Its allocation's line: points from the stream's ticks, with the simulated card busy.
+    # Its allocation's util line and dashed memory line: points from the stream's ticks, the card busy.
     page.wait_for_function(
         "() => { const c = document.getElementById('util-chart');"
-        " return c.data && c.data.length === 1 && c.data[0].y.some(v => v > 0); }",
+        " return c.data && c.data.length === 2 && c.data[0].y.some(v => v > 0)"
+        " && c.data[1].name.endsWith(' memory') && c.data[1].y.some(v => v > 0); }",
         timeout=20_000,
     )
     assert page.evaluate(NOT_RELOADED)
