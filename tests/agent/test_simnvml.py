@@ -75,6 +75,7 @@ def test_an_idle_card_reads_zero_and_a_process_on_it_moves_util_memory_power(tmp
         "GPU_PORTAL_TASK_TYPE": "training",
         "GPU_PORTAL_GPU_MILLI": "500",
         "GPU_PORTAL_GPU_MEMORY_MIB": "40960",
+        "GPU_PORTAL_CHECKPOINT_DIR": str(tmp_path),  # not the repository's root
     }
     job = subprocess.Popen(
         [sys.executable, "-m", "agent.demo_job", "--seconds", "30"],
