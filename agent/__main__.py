@@ -69,6 +69,15 @@ def _parser(command: str) -> argparse.ArgumentParser:
             help="Set NVIDIA MPS limits: auto when a daemon runs here.",
         )
         parser.add_argument("--workdir", help="Where jobs run (default: the current directory).")
+        parser.add_argument(
+            "--sample-period-s", type=float, default=1.0, help="Seconds between card readings (default 1)."
+        )
+        parser.add_argument(
+            "--send-samples-every-s",
+            type=float,
+            help="Send the readings in one request this often (default: every round; "
+            "10 on a large cluster, where the portal's per-request cost dominates).",
+        )
     parser.add_argument(
         "--simulate",
         type=int,
@@ -138,6 +147,8 @@ def run(args, nvml) -> int:
         grace_s=args.grace_s,
         mps=mps,
         workdir=args.workdir,
+        sample_period_s=args.sample_period_s,
+        send_samples_every_s=args.send_samples_every_s,
     )
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: agent.stop())

@@ -23,3 +23,11 @@ class HostMeter:
         }
         self._at, self._net = now, net
         return reading
+
+
+def host_meter(nvml):
+    """The meter for the host whose cards `nvml` reads: psutil's, or on simulated cards psutil's plus
+    the simulated jobs' network traffic (agent.simnvml.SimulatedHost)."""
+    from agent.simnvml import SimulatedHost, SimulatedNvml
+
+    return SimulatedHost(nvml) if isinstance(nvml, SimulatedNvml) else HostMeter()

@@ -9,21 +9,28 @@ import datetime as dt
 import logging
 import threading
 import time
+from collections import deque
 
-from gpu_portal_sdk.errors import AuthenticationError, NotFoundError, PortalError
+from gpu_portal_sdk.errors import AuthenticationError, NotFoundError, PortalError, ValidationError
 
-from agent.host import HostMeter
+from agent.host import host_meter
 from agent.jobs import Job, mps_available
 from agent.nvml import read_cards, read_processes, read_samples
 
 log = logging.getLogger(__name__)
 
 LOG_CHUNK_CHARS = 64 * 1024  # the portal's limit per log report
+MAX_UNSENT_MOMENTS = 60  # the portal's limit per samples request: a longer outage keeps the last minute
 
 
 class NodeAgent:
     """One node's agent. `client` is a gpu_portal_sdk.node.NodeClient, `nvml` what agent.nvml.load_nvml
-    gave; `grace_s` is how long a stopped job may take to checkpoint before SIGKILL."""
+    gave; `grace_s` is how long a stopped job may take to checkpoint before SIGKILL.
+
+    The cards are read every `sample_period_s` (the live pages' 1 Hz) and their readings sent together,
+    one request for several moments, every `send_samples_every_s` (by default every round): at
+    thousands of nodes, per-request costs dominate the portal's ingest.
+    """
 
     def __init__(
         self,
@@ -34,6 +41,8 @@ class NodeAgent:
         grace_s: float = 30.0,
         mps: bool | None = None,
         workdir: str | None = None,
+        sample_period_s: float = 1.0,
+        send_samples_every_s: float | None = None,
     ):
         self.client = client
         self.nvml = nvml
@@ -41,6 +50,10 @@ class NodeAgent:
         self.grace_s = grace_s
         self.mps = mps_available() if mps is None else mps
         self.workdir = workdir
+        self.sample_period_s = sample_period_s
+        self.send_samples_every_s = interval_s if send_samples_every_s is None else send_samples_every_s
+        self.unsent: deque[tuple[dt.datetime, list[dict]]] = deque(maxlen=MAX_UNSENT_MOMENTS)
+        self._read_at = self._sent_at = float("-inf")
         self.jobs: dict[int, Job] = {}
         self.unreported_starts: set[int] = set()
         self.unreported_exits: dict[int, int] = {}
@@ -48,7 +61,7 @@ class NodeAgent:
         self.refused = False  # the portal refused the credential
         self.overuse: dict[int, dict] = {}  # watchdog stops not yet reported
         self.placed: set[int] = set()  # the requests the portal's last work list placed here
-        self.host = HostMeter()
+        self.host = host_meter(nvml)
         self.stopping = threading.Event()
 
     def run(self) -> None:
@@ -56,11 +69,31 @@ class NodeAgent:
         while not self.stopping.is_set():
             started = time.monotonic()
             self.round()
-            self.stopping.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+            self._read_until(started + self.interval_s)
         self.shutdown()
 
     def stop(self) -> None:
         self.stopping.set()
+
+    def _read_until(self, next_round_at: float) -> None:
+        """Between rounds: read the cards every sample_period_s; their readings go with a later round."""
+        while not self.stopping.is_set():
+            read_at = self._read_at + self.sample_period_s
+            if read_at >= next_round_at:
+                self.stopping.wait(max(0.0, next_round_at - time.monotonic()))
+                return
+            if self.stopping.wait(max(0.0, read_at - time.monotonic())):
+                return
+            self._read_cards()
+
+    def _read_cards(self) -> None:
+        self._read_at = time.monotonic()
+        try:
+            readings = read_samples(self.nvml)
+        except self.nvml.NVMLError as error:
+            log.error("reading the cards: NVML: %s", error)
+            return
+        self.unsent.append((dt.datetime.now(dt.UTC), readings))
 
     def round(self) -> None:
         """One pass over everything; each step's failure is logged and retried next round, except a
@@ -208,4 +241,19 @@ class NodeAgent:
             job.mark_shipped(offset + len(text))
 
     def _sample(self) -> None:
-        self.client.samples(dt.datetime.now(dt.UTC), read_samples(self.nvml))
+        """Read the cards now and, when due, send every reading not sent yet in one request. A batch
+        the portal refuses (400) is dropped rather than sent again forever; one that did not get
+        through waits for a later round (the last MAX_UNSENT_MOMENTS moments are kept)."""
+        self._read_cards()
+        due = time.monotonic() - self._sent_at >= self.send_samples_every_s - self.interval_s / 2
+        if not self.unsent or not due:
+            return
+        moments = list(self.unsent)
+        try:
+            self.client.sample_moments(moments)
+        except ValidationError:
+            log.warning("the portal refused %d moments of card readings: dropped", len(moments))
+            self.unsent.clear()
+            raise
+        self.unsent.clear()
+        self._sent_at = time.monotonic()

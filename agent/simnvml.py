@@ -7,7 +7,11 @@ utilization follow a noisy profile of its task type (GPU_PORTAL_TASK_TYPE in its
 scaled to its slice (GPU_PORTAL_GPU_MILLI, GPU_PORTAL_GPU_MEMORY_MIB); a process may instead claim
 an exact amount of memory with `claim_memory` (what a demo job does to stand for its tensors).
 
-Only agent.nvml chooses between this module and pynvml; nothing else in the agent knows.
+The node's network is simulated with its cards (`SimulatedHost`): a GPU node running work moves its
+data and gradients, which a demo host on loopback does not.
+
+Only agent.nvml (and, for the host's network, agent.host) chooses between this module and the real
+readings; nothing else in the agent knows.
 """
 
 import os
@@ -35,6 +39,13 @@ PROFILES = {
     "inference": ((0.35, 0.04), (0.45, 0.25), 1.0),
 }
 DEFAULT_PROFILE = ((0.50, 0.05), (0.60, 0.15), 2.0)
+# Network bytes/s a job moves per whole card of its slice (data loading, gradient exchange,
+# requests served), and what a node with any job on its cards moves besides (storage, collectives):
+# a busy node reads well above the portal's default 500 MB/s floor, an idle one only its real traffic.
+NETWORK_BYTES_PER_S_PER_CARD = {"training": 1_500_000_000, "inference": 400_000_000}
+DEFAULT_NETWORK_BYTES_PER_S_PER_CARD = 800_000_000
+BUSY_NODE_NETWORK_BYTES_PER_S = 600_000_000
+RECEIVED_SHARE = 0.7  # of a job's traffic; the rest is sent
 TDP_W = {"A100": 400, "H100": 700, "H200": 700, "4090": 450, "L4": 72}
 
 
@@ -204,6 +215,24 @@ class SimulatedNvml:
             )
         return samples
 
+    def network_bytes_per_s(self) -> int:
+        """What this host's jobs move over the network now (not an NVML call: SimulatedHost reads it)."""
+        jobs = {
+            pid: env
+            for handle in self._handles
+            for pid, env in _processes_on(self._proc_root, handle.card.uuid)
+        }
+        if not jobs:
+            return 0
+        moved = BUSY_NODE_NETWORK_BYTES_PER_S * self._noise(1.0, 0.05, "network")
+        for pid, env in jobs.items():
+            rate = NETWORK_BYTES_PER_S_PER_CARD.get(
+                env.get("GPU_PORTAL_TASK_TYPE"), DEFAULT_NETWORK_BYTES_PER_S_PER_CARD
+            )
+            cards = len(env["CUDA_VISIBLE_DEVICES"].split(","))
+            moved += rate * _share(env) * cards * self._noise(1.0, 0.1, pid, "network")
+        return round(moved)
+
     def _memory_mib(self, handle: _Handle, pid: int, env: dict) -> int:
         claimed = _claimed_mib(pid)
         if claimed is not None:
@@ -219,6 +248,25 @@ class SimulatedNvml:
         period makes readings stable), so a card's memory and its processes' agree."""
         rng = random.Random(f"{self._seed}-{'-'.join(map(str, key))}-{int(time.time())}")
         return max(0.0, min(1.0, rng.gauss(mean, spread)))
+
+
+class SimulatedHost:
+    """The host's readings as agent.host.HostMeter gives them, with the simulated jobs' network traffic
+    added to the real one (CPU stays the real host's)."""
+
+    def __init__(self, nvml: SimulatedNvml):
+        from agent.host import HostMeter
+
+        self.nvml = nvml
+        self.real = HostMeter()
+
+    def read(self) -> dict:
+        reading = self.real.read()
+        moved = self.nvml.network_bytes_per_s()
+        received = round(moved * RECEIVED_SHARE)
+        reading["net_rx_bytes_per_s"] += received
+        reading["net_tx_bytes_per_s"] += moved - received
+        return reading
 
 
 def _ramp(pid: int, ramp_s: float) -> float:

@@ -2,9 +2,9 @@
 
 A frame holds per card its latest fresh util (percent, or None when the card has
 no reading younger than LIVE_READING_MAX_AGE_S), per open allocation its team,
-request, card and that card's util, and per pool the mean util of its cards
-with a reading and the free milli-GPU on ready nodes. The previous frame is
-kept in the cache (Redis in production, so any worker may run the next tick);
+request, card and that card's util and memory in use (percent of the card's), and
+per pool the mean util of its cards with a reading and the free milli-GPU on ready
+nodes. The previous frame is kept in the cache (Redis in production, so any worker may run the next tick);
 each tick sends to each team's group the cards and pools whose values changed
 and the team's own allocations that changed; operators get every allocation.
 """
@@ -44,19 +44,22 @@ def current_frame(now: dt.datetime | None = None) -> dict:
     fresh = GpuSample.objects.filter(
         gpu=OuterRef("pk"), sampled_at__gte=now - dt.timedelta(seconds=LIVE_READING_MAX_AGE_S)
     ).order_by("-sampled_at")
-    cards = Gpu.objects.annotate(util=Subquery(fresh.values("gpu_util_percent")[:1])).values_list(
-        "pk", "node__pool__name", "node__status", "util"
-    )
+    cards = Gpu.objects.annotate(
+        util=Subquery(fresh.values("gpu_util_percent")[:1]),
+        used_mib=Subquery(fresh.values("memory_used_mib")[:1]),
+    ).values_list("pk", "node__pool__name", "node__status", "util", "used_mib", "memory_mib")
     open_allocations = Allocation.objects.committed().values_list(
         "pk", "gpu_id", "milli", "request_id", "request__team_id"
     )
 
     gpus: dict[str, int | None] = {}
+    memory: dict[int, float | None] = {}
     pool_of: dict[int, str] = {}
     ready_cards: dict[str, int] = defaultdict(int)
     readings: dict[str, list[int]] = defaultdict(list)
-    for gpu_id, pool, status, util in cards:
+    for gpu_id, pool, status, util, used_mib, memory_mib in cards:
         gpus[str(gpu_id)] = util
+        memory[gpu_id] = None if used_mib is None else round(100 * used_mib / memory_mib, 1)
         pool_of[gpu_id] = pool if status == NodeStatus.READY else ""
         ready_cards[pool] += status == NodeStatus.READY
         if util is not None:
@@ -70,6 +73,7 @@ def current_frame(now: dt.datetime | None = None) -> dict:
             "request": request_id,
             "gpu": gpu_id,
             "util": gpus.get(str(gpu_id)),
+            "mem": memory.get(gpu_id),
         }
         held_on_ready[pool_of.get(gpu_id, "")] += milli
     pools = {
@@ -99,7 +103,7 @@ def allocations_of_team(allocations: dict, team_ids: set[int]) -> dict:
 
 
 def public_allocation(entry: dict | None) -> dict | None:
-    """What a client receives about an allocation: its request, card and util, not the routing key."""
+    """What a client receives about an allocation: its request, card, util and memory, not the routing key."""
     return None if entry is None else {k: v for k, v in entry.items() if k != "team"}
 
 

@@ -23,6 +23,7 @@ READY_TIMEOUT_S = 30
 class EmbeddedPortal:
     url: str
     env: dict[str, str]
+    started_at: float = 0.0  # time.monotonic() when `manage.py serve` was started
 
     def manage(self, *args: str) -> str:
         """Run a manage.py command against this portal's database; its standard output."""
@@ -44,9 +45,10 @@ def embedded_portal(var_dir: Path, *serve_args: str) -> Iterator[EmbeddedPortal]
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
     env["PORTAL_VAR_DIR"] = str(var_dir)
     port = free_port()
-    portal = EmbeddedPortal(f"http://127.0.0.1:{port}", env)
-    portal.manage("migrate", "--noinput", "-v0")
-    portal.manage("seed_demo")
+    setup = EmbeddedPortal(f"http://127.0.0.1:{port}", env)
+    setup.manage("migrate", "--noinput", "-v0")
+    setup.manage("seed_demo")
+    portal = EmbeddedPortal(setup.url, env, started_at=time.monotonic())
     server = subprocess.Popen(
         [sys.executable, "manage.py", "serve", "--port", str(port), *serve_args],
         cwd=ROOT,

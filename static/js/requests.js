@@ -1,38 +1,46 @@
 // The request list and detail pages, live: a state change refreshes the page's live regions in place;
-// on the detail page each of the request's allocations draws one utilization line, a point a tick.
+// on the detail page each of the request's allocations draws one utilization line, a point a tick,
+// and a dashed line of its card's memory in use.
 (function () {
   "use strict";
   const streams = JSON.parse(document.getElementById("live-streams").textContent);
   const chart = document.getElementById("util-chart");
   const requestId = chart ? Number(chart.dataset.request) : null;
   const labels = chart ? JSON.parse(document.getElementById("allocation-labels").textContent) : {};
-  const traceOf = {};  // allocation id -> trace index
+  const traceOf = {};  // allocation id -> its util trace's index
+  const memoryTraceOf = {};  // allocation id -> its memory trace's index
   const MAX_POINTS = 600;
 
   if (chart && window.Plotly) {
     Plotly.newPlot(chart, [], {
       height: 260, margin: { l: 50, r: 10, t: 10, b: 40 },
-      yaxis: { title: { text: "GPU util %" }, range: [0, 100] }, xaxis: { type: "date" },
+      yaxis: { title: { text: "util % (memory % dashed)" }, range: [0, 100] }, xaxis: { type: "date" },
       legend: { orientation: "h" }, paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
     }, { displayModeBar: false, responsive: true });
+  }
+
+  function extend(traces, id, at, value, style) {
+    if (id in traces) {
+      Plotly.extendTraces(chart, { x: [[at]], y: [[value]] }, [traces[id]], MAX_POINTS);
+    } else {
+      traces[id] = chart.data.length;
+      Plotly.addTraces(chart, Object.assign({ type: "scatter", x: [at], y: [value] }, style));
+    }
   }
 
   function plot(at, allocations) {
     if (!chart || !window.Plotly) return;
     Object.keys(allocations || {}).forEach(function (id) {
       const entry = allocations[id];
-      if (!entry || entry.request !== requestId || entry.util === null) return;
-      if (id in traceOf) {
-        Plotly.extendTraces(chart, { x: [[at]], y: [[entry.util]] }, [traceOf[id]], MAX_POINTS);
-      } else {
-        traceOf[id] = chart.data.length;
-        Plotly.addTraces(chart, {
-          type: "scatter", mode: "lines+markers", x: [at], y: [entry.util],
-          name: labels[id] || "GPU #" + entry.gpu,
-        });
+      if (!entry || entry.request !== requestId) return;
+      const name = labels[id] || "GPU #" + entry.gpu;
+      if (entry.util !== null) extend(traceOf, id, at, entry.util, { mode: "lines+markers", name: name });
+      if (entry.mem !== null && entry.mem !== undefined) {
+        extend(memoryTraceOf, id, at, entry.mem, { mode: "lines", name: name + " memory", line: { dash: "dash" } });
       }
     });
-    chart.dataset.points = String(chart.data.reduce(function (n, t) { return n + t.x.length; }, 0));
+    // Points of the util lines (what the page's tests count).
+    chart.dataset.points = String(Object.values(traceOf).reduce(function (n, i) { return n + chart.data[i].x.length; }, 0));
   }
 
   // The allocations' last 15 minutes (the utilization API, by card) start their lines; the stream
@@ -54,7 +62,7 @@
             y: card.series.map(function (p) { return p.gpu_util_percent; }),
           });
         });
-        chart.dataset.seeded = String(chart.data.length);
+        chart.dataset.seeded = String(Object.keys(traceOf).length);
       })
       .catch(function () { /* the live points still come */ });
   }
@@ -68,7 +76,12 @@
           window.PortalLive.refreshRegions();
         }
       },
-      snapshot: function (frame) { plot(new Date().toISOString(), frame.allocations); },
+      // On each (re)connect: a state change made while the socket was not yet (or no longer) open
+      // was sent to nobody, so the regions are fetched once to catch up.
+      snapshot: function (frame) {
+        window.PortalLive.refreshRegions();
+        plot(new Date().toISOString(), frame.allocations);
+      },
       tick: function (frame) { plot(frame.at, frame.allocations); },
     });
   }

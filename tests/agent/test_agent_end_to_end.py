@@ -1,7 +1,11 @@
 """The agent on simulated NVML against the live portal: register, heartbeat, run, log, exit status,
 stop with grace, the memory watchdog."""
 
+import datetime as dt
+import threading
 import time
+
+from django.utils import timezone
 
 from audit.models import Event
 from scheduler_app.models import AllocationSample, Gpu, GpuSample, NodeSample
@@ -77,7 +81,7 @@ def test_the_job_runs_on_its_cards_with_its_slice_and_checkpoint_dir_in_its_envi
     )
 
 
-def test_utilization_and_memory_follow_the_running_job(start_agent, place):
+def test_utilization_and_memory_follow_the_running_job(start_agent, place, settings):
     agent = start_agent()
     request = place(f"{DEMO_JOB} --seconds 30 --gpu-memory-mib 12000", gpu_milli=500, memory_mib=40960)
     rounds_until(agent, lambda: state_of(request) == "running", what="running")
@@ -91,7 +95,9 @@ def test_utilization_and_memory_follow_the_running_job(start_agent, place):
     assert (idle.gpu_util_percent, idle.memory_used_mib) == (0, 0)
     own = AllocationSample.objects.filter(allocation__request=request).order_by("-sampled_at").first()
     assert own.memory_used_mib == 12000 and own.sm_util_percent > 10  # the job's own use of its slice
-    assert NodeSample.objects.filter(node__name="node-1").exists()
+    # The node's network while the job runs (simulated with its cards): above the slow-network floor.
+    host = NodeSample.objects.filter(node__name="node-1").order_by("-sampled_at").first()
+    assert host.network_bytes_per_s >= settings.TELEMETRY_NETWORK_FLOOR_BYTES_PER_S
 
 
 def test_a_released_request_is_stopped_with_sigterm_then_killed_after_the_grace_period(
@@ -200,3 +206,32 @@ def test_a_command_that_cannot_start_fails_the_request_with_status_127(start_age
     rounds_until(agent, lambda: state_of(request) == "failed", what="failed")
 
     assert (request.exit_code, request.started_at) == (127, None)  # it never ran
+
+
+def test_the_cards_are_read_every_second_and_several_moments_go_in_one_request(start_agent, node):
+    agent = start_agent(interval_s=2.0, sample_period_s=0.5)
+    requests = []
+    send = agent.client.sample_moments
+    agent.client.sample_moments = lambda moments: requests.append(len(moments)) or send(moments)
+    rounds = threading.Thread(target=agent.run, daemon=True)
+    rounds.start()
+    time.sleep(5.2)  # rounds at 0 (it registers), 2 and 4 s; a reading every half second
+    agent.stop()
+    rounds.join(timeout=10)
+
+    assert len(requests) == 2 and min(requests) >= 4, requests  # 2 s of readings a request
+    times = GpuSample.objects.filter(gpu__uuid="GPU-node-1-0").values_list("sampled_at", flat=True)
+    assert len(set(times)) == sum(requests)  # every moment stored, once
+
+
+def test_a_batch_of_readings_the_portal_refuses_is_dropped_not_sent_forever(start_agent, caplog):
+    agent = start_agent()
+    agent.round()  # registers
+    agent.unsent.append((timezone.now() - dt.timedelta(days=2), [{"uuid": "GPU-node-1-0"}]))
+
+    agent.round()
+
+    assert "refused 2 moments of card readings: dropped" in caplog.text
+    assert not agent.unsent and not GpuSample.objects.exists()
+    agent.round()
+    assert GpuSample.objects.count() == 2  # the next round's reading of both cards

@@ -107,7 +107,7 @@ def test_probe_prints_the_cards_memory_mig_mode_and_processes(capsys, tmp_path, 
     job = subprocess.Popen(
         [sys.executable, "-m", "agent.demo_job", "--seconds", "30", "--gpu-memory-mib", "5000"],
         cwd=REPO,
-        env={**os.environ, "CUDA_VISIBLE_DEVICES": "GPU-probe-0"},
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": "GPU-probe-0", "GPU_PORTAL_CHECKPOINT_DIR": str(tmp_path)},
         stdout=subprocess.DEVNULL,
     )
     try:

@@ -10,8 +10,9 @@ import pynvml
 import pytest
 
 from agent import simnvml
+from agent.host import HostMeter, host_meter
 from agent.nvml import read_cards, read_processes, read_samples
-from agent.simnvml import SimCard, SimulatedNvml
+from agent.simnvml import SimCard, SimulatedHost, SimulatedNvml
 from tests.agent_fixtures import REPO
 
 CALLS = [
@@ -74,6 +75,7 @@ def test_an_idle_card_reads_zero_and_a_process_on_it_moves_util_memory_power(tmp
         "GPU_PORTAL_TASK_TYPE": "training",
         "GPU_PORTAL_GPU_MILLI": "500",
         "GPU_PORTAL_GPU_MEMORY_MIB": "40960",
+        "GPU_PORTAL_CHECKPOINT_DIR": str(tmp_path),  # not the repository's root
     }
     job = subprocess.Popen(
         [sys.executable, "-m", "agent.demo_job", "--seconds", "30"],
@@ -83,8 +85,14 @@ def test_an_idle_card_reads_zero_and_a_process_on_it_moves_util_memory_power(tmp
     )
     try:
         time.sleep(5)  # past the training profile's ramp-up
-        busy, idle = read_samples(nvml)
-        (process,) = read_processes(nvml)
+        while True:  # both reads within one second: the simulator's noise changes each second
+            second = int(time.time())
+            busy, idle = read_samples(nvml)
+            (process,) = read_processes(nvml)
+            if int(time.time()) == second:
+                break
+        host = host_meter(nvml).read()
+        moved = nvml.network_bytes_per_s()
     finally:
         job.kill()
         job.wait()
@@ -94,3 +102,14 @@ def test_an_idle_card_reads_zero_and_a_process_on_it_moves_util_memory_power(tmp
     assert 20000 <= busy["memory_used_mib"] <= 40960  # most of its slice, never past it here
     assert busy["power_mw"] > idle["power_mw"]
     assert (process.pid, process.uuid, process.memory_mib) == (job.pid, "GPU-busy", busy["memory_used_mib"])
+    # The node moves data while the job runs: above the portal's default 500 MB/s floor, in and out.
+    assert 1_000_000_000 <= moved <= 1_700_000_000  # 600 MB/s for a busy node + half a card's 1.5 GB/s
+    assert host["net_rx_bytes_per_s"] + host["net_tx_bytes_per_s"] >= moved
+    assert host["net_rx_bytes_per_s"] > host["net_tx_bytes_per_s"] > 0
+    time.sleep(simnvml.PROC_SCAN_TTL_S + 0.1)  # the simulator's next look at the processes
+    assert nvml.network_bytes_per_s() == 0  # the job has ended: only the host's own traffic is left
+
+
+def test_the_host_meter_is_psutils_on_real_nvml_and_adds_the_jobs_traffic_on_simulated_cards():
+    assert type(host_meter(pynvml)) is HostMeter
+    assert type(host_meter(SimulatedNvml([SimCard("GPU-a")]))) is SimulatedHost

@@ -147,7 +147,9 @@ def test_member_tick_has_cards_pools_and_only_their_teams_allocations(running, m
     assert sorted(frame["gpus"].values()) == [40, 40]
     assert frame["pools"] == {"a100": {"util": 40.0, "free_milli": 0}}
     assert [a["request"] for a in frame["allocations"].values()] == [ours.pk]
-    assert next(iter(frame["allocations"].values()))["util"] == 40
+    (entry,) = frame["allocations"].values()
+    card = ours.allocations.get().gpu
+    assert (entry["util"], entry["mem"]) == (40, round(100 * 1000 / card.memory_mib, 1))  # its card's
     assert "theirs" not in str(frame) and theirs.pk not in [
         a["request"] for a in frame["allocations"].values()
     ]
