@@ -216,7 +216,7 @@ class Option:
 
     gpu_milli: int
     num_gpus: int
-    capacity_type: str  # "on_demand" or "spot"
+    capacity_type: str  # "on-demand" or "spot"
     runtime_s: float
     runtime_high_s: float
     runtime_low_s: float
@@ -284,7 +284,7 @@ def recommend(
     shapes: list[tuple[int, int]] | None = None,
     spot_time_factor: float = 1.0,
 ) -> Recommendation:
-    """Price every shape on every priced capacity type (`prices`: USD per GPU-hour by "on_demand" /
+    """Price every shape on every priced capacity type (`prices`: USD per GPU-hour by "on-demand" /
     "spot"), mark the Pareto front, and choose the cheapest option whose upper band meets the
     deadline and budget; ties go to the faster one. `spot_time_factor` stretches spot runtimes for
     the work expected to be lost to reclaims (1.0: none)."""

@@ -2,14 +2,22 @@
 
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from billing_app.api.serializers import PoolPriceSerializer, SetPoolPriceSerializer
+from billing_app.api.serializers import (
+    PoolPriceSerializer,
+    RecommendationSerializer,
+    RecommendRequestSerializer,
+    SetPoolPriceSerializer,
+)
+from billing_app.recommendation import recommend_for
 from billing_app.selectors import prices_in_force
 from billing_app.services import set_pool_price
 from portal.api.permissions import MaySetPrices
 from scheduler_app.models import Pool
+from teams.selectors import team_for_submit
 
 
 class PriceListView(APIView):
@@ -38,3 +46,22 @@ class PoolPriceView(APIView):
         pool = get_object_or_404(Pool, name=name)
         price = set_pool_price(pool, actor=request.user, **form.validated_data)
         return Response(PoolPriceSerializer(price).data)
+
+
+class RecommendView(APIView):
+    """The time/cost curve of a request shape on one GPU model, on-demand and spot, its Pareto front,
+    and the cheapest option that meets the deadline and budget; nothing is submitted."""
+
+    @extend_schema(request=RecommendRequestSerializer, responses=RecommendationSerializer, tags=["prices"])
+    def post(self, request):
+        form = RecommendRequestSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        fields = dict(form.validated_data)
+        team = team_for_submit(request.user, fields.pop("team"))
+        pool_name = fields.pop("pool")
+        pool = Pool.objects.filter(name=pool_name).first() if pool_name else None
+        if pool_name and pool is None:
+            raise ValidationError({"pool": f"No pool {pool_name!r}."})
+        gpu_model, recommendation = recommend_for(team=team, pool=pool, **fields)
+        data = {"gpu_model": gpu_model, **recommendation.__dict__}
+        return Response(RecommendationSerializer(data).data)
