@@ -10,6 +10,7 @@ import secrets
 import time
 from collections.abc import Callable
 from contextlib import suppress
+from decimal import Decimal
 from urllib.parse import parse_qs, urlsplit
 
 import requests
@@ -24,7 +25,16 @@ from gpu_portal_sdk.errors import (
     ValidationError,
     error_for_status,
 )
-from gpu_portal_sdk.models import Estimate, Health, NodeHealth, Price, Resource, Team, Utilization
+from gpu_portal_sdk.models import (
+    Estimate,
+    Health,
+    NodeHealth,
+    Price,
+    Recommendation,
+    Resource,
+    Team,
+    Utilization,
+)
 from gpu_portal_sdk.retry import RetryPolicy, parse_retry_after
 from gpu_portal_sdk.version import __version__
 
@@ -227,6 +237,33 @@ class ResourceManager:
         """The price in force of each priced pool, per whole card and hour in USD (Decimal).
         NotFoundError from an older portal that has no price catalog."""
         return [Price.from_api(p) for p in _results(self._call("GET", "prices/"))]
+
+    def recommend(
+        self,
+        command: str = "",
+        task_type: str = "training",
+        deadline_s: int | None = None,
+        budget_usd: Decimal | str | None = None,
+        workload: str = "",
+        gpu_model: str | None = None,
+        pool: str | None = None,
+        max_duration_s: int | None = None,
+        team: str | None = None,
+    ) -> Recommendation:
+        """Which share and capacity type runs this workload (`workload`, default the command) at least
+        cost within `deadline_s` and `budget_usd`, from its finished runs at other shares, its measured
+        utilization or its task type's prior; with every option's predicted time and cost."""
+        body = {"command": command, "task_type": task_type, "workload": workload}
+        optional = {
+            "deadline_s": deadline_s,
+            "budget_usd": None if budget_usd is None else str(budget_usd),
+            "gpu_model": gpu_model,
+            "pool": pool,
+            "max_duration_s": max_duration_s,
+            "team": team,
+        }
+        body |= {k: v for k, v in optional.items() if v is not None}
+        return Recommendation.from_api(self._call("POST", "requests/recommend/", json=body))
 
     # HTTP
 
