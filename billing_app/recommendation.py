@@ -11,7 +11,6 @@ from django.utils import timezone
 from billing_app.performance import Curve, Recommendation, Run, Utilization, fit, recommend
 from billing_app.selectors import price_per_hour
 from scheduler_app.choices import CapacityType, RequestState
-from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.models import GpuRequest
 from scheduler_app.telemetry_series import request_series
 
@@ -43,7 +42,7 @@ def workload_runs(team, key: str) -> list[Run]:
 
 def measured_utilization(request: GpuRequest, now: dt.datetime | None = None) -> Utilization | None:
     """How busy the request kept its share over its life (or its last hour while it runs): the mean
-    util of its cards over the share held, 0..1; None when there are no readings or it spans cards."""
+    util of its card, 0..1; None when there are no readings or it spans cards."""
     if request.started_at is None or request.num_gpus != 1:
         return None
     now = now or timezone.now()
@@ -55,9 +54,9 @@ def measured_utilization(request: GpuRequest, now: dt.datetime | None = None) ->
     if not samples:
         return None
     util = sum(p.util_mean * p.samples for p in points) / samples / 100
-    held = request.gpu_milli / MILLI_PER_GPU
-    # NVML reads the whole card: a share's tenant gets the card's util up to its share.
-    return Utilization(request.gpu_milli, min(1.0, util / held))
+    # The card's util counts as the share's (half a card at 80 % is 0.4 busy of 0.5 held), as the
+    # telemetry does. On a shared card a neighbour's load shows too (see resizing: no "starved" offer there).
+    return Utilization(request.gpu_milli, min(1.0, util))
 
 
 def latest_utilization(team, key: str) -> Utilization | None:

@@ -4,6 +4,7 @@ from decimal import Decimal
 
 from rest_framework import serializers
 
+from billing_app.choices import ResizeState
 from billing_app.constants import MAX_USD_PER_GPU_HOUR, PRICE_DECIMAL_PLACES, PRICE_QUANTUM
 from portal.api.fields import (
     AwareDateTimeField,
@@ -140,3 +141,18 @@ class RecommendationSerializer(serializers.Serializer):
     reason = serializers.CharField()
     fastest = OptionSerializer(allow_null=True)
     cheapest = OptionSerializer(allow_null=True)
+
+
+class ResizeOfferSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    request = serializers.IntegerField(source="request_id")
+    from_milli = serializers.IntegerField()
+    to_milli = serializers.IntegerField()
+    busy_percent = serializers.IntegerField(help_text="How busy the job kept its share (last hour).")
+    slowdown_percent = serializers.IntegerField(help_text="Predicted runtime change; negative: faster.")
+    saving_percent = serializers.IntegerField(help_text="Predicted cost change for the same work; + cheaper.")
+    reason = serializers.CharField()
+    state = serializers.ChoiceField(choices=ResizeState.choices)
+    offered_at = serializers.DateTimeField()
+    accepted_at = serializers.DateTimeField(allow_null=True)
+    closed_at = serializers.DateTimeField(allow_null=True)
