@@ -17,6 +17,7 @@ from audit.notices import Finding, raise_notices
 from billing_app.choices import OPEN_RESIZE_STATES, ResizeState
 from billing_app.models import ResizeOffer
 from billing_app.performance import suggest_resize
+from billing_app.permissions import can_accept_resize
 from billing_app.recommendation import measured_utilization
 from scheduler_app.choices import RequestState
 from scheduler_app.lifecycle import StateConflict
@@ -99,10 +100,13 @@ def accept_resize(offer: ResizeOffer, *, user, now: dt.datetime | None = None) -
     with transaction.atomic():
         offer = ResizeOffer.objects.select_for_update().select_related("request").get(pk=offer.pk)
         require(can_act_on(user, offer.request), "Only members of the request's team can accept its resize.")
-        if offer.state != ResizeState.OFFERED:
-            raise StateConflict(f"This resize is {offer.get_state_display().lower()}, not offered.")
-        if offer.request.state != RequestState.RUNNING:
-            raise StateConflict("The request is no longer running.")
+        if not can_accept_resize(user, offer):
+            state = offer.get_state_display().lower()
+            raise StateConflict(
+                f"This resize is {state}, not offered."
+                if state != "offered"
+                else "The request is no longer running."
+            )
         offer.state, offer.accepted_at, offer.accepted_by = ResizeState.ACCEPTED, now or timezone.now(), user
         offer.save(update_fields=["state", "accepted_at", "accepted_by"])
         log_event(
@@ -118,6 +122,11 @@ def accept_resize(offer: ResizeOffer, *, user, now: dt.datetime | None = None) -
 def visible_resize_offers(user) -> QuerySet[ResizeOffer]:
     """The offers on the user's teams' requests, newest first."""
     return ResizeOffer.objects.filter(request__team__memberships__user=user)
+
+
+def open_resize_offer(request: GpuRequest) -> ResizeOffer | None:
+    """The request's offer still offered or accepted (at most one), for its page."""
+    return request.resize_offers.filter(state__in=OPEN_RESIZE_STATES).first()
 
 
 def resizes_to_apply() -> QuerySet[ResizeOffer]:

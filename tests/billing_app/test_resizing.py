@@ -155,3 +155,22 @@ def test_over_the_api_a_member_lists_and_accepts_an_offer_and_an_outsider_sees_n
     assert again.status_code == 409 and "state" in again.json()["error"]["fields"]
     bad = api_client(member).get("/api/v1/resize-offers/?state=maybe")
     assert bad.status_code == 400 and "state" in bad.json()["error"]["fields"]
+
+
+def test_the_request_page_shows_the_offer_and_its_button_accepts_it(client, member, team, node, outsider):
+    job = running(member, team, node, 1000, 30)
+    telemetry_upkeep(NOW)
+    offer = ResizeOffer.objects.get()
+    client.force_login(member)
+
+    page = client.get(f"/requests/{job.pk}/").content.decode()
+    assert 'id="resize-offer"' in page and "Resize to 500 milli-GPU at the next checkpoint" in page
+
+    client.post(f"/requests/{job.pk}/resize/{offer.pk}/accept/")
+
+    offer.refresh_from_db()
+    assert (offer.state, offer.accepted_by) == (ResizeState.ACCEPTED, member)
+    page = client.get(f"/requests/{job.pk}/").content.decode()
+    assert "Accepted by bob" in page and "Resize to 500" not in page
+    client.force_login(outsider)
+    assert client.post(f"/requests/{job.pk}/resize/{offer.pk}/accept/").status_code == 404
