@@ -17,9 +17,10 @@ from scheduler_app.telemetry_series import request_series
 HISTORY_RUNS = 50  # the newest finished runs of a workload that the fit reads
 
 
-def workload_key(command: str, name: str = "") -> str:
-    """The workload a request belongs to: its command with whitespace normalised, else its name."""
-    return " ".join(command.split()) or " ".join(name.split())
+def workload_of(workload_key: str, command: str, name: str = "") -> str:
+    """The workload a request belongs to: the key its user set, else its command with whitespace
+    normalised, else its name."""
+    return workload_key.strip() or " ".join(command.split()) or " ".join(name.split())
 
 
 def workload_runs(team, key: str) -> list[Run]:
@@ -29,13 +30,13 @@ def workload_runs(team, key: str) -> list[Run]:
     rows = (
         GpuRequest.objects.filter(team=team, state=RequestState.SUCCEEDED, started_at__isnull=False)
         .exclude(ended_at__isnull=True)
-        .only("command", "name", "gpu_milli", "num_gpus", "started_at", "ended_at")
+        .only("command", "workload_key", "name", "gpu_milli", "num_gpus", "started_at", "ended_at")
         .order_by("-ended_at")[: HISTORY_RUNS * 4]
     )
     runs = [
         Run(r.gpu_milli, r.num_gpus, (r.ended_at - r.started_at).total_seconds())
         for r in rows
-        if workload_key(r.command, r.name) == key and r.ended_at > r.started_at
+        if workload_of(r.workload_key, r.command, r.name) == key and r.ended_at > r.started_at
     ]
     return runs[:HISTORY_RUNS]
 
@@ -67,7 +68,7 @@ def latest_utilization(team, key: str) -> Utilization | None:
         "-started_at"
     )
     for request in candidates[:20]:
-        if workload_key(request.command, request.name) == key:
+        if workload_of(request.workload_key, request.command, request.name) == key:
             measured = measured_utilization(request)
             if measured is not None:
                 return measured
@@ -107,7 +108,7 @@ def recommend_for(
     num_gpus: int = 1,
     command: str = "",
     name: str = "",
-    workload: str = "",
+    workload_key: str = "",
     gpu_model: str = "",
     pool=None,
     max_duration_s: int | None = None,
@@ -115,7 +116,7 @@ def recommend_for(
     budget_usd: Decimal | None = None,
 ) -> tuple[str, Recommendation]:
     """The time/cost options of a request shape and the cheapest meeting the deadline and budget."""
-    key = workload or workload_key(command, name)
+    key = workload_of(workload_key, command, name)
     curve = workload_curve(team, key, task_type, max_duration_s)
     model, prices = model_prices(gpu_milli, num_gpus, gpu_model, pool)
     return model, recommend(curve, prices, deadline_s=deadline_s, budget_usd=budget_usd)

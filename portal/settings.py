@@ -245,7 +245,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     # Billing modes and capacity types share their values; one enum serves both.
-    "ENUM_NAME_OVERRIDES": {"OnDemandOrSpotEnum": "scheduler_app.choices.CapacityType"},
+    "ENUM_NAME_OVERRIDES": {
+        "OnDemandOrSpotEnum": "scheduler_app.choices.CapacityType",
+        "ResizeStateEnum": "billing_app.choices.ResizeState",
+        "RequestStateEnum": "scheduler_app.choices.RequestState",
+    },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "portal.api.errors.document_errors",

@@ -83,12 +83,12 @@ class RecommendRequestSerializer(serializers.Serializer):
     pool = StrictSlugField(required=False, allow_blank=True, default="")
     command = StrictCharField(required=False, allow_blank=True, default="", max_length=10_000)
     name = StrictCharField(required=False, allow_blank=True, default="", max_length=100)
-    workload = StrictCharField(
+    workload_key = StrictCharField(
         required=False,
         allow_blank=True,
         default="",
-        max_length=10_000,
-        help_text="The workload key whose finished runs the model learns from; default: the command.",
+        max_length=200,
+        help_text="Whose finished runs the model learns from (as set on submit); default: the command.",
     )
     max_duration_s = StrictIntegerField(min_value=1, max_value=2**31 - 1, required=False, allow_null=True)
     deadline_s = StrictIntegerField(

@@ -98,6 +98,7 @@ class ResourceManager:
         command: str = "",
         team: str | None = None,
         allow_on_demand_fallback: bool = True,
+        workload_key: str | None = None,
         wait: bool = True,
         timeout_s: float | None = DEFAULT_WAIT_S,
     ) -> Resource:
@@ -146,6 +147,7 @@ class ResourceManager:
         command: str = "",
         team: str | None = None,
         allow_on_demand_fallback: bool = True,
+        workload_key: str | None = None,
     ) -> Estimate:
         """Where the same request_allocation(...) would run now, or why and until when it would wait.
         Checked like a submit (same errors); nothing is submitted."""
@@ -244,16 +246,16 @@ class ResourceManager:
         task_type: str = "training",
         deadline_s: int | None = None,
         budget_usd: Decimal | str | None = None,
-        workload: str = "",
+        workload_key: str = "",
         gpu_model: str | None = None,
         pool: str | None = None,
         max_duration_s: int | None = None,
         team: str | None = None,
     ) -> Recommendation:
-        """Which share and capacity type runs this workload (`workload`, default the command) at least
+        """Which share and capacity type runs this workload (`workload_key`, default the command) at least
         cost within `deadline_s` and `budget_usd`, from its finished runs at other shares, its measured
         utilization or its task type's prior; with every option's predicted time and cost."""
-        body = {"command": command, "task_type": task_type, "workload": workload}
+        body = {"command": command, "task_type": task_type, "workload_key": workload_key}
         optional = {
             "deadline_s": deadline_s,
             "budget_usd": None if budget_usd is None else str(budget_usd),
@@ -290,6 +292,7 @@ class ResourceManager:
             "max_duration_s": args["max_duration_s"],
             "priority": args["priority"],
             "command": args["command"],
+            "workload_key": args["workload_key"],
             "billing_mode": "spot" if spot else "on-demand",
             "allow_on_demand_fallback": spot and args["allow_on_demand_fallback"],
             "checkpoint_interval_s": DEFAULT_CHECKPOINT_INTERVAL_S

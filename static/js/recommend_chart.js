@@ -21,6 +21,7 @@
       team: teamSlugs[f.team.value] || "",
       task_type: checked ? checked.value : "training",
       command: f.command.value,
+      workload_key: f.workload_key.value,
       name: f.name.value,
       pool: f.pool.value,
       gpu_model: f.gpu_model.value,

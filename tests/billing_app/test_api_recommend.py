@@ -104,3 +104,22 @@ def test_a_budget_too_small_chooses_nothing_and_says_so(api_client, member, pric
 
 def test_anonymous_is_refused(client):
     assert client.post(URL, {}, content_type="application/json").status_code in (401, 403)
+
+
+def test_runs_with_the_workload_key_set_on_submit_are_learnt_from_whatever_their_command(
+    api_client, member, team, priced
+):
+    for milli, seconds, lr in ((1000, 3600, 1), (500, 5760, 2)):
+        run = finished_run(team, member, milli, seconds, command=f"python train.py --lr {lr}")
+        GpuRequest.objects.filter(pk=run.pk).update(workload_key="resnet50")
+    submitted = api_client(member).post(
+        "/api/v1/requests/",
+        {"name": "next", "gpu_milli": 250, "command": "python train.py --lr 3", "workload_key": "resnet50"},
+        format="json",
+    )
+    assert submitted.status_code == 201 and submitted.json()["workload_key"] == "resnet50"
+
+    body = api_client(member).post(URL, {"workload_key": "resnet50"}, format="json").json()
+
+    assert body["curve"]["source"] == "history"
+    assert body["curve"]["t1_s"] == pytest.approx(3600, rel=0.01)
