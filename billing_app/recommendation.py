@@ -15,6 +15,7 @@ from scheduler_app.models import GpuRequest
 from scheduler_app.telemetry_series import request_series
 
 HISTORY_RUNS = 50  # the newest finished runs of a workload that the fit reads
+UTILIZATION_RUNS = 3  # the newest runs of a workload whose readings are looked for
 
 
 def workload_of(workload_key: str, command: str, name: str = "") -> str:
@@ -67,11 +68,11 @@ def latest_utilization(team, key: str) -> Utilization | None:
     candidates = GpuRequest.objects.filter(team=team, num_gpus=1, started_at__isnull=False).order_by(
         "-started_at"
     )
-    for request in candidates[:20]:
-        if workload_of(request.workload_key, request.command, request.name) == key:
-            measured = measured_utilization(request)
-            if measured is not None:
-                return measured
+    matching = [r for r in candidates[:50] if workload_of(r.workload_key, r.command, r.name) == key]
+    for request in matching[:UTILIZATION_RUNS]:  # two queries each: a few at most
+        measured = measured_utilization(request)
+        if measured is not None:
+            return measured
     return None
 
 

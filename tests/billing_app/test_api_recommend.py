@@ -9,7 +9,12 @@ from django.utils import timezone
 
 from billing_app.services import set_pool_price
 from scheduler_app.choices import RequestState
-from scheduler_app.models import GpuRequest
+from scheduler_app.models import Allocation, GpuRequest
+from scheduler_app.rollups import roll_up
+from scheduler_app.services.placement import Slice, allocate
+from scheduler_app.services.requests import submit_request
+from scheduler_app.services.transitions import transition_request
+from tests.scheduler_app.telemetry_helpers import plant
 
 URL = "/api/v1/requests/recommend/"
 COMMAND = "python train.py --epochs 3"
@@ -123,3 +128,28 @@ def test_runs_with_the_workload_key_set_on_submit_are_learnt_from_whatever_their
 
     assert body["curve"]["source"] == "history"
     assert body["curve"]["t1_s"] == pytest.approx(3600, rel=0.01)
+
+
+def test_with_no_other_shares_known_the_measured_utilization_shapes_the_curve(
+    api_client, member, team, make_node, priced
+):
+    now = timezone.now()
+    node = make_node("node-1", gpus=1)
+    job = submit_request(user=member, team=team, name="light", gpu_milli=1000, command="python light.py")
+    allocate(job, [Slice(node.gpus.get().pk, 1000, 4096)])
+    transition_request(job, RequestState.RUNNING)
+    GpuRequest.objects.filter(pk=job.pk).update(started_at=now - dt.timedelta(hours=2))
+    Allocation.objects.filter(request=job).update(started_at=now - dt.timedelta(hours=2))
+    plant(node.gpus.get(), now - dt.timedelta(minutes=90), [30] * 90)  # a full card kept 30 % busy
+    roll_up(now)
+
+    body = (
+        api_client(member)
+        .post(URL, {"command": "python light.py", "max_duration_s": 3600}, format="json")
+        .json()
+    )
+
+    assert body["curve"]["source"] == "utilization"
+    at = {p["share"]: p["runtime_s"] for p in body["predictions"]}
+    assert at[0.5] == pytest.approx(at[1.0])  # it loses nothing at half a card
+    assert at[0.125] > at[0.25] > at[0.5]

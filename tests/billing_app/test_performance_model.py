@@ -3,6 +3,8 @@
 from decimal import Decimal
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bench.perf_model import backtest, field_fit
 from billing_app.performance import (
@@ -132,3 +134,40 @@ def test_the_backtest_meets_its_error_target_on_another_seed():
     every = sorted(e for values in errors.values() for e in values)
     assert runs >= 500
     assert every[len(every) // 2] < 0.10
+
+
+@given(
+    t1=st.floats(60, 1e5),
+    a=st.floats(0, 1),
+    s=st.floats(0.05, 1),
+    band=st.floats(0, 0.5),
+    deadline=st.one_of(st.none(), st.floats(30, 3e5)),
+    budget=st.one_of(st.none(), st.decimals("0.01", "500", places=2)),
+    od=st.decimals("0.10", "10", places=2),
+    spot=st.decimals("0.05", "10", places=2),
+)
+def test_the_pick_meets_the_limits_and_no_option_meeting_them_costs_less(
+    t1, a, s, band, deadline, budget, od, spot
+):
+    rec = recommend(
+        Curve(t1, a, s, "history", band, (1.0,)),
+        {"on-demand": od, "spot": spot},
+        deadline_s=deadline,
+        budget_usd=budget,
+    )
+
+    def meets(o):
+        return (deadline is None or o.runtime_high_s <= deadline) and (
+            budget is None or o.cost_high_usd <= budget
+        )
+
+    meeting = [o for o in rec.options if meets(o)]
+    if rec.chosen is None:
+        assert not meeting
+    else:
+        assert meets(rec.chosen)
+        assert all(rec.chosen.cost_usd <= o.cost_usd for o in meeting)
+    assert any(o.pareto for o in rec.options)
+    for o in rec.options:  # the front: nothing both faster and cheaper
+        if o.pareto:
+            assert not any(p.runtime_s < o.runtime_s and p.cost_usd < o.cost_usd for p in rec.options)
