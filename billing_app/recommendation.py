@@ -6,6 +6,7 @@ and the prices in force (through `model_prices`, the one place that asks the pri
 import datetime as dt
 from decimal import Decimal
 
+from django.db.models import Q
 from django.utils import timezone
 
 from billing_app.performance import Curve, Recommendation, Run, Utilization, fit, recommend
@@ -24,13 +25,24 @@ def workload_of(workload_key: str, command: str, name: str = "") -> str:
     return workload_key.strip() or " ".join(command.split()) or " ".join(name.split())
 
 
+def _of_workload(requests, key: str):
+    """Narrow `requests` in the database to those that may be of the workload (`workload_of` decides)."""
+    first_word = key.split()[0]
+    return requests.filter(
+        Q(workload_key=key)
+        | Q(workload_key="", command__contains=first_word)
+        | Q(workload_key="", command="", name__contains=first_word)
+    )
+
+
 def workload_runs(team, key: str) -> list[Run]:
-    """The team's succeeded runs of this workload (newest first), with their runtime in seconds."""
+    """The team's succeeded runs of this workload (newest first), with their runtime in seconds (from
+    start to end: time spent requeued after a reclaim counts, as it does for the user)."""
     if not key:
         return []
     rows = (
-        GpuRequest.objects.filter(team=team, state=RequestState.SUCCEEDED, started_at__isnull=False)
-        .exclude(ended_at__isnull=True)
+        _of_workload(GpuRequest.objects.filter(team=team, state=RequestState.SUCCEEDED), key)
+        .filter(started_at__isnull=False, ended_at__isnull=False)
         .only("command", "workload_key", "name", "gpu_milli", "num_gpus", "started_at", "ended_at")
         .order_by("-ended_at")[: HISTORY_RUNS * 4]
     )
@@ -43,8 +55,8 @@ def workload_runs(team, key: str) -> list[Run]:
 
 
 def measured_utilization(request: GpuRequest, now: dt.datetime | None = None) -> Utilization | None:
-    """How busy the request kept its share over its life (or its last hour while it runs): the mean
-    util of its card, 0..1; None when there are no readings or it spans cards."""
+    """How busy the request kept its share over the last hour it ran (up to now): the mean util of its
+    card, 0..1; None when there are no readings or it spans cards."""
     if request.started_at is None or request.num_gpus != 1:
         return None
     now = now or timezone.now()
@@ -65,10 +77,12 @@ def latest_utilization(team, key: str) -> Utilization | None:
     """The measured utilization of the workload's newest single-card run with readings."""
     if not key:
         return None
-    candidates = GpuRequest.objects.filter(team=team, num_gpus=1, started_at__isnull=False).order_by(
-        "-started_at"
-    )
-    matching = [r for r in candidates[:50] if workload_of(r.workload_key, r.command, r.name) == key]
+    candidates = _of_workload(GpuRequest.objects.filter(team=team, num_gpus=1, started_at__isnull=False), key)
+    matching = [
+        r
+        for r in candidates.order_by("-started_at")[:50]
+        if workload_of(r.workload_key, r.command, r.name) == key
+    ]
     for request in matching[:UTILIZATION_RUNS]:  # two queries each: a few at most
         measured = measured_utilization(request)
         if measured is not None:
