@@ -5,8 +5,9 @@ Money is Decimal with the currency in the name (USD); times are aware UTC.
 
 from django.conf import settings
 from django.db import models
-from django.db.models import OuterRef, Q, Subquery
+from django.db.models import F, OuterRef, Q, Subquery
 
+from billing_app.choices import OPEN_RESIZE_STATES, ResizeState
 from billing_app.constants import MAX_USD_PER_GPU_HOUR, PRICE_DECIMAL_PLACES
 
 
@@ -53,3 +54,47 @@ class PoolPrice(models.Model):
 
     def __str__(self) -> str:
         return f"{self.pool} {self.usd_per_gpu_hour} USD/GPU-h from {self.effective_from:%Y-%m-%d %H:%M} UTC"
+
+
+class ResizeOffer(models.Model):
+    """A share change offered to a running single-card request because its measured utilization says it
+    would lose little at a smaller share (or is starved at its own); milli per card.
+
+    At most one open offer (offered or accepted) per request. An accepted offer is the scheduler's to
+    apply at the request's next checkpoint (`resizes_to_apply()`); it marks it applied."""
+
+    request = models.ForeignKey(
+        "scheduler_app.GpuRequest", on_delete=models.CASCADE, related_name="resize_offers"
+    )
+    from_milli = models.PositiveIntegerField()
+    to_milli = models.PositiveIntegerField()
+    busy_percent = models.PositiveSmallIntegerField(help_text="Measured: how busy the job kept its share.")
+    slowdown_percent = models.SmallIntegerField(help_text="Predicted runtime change; negative: faster.")
+    saving_percent = models.SmallIntegerField(help_text="Predicted cost change for the same work; + cheaper.")
+    reason = models.CharField(max_length=500)
+    state = models.CharField(max_length=16, choices=ResizeState.choices, default=ResizeState.OFFERED)
+    offered_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    closed_at = models.DateTimeField(null=True, blank=True, help_text="When it was applied or withdrawn.")
+
+    class Meta:
+        ordering = ["-offered_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["request"],
+                condition=Q(state__in=OPEN_RESIZE_STATES),
+                name="resizeoffer_one_open_per_request",
+            ),
+            models.CheckConstraint(
+                condition=Q(from_milli__gte=1, from_milli__lte=1000, to_milli__gte=1, to_milli__lte=1000)
+                & ~Q(from_milli=F("to_milli")),
+                name="resizeoffer_shares_valid",
+            ),
+            models.CheckConstraint(condition=Q(state__in=ResizeState.values), name="resizeoffer_state_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"request {self.request_id}: {self.from_milli} → {self.to_milli} milli ({self.state})"

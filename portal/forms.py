@@ -95,6 +95,12 @@ class RequestForm(ServiceErrorsMixin, forms.Form):
     )
     priority = forms.IntegerField(initial=0, help_text="-100..100; higher goes first within your team.")
     command = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}))
+    workload_key = forms.CharField(
+        required=False,
+        max_length=200,
+        label="Workload key",
+        help_text="Runs with the same key teach the share recommendation; empty: the command.",
+    )
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
@@ -136,6 +142,7 @@ class RequestForm(ServiceErrorsMixin, forms.Form):
             "max_duration_s": None if duration is None else int(duration * Decimal(3600)),
             "priority": data["priority"],
             "command": data["command"],
+            "workload_key": data["workload_key"].strip(),
         }
 
 

@@ -175,6 +175,7 @@ CELERY_BEAT_SCHEDULE = {
     # The live streams' 1 Hz deltas; a tick not started within its second is dropped, not queued.
     "live-tick": {"task": "scheduler_app.live_tick", "schedule": 1.0, "options": {"expires": 1.0}},
     "telemetry-upkeep": {"task": "scheduler_app.telemetry_upkeep", "schedule": float(TELEMETRY_INTERVAL_S)},
+    "resize-offers": {"task": "billing_app.offer_resizes", "schedule": float(TELEMETRY_INTERVAL_S)},
 }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -244,7 +245,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     # Billing modes and capacity types share their values; one enum serves both.
-    "ENUM_NAME_OVERRIDES": {"OnDemandOrSpotEnum": "scheduler_app.choices.CapacityType"},
+    "ENUM_NAME_OVERRIDES": {
+        "OnDemandOrSpotEnum": "scheduler_app.choices.CapacityType",
+        "ResizeStateEnum": "billing_app.choices.ResizeState",
+        "RequestStateEnum": "scheduler_app.choices.RequestState",
+    },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "portal.api.errors.document_errors",

@@ -21,6 +21,11 @@ urlpatterns = [
     path("requests/<int:pk>/", requests.request_detail, name="request_detail"),
     path("requests/<int:pk>/cancel/", requests.request_cancel, name="request_cancel"),
     path("requests/<int:pk>/release/", requests.request_release, name="request_release"),
+    path(
+        "requests/<int:pk>/resize/<int:offer_pk>/accept/",
+        requests.request_resize_accept,
+        name="request_resize_accept",
+    ),
     path("cluster/", cluster.cluster, name="cluster"),
     path("cluster/nodes/", cluster.cluster_nodes, name="cluster_nodes"),
     path("teams/", teams.team_index, name="teams"),

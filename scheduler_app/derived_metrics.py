@@ -41,13 +41,15 @@ JITTER_MIN_SAMPLES = 10
 NETWORK_WINDOW_S = 300
 NETWORK_MIN_READINGS = 3
 POLICY = "idle policy"
+# The kinds these checks raise and resolve (other notices, e.g. resize offers, have their own owner).
+CHECK_KINDS = (NoticeKind.UTIL_JITTER, NoticeKind.MEMORY_LEAK, NoticeKind.IDLE, NoticeKind.NETWORK_SLOW)
 
 
 def check_running_work(now: dt.datetime | None = None) -> dict[str, int]:
     """Run every check on the running requests; returns the notices raised per kind."""
     now = now or timezone.now()
     findings = [*_jitter(now), *_leaks(now), *_idle(now), *_slow_networks(now)]
-    raised = raise_notices(findings, kinds=NoticeKind.values, now=now)
+    raised = raise_notices(findings, kinds=CHECK_KINDS, now=now)
     for notice in raised:
         if notice.kind == NoticeKind.IDLE and notice.data.get("release"):
             _release_idle(notice.data["request_id"], notice.text)

@@ -124,6 +124,7 @@ class EmbeddedWorker:
         connections.close_all()
 
     def _watchdog_pass_and_upkeep(self) -> None:
+        from billing_app.resizing import offer_resizes
         from scheduler_app.node_health import check_heartbeats
         from scheduler_app.scheduling import run_scheduling_pass
         from scheduler_app.upkeep import telemetry_upkeep
@@ -135,6 +136,7 @@ class EmbeddedWorker:
             if time.monotonic() >= self._upkeep_due:
                 self._upkeep_due = time.monotonic() + self.upkeep_interval_s
                 telemetry_upkeep()
+                offer_resizes()  # on the rollups the upkeep just wrote
 
 
 def _live_tick() -> None:

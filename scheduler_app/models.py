@@ -182,6 +182,11 @@ class GpuRequest(models.Model):
     )
     max_duration_s = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
     command = models.TextField(blank=True)
+    workload_key = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Runs with the same key teach the cost/performance model; empty: the command.",
+    )
     state = models.CharField(max_length=16, choices=RequestState.choices, default=RequestState.PENDING)
     pending_reason = models.CharField(max_length=300, blank=True)
     estimated_start_at = models.DateTimeField(null=True, blank=True)

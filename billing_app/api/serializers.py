@@ -1,10 +1,20 @@
 """API shapes of the price catalog. Money is a decimal string in USD (never a JSON number)."""
 
+from decimal import Decimal
+
 from rest_framework import serializers
 
+from billing_app.choices import ResizeState
 from billing_app.constants import MAX_USD_PER_GPU_HOUR, PRICE_DECIMAL_PLACES, PRICE_QUANTUM
-from portal.api.fields import AwareDateTimeField, StrictCharField, StrictDecimalStringField
-from scheduler_app.choices import CapacityType
+from portal.api.fields import (
+    AwareDateTimeField,
+    StrictCharField,
+    StrictDecimalStringField,
+    StrictIntegerField,
+    StrictSlugField,
+)
+from scheduler_app.choices import CapacityType, TaskType
+from scheduler_app.constants import MAX_GPUS_PER_REQUEST, MILLI_PER_GPU
 
 
 class PoolPriceSerializer(serializers.Serializer):
@@ -58,3 +68,91 @@ class HourlyPricesSerializer(serializers.Serializer):
         help_text="How much less spot costs than on-demand on this model, in whole percent; null unless "
         "both are priced.",
     )
+
+
+class RecommendRequestSerializer(serializers.Serializer):
+    """A request shape, and what the user must meet: a deadline and/or a budget."""
+
+    team = StrictSlugField(
+        required=False, default="", help_text="Team slug; optional when you are in one team."
+    )
+    task_type = serializers.ChoiceField(choices=TaskType.choices, default=TaskType.TRAINING)
+    gpu_milli = StrictIntegerField(min_value=1, max_value=MILLI_PER_GPU, default=MILLI_PER_GPU)
+    num_gpus = StrictIntegerField(min_value=1, max_value=MAX_GPUS_PER_REQUEST, default=1)
+    gpu_model = StrictCharField(max_length=64, required=False, allow_blank=True, default="")
+    pool = StrictSlugField(required=False, allow_blank=True, default="")
+    command = StrictCharField(required=False, allow_blank=True, default="", max_length=10_000)
+    name = StrictCharField(required=False, allow_blank=True, default="", max_length=100)
+    workload_key = StrictCharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=200,
+        help_text="Whose finished runs the model learns from (as set on submit); default: the command.",
+    )
+    max_duration_s = StrictIntegerField(min_value=1, max_value=2**31 - 1, required=False, allow_null=True)
+    deadline_s = StrictIntegerField(
+        min_value=1,
+        max_value=2**31 - 1,
+        required=False,
+        allow_null=True,
+        help_text="Finish within (seconds).",
+    )
+    budget_usd = StrictDecimalStringField(
+        max_digits=14, decimal_places=2, min_value=Decimal("0.01"), required=False, allow_null=True
+    )
+
+
+class PredictionSerializer(serializers.Serializer):
+    share = serializers.FloatField(help_text="Cards: 0.125 .. 1, or whole cards.")
+    runtime_s = serializers.FloatField()
+    low_s = serializers.FloatField()
+    high_s = serializers.FloatField()
+
+
+class OptionSerializer(serializers.Serializer):
+    gpu_milli = serializers.IntegerField()
+    num_gpus = serializers.IntegerField()
+    capacity_type = serializers.ChoiceField(choices=CapacityType.choices)
+    runtime_s = serializers.FloatField(help_text="Predicted runtime.")
+    runtime_high_s = serializers.FloatField(help_text="The slow end of its band.")
+    runtime_low_s = serializers.FloatField(help_text="The fast end of its band.")
+    cost_usd = serializers.DecimalField(
+        max_digits=14, decimal_places=2, help_text="Predicted cost, a string."
+    )
+    cost_high_usd = serializers.DecimalField(max_digits=14, decimal_places=2)
+    pareto = serializers.BooleanField(help_text="No other option is both faster and cheaper.")
+
+
+class CurveSerializer(serializers.Serializer):
+    t1_s = serializers.FloatField(help_text="Runtime on one whole card.")
+    a = serializers.FloatField(help_text="Part of the time no share changes.")
+    s = serializers.FloatField(help_text="Share at which the GPU part saturates.")
+    source = serializers.CharField(help_text="history, utilization or prior.")
+    band = serializers.FloatField(help_text="Relative half-width of the band at observed shares.")
+
+
+class RecommendationSerializer(serializers.Serializer):
+    gpu_model = serializers.CharField()
+    curve = CurveSerializer()
+    predictions = PredictionSerializer(many=True, source="shares")
+    options = OptionSerializer(many=True)
+    chosen = OptionSerializer(allow_null=True)
+    reason = serializers.CharField()
+    fastest = OptionSerializer(allow_null=True)
+    cheapest = OptionSerializer(allow_null=True)
+
+
+class ResizeOfferSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    request = serializers.IntegerField(source="request_id")
+    from_milli = serializers.IntegerField()
+    to_milli = serializers.IntegerField()
+    busy_percent = serializers.IntegerField(help_text="How busy the job kept its share (last hour).")
+    slowdown_percent = serializers.IntegerField(help_text="Predicted runtime change; negative: faster.")
+    saving_percent = serializers.IntegerField(help_text="Predicted cost change for the same work; + cheaper.")
+    reason = serializers.CharField()
+    state = serializers.ChoiceField(choices=ResizeState.choices)
+    offered_at = serializers.DateTimeField()
+    accepted_at = serializers.DateTimeField(allow_null=True)
+    closed_at = serializers.DateTimeField(allow_null=True)

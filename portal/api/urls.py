@@ -3,7 +3,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
 from audit.api.views import NoticeViewSet
-from billing_app.api.views import PoolPriceView, PriceListView
+from billing_app.api.views import PoolPriceView, PriceListView, RecommendView, ResizeOfferViewSet
 from portal.api.views import ApiTokenViewSet, TeamViewSet, not_found
 from scheduler_app.api.agent_views import (
     FinishedView,
@@ -36,8 +36,10 @@ router.register("tokens", ApiTokenViewSet, basename="token")
 router.register("nodes", NodeViewSet, basename="node")
 router.register("pools", PoolViewSet, basename="pool")
 router.register("notices", NoticeViewSet, basename="notice")
+router.register("resize-offers", ResizeOfferViewSet, basename="resize-offer")
 
 urlpatterns = [
+    path("requests/recommend/", RecommendView.as_view(), name="request-recommend"),
     *router.urls,
     path("cluster/", ClusterView.as_view(), name="cluster"),
     path("prices/", PriceListView.as_view(), name="prices"),

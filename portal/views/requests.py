@@ -7,6 +7,7 @@ from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from billing_app.resizing import accept_resize, open_resize_offer
 from billing_app.selectors import price_per_hour
 from portal.forms import RequestForm
 from portal.live_streams import stream_paths
@@ -80,6 +81,7 @@ def request_detail(request, pk):
         "segments": segments,
         "streams": stream_paths(request.user, gpu_request.team),
         "allocation_labels": {str(s.pk): str(s.gpu) for s in segments if s.ended_at is None},
+        "resize": open_resize_offer(gpu_request),
     }
     return render(request, "portal/requests/detail.html", context)
 
@@ -105,6 +107,20 @@ def request_cancel(request, pk):
         messages.error(request, f"Not cancelled: {_say(refusal)}")
     else:
         messages.success(request, f"{gpu_request.name} cancelled.")
+    return redirect("request_detail", pk=pk)
+
+
+@login_required
+@require_POST
+def request_resize_accept(request, pk, offer_pk):
+    gpu_request = _visible_request(request, pk)
+    offer = get_object_or_404(gpu_request.resize_offers, pk=offer_pk)
+    try:
+        accept_resize(offer, user=request.user)
+    except REFUSALS as refusal:
+        messages.error(request, f"Not accepted: {_say(refusal)}")
+    else:
+        messages.success(request, "Resize accepted: the scheduler applies it at the job's next checkpoint.")
     return redirect("request_detail", pk=pk)
 
 

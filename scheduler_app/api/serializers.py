@@ -110,6 +110,7 @@ class GpuRequestSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
             "priority",
             "max_duration_s",
             "command",
+            "workload_key",
             "state",
             "pending_reason",
             "estimated_start_at",
@@ -161,6 +162,13 @@ class SubmitSerializer(FieldsBuiltOnce, serializers.Serializer):
     priority = StrictIntegerField(min_value=-100, max_value=100, default=0)
     max_duration_s = StrictIntegerField(min_value=1, max_value=2**31 - 1, required=False, allow_null=True)
     command = StrictCharField(required=False, allow_blank=True, default="", max_length=10_000)
+    workload_key = StrictCharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=200,
+        help_text="Groups runs of one workload for the share recommendation; empty: the command.",
+    )
 
 
 class EstimateRequestSerializer(SubmitSerializer):

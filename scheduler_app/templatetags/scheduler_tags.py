@@ -3,6 +3,7 @@ lifecycle rules: {% if r|can_cancel:user %}."""
 
 from django import template
 
+from billing_app import permissions as billing_permissions
 from scheduler_app import permissions
 
 register = template.Library()
@@ -16,3 +17,8 @@ def can_cancel(request, user) -> bool:
 @register.filter
 def can_release(request, user) -> bool:
     return permissions.can_release(user, request)
+
+
+@register.filter
+def can_accept_resize(offer, user) -> bool:
+    return billing_permissions.can_accept_resize(user, offer)

@@ -10,6 +10,7 @@ import secrets
 import time
 from collections.abc import Callable
 from contextlib import suppress
+from decimal import Decimal
 from urllib.parse import parse_qs, urlsplit
 
 import requests
@@ -24,7 +25,16 @@ from gpu_portal_sdk.errors import (
     ValidationError,
     error_for_status,
 )
-from gpu_portal_sdk.models import Estimate, Health, NodeHealth, Price, Resource, Team, Utilization
+from gpu_portal_sdk.models import (
+    Estimate,
+    Health,
+    NodeHealth,
+    Price,
+    Recommendation,
+    Resource,
+    Team,
+    Utilization,
+)
 from gpu_portal_sdk.retry import RetryPolicy, parse_retry_after
 from gpu_portal_sdk.version import __version__
 
@@ -88,6 +98,7 @@ class ResourceManager:
         command: str = "",
         team: str | None = None,
         allow_on_demand_fallback: bool = True,
+        workload_key: str | None = None,
         wait: bool = True,
         timeout_s: float | None = DEFAULT_WAIT_S,
     ) -> Resource:
@@ -136,6 +147,7 @@ class ResourceManager:
         command: str = "",
         team: str | None = None,
         allow_on_demand_fallback: bool = True,
+        workload_key: str | None = None,
     ) -> Estimate:
         """Where the same request_allocation(...) would run now, or why and until when it would wait.
         Checked like a submit (same errors); nothing is submitted."""
@@ -228,6 +240,33 @@ class ResourceManager:
         NotFoundError from an older portal that has no price catalog."""
         return [Price.from_api(p) for p in _results(self._call("GET", "prices/"))]
 
+    def recommend(
+        self,
+        command: str = "",
+        task_type: str = "training",
+        deadline_s: int | None = None,
+        budget_usd: Decimal | str | None = None,
+        workload_key: str = "",
+        gpu_model: str | None = None,
+        pool: str | None = None,
+        max_duration_s: int | None = None,
+        team: str | None = None,
+    ) -> Recommendation:
+        """Which share and capacity type runs this workload (`workload_key`, default the command) at least
+        cost within `deadline_s` and `budget_usd`, from its finished runs at other shares, its measured
+        utilization or its task type's prior; with every option's predicted time and cost."""
+        body = {"command": command, "task_type": task_type, "workload_key": workload_key}
+        optional = {
+            "deadline_s": deadline_s,
+            "budget_usd": None if budget_usd is None else str(budget_usd),
+            "gpu_model": gpu_model,
+            "pool": pool,
+            "max_duration_s": max_duration_s,
+            "team": team,
+        }
+        body |= {k: v for k, v in optional.items() if v is not None}
+        return Recommendation.from_api(self._call("POST", "requests/recommend/", json=body))
+
     # HTTP
 
     def _request_body(self, args: dict) -> dict:
@@ -253,6 +292,7 @@ class ResourceManager:
             "max_duration_s": args["max_duration_s"],
             "priority": args["priority"],
             "command": args["command"],
+            "workload_key": args["workload_key"],
             "billing_mode": "spot" if spot else "on-demand",
             "allow_on_demand_fallback": spot and args["allow_on_demand_fallback"],
             "checkpoint_interval_s": DEFAULT_CHECKPOINT_INTERVAL_S

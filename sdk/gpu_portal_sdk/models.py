@@ -392,3 +392,55 @@ class Team:
     @classmethod
     def from_api(cls, data: dict) -> "Team":
         return cls(**_known(cls, data))
+
+
+@dataclass(frozen=True)
+class RecommendedOption:
+    """One way to run a job: a share (`gpu_milli` per card on `num_gpus` cards) on a capacity type, its
+    predicted runtime in seconds with its band, and its predicted cost in USD (Decimal)."""
+
+    gpu_milli: int
+    num_gpus: int
+    capacity_type: str
+    runtime_s: float
+    runtime_high_s: float
+    runtime_low_s: float
+    cost_usd: Decimal
+    cost_high_usd: Decimal
+    pareto: bool = False
+
+    @classmethod
+    def from_api(cls, data: dict | None) -> "RecommendedOption | None":
+        if data is None:
+            return None
+        money = {k: Decimal(str(data[k])) for k in ("cost_usd", "cost_high_usd")}
+        return cls(**_known(cls, data, **money))
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The time/cost options of a request shape and the cheapest meeting the deadline and budget
+    (`chosen`, None when none does: `reason` says why); `source` says what T(f) was learnt from."""
+
+    gpu_model: str
+    chosen: RecommendedOption | None
+    reason: str
+    options: list[RecommendedOption]
+    source: str
+    predictions: list[dict]
+
+    @classmethod
+    def from_api(cls, data: dict) -> "Recommendation":
+        return cls(
+            gpu_model=data["gpu_model"],
+            chosen=RecommendedOption.from_api(data["chosen"]),
+            reason=data["reason"],
+            options=[RecommendedOption.from_api(o) for o in data["options"]],
+            source=data["curve"]["source"],
+            predictions=data["predictions"],
+        )
+
+    @property
+    def pareto(self) -> list[RecommendedOption]:
+        """The options no other beats on both time and cost."""
+        return [o for o in self.options if o.pareto]

@@ -95,6 +95,7 @@
       allow_on_demand_fallback: f.allow_on_demand_fallback.checked,
       priority: f.priority.value === "" ? 0 : Number(f.priority.value),
       command: f.command.value,
+      workload_key: f.workload_key.value,
     };
     function scaled(field, value, factor) {
       if (value.trim() === "") return;

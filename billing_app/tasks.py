@@ -1,0 +1,11 @@
+"""Celery tasks of billing: thin wrappers that call one service each."""
+
+from celery import shared_task
+
+from billing_app.resizing import offer_resizes as run_offer_resizes
+
+
+@shared_task(name="billing_app.offer_resizes", ignore_result=True)
+def offer_resizes() -> int:
+    """Resize offers from the last hour of telemetry (idempotent: one open offer per request)."""
+    return len(run_offer_resizes())
