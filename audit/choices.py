@@ -8,3 +8,4 @@ class NoticeKind(models.TextChoices):
     MEMORY_LEAK = "memory_leak", "GPU memory growing"
     IDLE = "idle", "Idle GPUs"
     NETWORK_SLOW = "network_slow", "Slow node network"
+    BUDGET = "budget", "Budget threshold crossed"
