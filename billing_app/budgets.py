@@ -138,7 +138,8 @@ def apply_budget_policy(request: GpuRequest, at: dt.datetime | None = None) -> N
         if request.pool_id and not request.pool.is_spot():
             raise ValidationError(
                 {
-                    "pool": f"{whose} is spent: new requests run on spot, and pool {request.pool.name} is on-demand."
+                    "pool": f"{whose} is spent: new requests run on spot, "
+                    f"and pool {request.pool.name} is on-demand."
                 }
             )
         if not request.checkpoint_interval_s:
@@ -165,8 +166,9 @@ def budget_warning(team_id: int, user_id: int, usd_per_hour: Decimal | None, max
         if cost > left:
             whose = "your budget" if budget.user_id else "the team's budget"
             return (
-                f"Over its max duration this request may cost {cost} USD; {max(left, Decimal(0)).quantize(CENT)} "
-                f"USD is left of {whose} of {budget.monthly_usd} USD this month."
+                f"Over its max duration this request may cost {cost} USD; "
+                f"{max(left, Decimal(0)).quantize(CENT)} USD is left of {whose} "
+                f"of {budget.monthly_usd} USD this month."
             )
     return ""
 

@@ -9,6 +9,7 @@ keeps the allocations it finished and the next run carries on from their waterma
 """
 
 import datetime as dt
+import itertools
 from decimal import Decimal
 
 from django.db import transaction
@@ -109,7 +110,7 @@ def meter_allocation(allocation_id: int, now: dt.datetime) -> list[LedgerEntry]:
         entries = []
         for begin, finish, price in _price_pieces(pool, allocation.billing_mode, watermark, until):
             bounds = [begin, *(c for c in cuts if begin < c < finish), finish]
-            for a, b in zip(bounds, bounds[1:], strict=False):
+            for a, b in itertools.pairwise(bounds):
                 seconds = exact_seconds(a, b)
                 entries.append(
                     LedgerEntry(

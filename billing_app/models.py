@@ -59,7 +59,7 @@ class PoolPrice(models.Model):
 class LedgerEntry(models.Model):
     """What one allocation segment cost from `start` to `end` (aware UTC) at one price and billing mode.
 
-    amount_usd = usd_per_gpu_hour × milli/1000 × seconds/3600, kept to 10 decimal places; seconds is
+    amount_usd = usd_per_gpu_hour * milli/1000 * seconds/3600, kept to 10 decimal places; seconds is
     the exact length (microseconds included). One entry per (allocation, start): metering again from
     the same point writes nothing, and the next entry starts where the last one ended, so no second
     is billed twice or lost.

@@ -1,4 +1,4 @@
-"""Metering: each segment billed at share × seconds × the price in force, split on every change,
+"""Metering: each segment billed at share * seconds * the price in force, split on every change,
 exactly once whatever is replayed or killed midway."""
 
 import datetime as dt
@@ -38,7 +38,7 @@ def test_a_segment_costs_share_times_seconds_times_price(pool, price_history, st
 
     [entry] = LedgerEntry.objects.all()
     assert (entry.seconds, entry.team_id, entry.user_id) == (Decimal(7201), request.team_id, request.user_id)
-    # 4 USD/GPU-h × 0.25 × 7201 s / 3600 = 2.000277...
+    # 4 USD/GPU-h * 0.25 * 7201 s / 3600 = 2.000277...
     assert entry.amount_usd == Decimal("2.0002777778")
 
 
@@ -52,7 +52,7 @@ def test_a_price_change_splits_the_segment_at_its_instant(pool, price_history, s
         (T0, T0 + H + dt.timedelta(seconds=30), Decimal("4.000000")),
         (T0 + H + dt.timedelta(seconds=30), T0 + 2 * H, Decimal("2.000000")),
     ]
-    # 4 × 0.5 × 3630 s / 3600, then 2 × 0.5 × 3570 s / 3600
+    # 4 * 0.5 * 3630 s / 3600, then 2 * 0.5 * 3570 s / 3600
     assert total() == Decimal("2.0166666667") + Decimal("0.9916666667")
 
 
@@ -142,6 +142,6 @@ def test_a_run_killed_midway_loses_nothing_and_bills_nothing_twice(
     meter_usage(T0 + 10 * H)
     meter_usage(T0 + 10 * H)
 
-    # 0.25 × 2 USD × (1 + 2 + 3) h + 0.5 × 2 USD × 1 h
+    # 0.25 * 2 USD * (1 + 2 + 3) h + 0.5 * 2 USD * 1 h
     assert total() == Decimal("4.0000000000")
     assert LedgerEntry.objects.count() == 4
