@@ -31,7 +31,7 @@ def switch_billing_mode(
         raise ValidationError({"billing_mode": f"Choose one of: {', '.join(BillingMode.values)}."})
     now = now or timezone.now()
     with transaction.atomic():
-        locked = GpuRequest.objects.select_for_update().select_related("pool").get(pk=request.pk)
+        locked = GpuRequest.objects.select_for_update(of=("self",)).get(pk=request.pk)
         if locked.state not in ACTIVE_STATES:
             raise StateConflict(f"Only running work switches billing; this request is {locked.state}.")
         if locked.billing_mode == mode:

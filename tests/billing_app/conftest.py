@@ -1,10 +1,10 @@
 """Fixtures of the price catalog: a spot pool beside the shared on-demand `pool`, and small public
 price files written in tmp_path in the real file's format."""
 
-import datetime as dt
 from decimal import Decimal
 
 import pytest
+from django.utils import timezone
 
 from billing_app.models import PoolPrice
 from scheduler_app.choices import BillingMode, CapacityType, RequestState
@@ -42,7 +42,8 @@ def price_file(tmp_path):
     return write
 
 
-T0 = dt.datetime(2026, 3, 10, 12, 0, tzinfo=dt.UTC)
+# Mid-month of the month the tests run in: the submit path reads this month's spend at the real now.
+T0 = timezone.now().replace(day=10, hour=12, minute=0, second=0, microsecond=0)
 
 
 @pytest.fixture
