@@ -63,6 +63,11 @@ def _price_pieces(pool: Pool, capacity_type: str, start: dt.datetime, end: dt.da
     return pieces
 
 
+def price_now(pool: Pool, capacity_type: str, at: dt.datetime) -> Decimal:
+    """USD per GPU-hour in force at `at` (what a running slice burns)."""
+    return _price_pieces(pool, capacity_type, at, at + dt.timedelta(seconds=1))[0][2]
+
+
 def amount_usd(usd_per_gpu_hour: Decimal, milli: int, seconds: Decimal) -> Decimal:
     """USD for `milli` of a card for `seconds` at a per-GPU-hour price, to 10 decimal places."""
     exact = usd_per_gpu_hour * milli * seconds / (MILLI_PER_GPU * SECONDS_PER_HOUR)

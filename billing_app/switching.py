@@ -4,6 +4,8 @@ import datetime as dt
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import F, Value
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from audit.events import log_event
@@ -53,7 +55,10 @@ def switch_billing_mode(
             .filter(pk__in=[a.gpu_id for a in open_slices])
             .order_by("pk")
         )
-        Allocation.objects.filter(pk__in=[a.pk for a in open_slices]).update(ended_at=now)
+        # A slice placed at a pass's clock a moment ahead of `now` switches at its own start.
+        Allocation.objects.filter(pk__in=[a.pk for a in open_slices]).update(
+            ended_at=Greatest(Value(now), F("started_at"))
+        )
         Allocation.objects.bulk_create(
             Allocation(
                 request=locked,
@@ -62,7 +67,7 @@ def switch_billing_mode(
                 gpu_memory_mib=a.gpu_memory_mib,
                 billing_mode=mode,
                 borrowed=a.borrowed,
-                started_at=now,
+                started_at=max(now, a.started_at),
             )
             for a in open_slices
         )
