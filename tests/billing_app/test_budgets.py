@@ -13,6 +13,7 @@ from billing_app import budgets
 from billing_app.budgets import budget_warning, check_budgets, set_budget
 from billing_app.choices import BudgetPolicy
 from billing_app.metering import meter_usage
+from billing_app.services import set_pool_price
 from scheduler_app.choices import BillingMode, RequestState
 from scheduler_app.services.requests import submit_request
 from teams.permissions import NotAllowed
@@ -178,3 +179,26 @@ def test_another_teams_spend_does_not_count(team, team_admin, other_team, spent,
     spent(1.5)
     assert budgets.month_spend(other_team.pk, T0) == 0
     assert budgets.month_spend(team.pk, T0) == Decimal("15")
+
+
+def test_the_estimate_api_warns_before_a_request_overruns_the_budget(
+    api_client, team, team_admin, member, pool, make_node
+):
+    # Spend is read for the real month: price the pool from now, no usage yet; a 10 USD budget.
+    make_node()
+    from billing_app.services import set_pool_price
+
+    set_pool_price(pool, "4.00", actor=None)
+    set_budget(team, actor=team_admin, monthly_usd="10.00")
+    client = api_client(member)
+    shape = {"name": "big", "gpu_milli": 500, "pool": "a100", "billing_mode": "on-demand"}
+
+    long = client.post(
+        "/api/v1/requests/estimate/", {**shape, "max_duration_s": 6 * 3600}, format="json"
+    ).json()
+    short = client.post("/api/v1/requests/estimate/", {**shape, "max_duration_s": 3600}, format="json").json()
+
+    # 0.5 card * 4 USD/GPU-h * 6 h = 12 USD > 10 USD left; 1 h = 2 USD fits.
+    assert "may cost 12.00 USD; 10.00 USD is left" in long["budget_warning"]
+    assert long["budget_warning"] in long["summary"]
+    assert short["budget_warning"] == ""
