@@ -186,8 +186,6 @@ def test_the_estimate_api_warns_before_a_request_overruns_the_budget(
 ):
     # Spend is read for the real month: price the pool from now, no usage yet; a 10 USD budget.
     make_node()
-    from billing_app.services import set_pool_price
-
     set_pool_price(pool, "4.00", actor=None)
     set_budget(team, actor=team_admin, monthly_usd="10.00")
     client = api_client(member)
