@@ -114,6 +114,24 @@ def exhausted_budget(team_id: int, user_id: int | None, at: dt.datetime) -> Budg
     return None
 
 
+def _whose(budget: Budget) -> str:
+    """The budget as a message names it: "bob's budget" or "team Vision's budget"."""
+    return f"{budget.user.get_username()}'s budget" if budget.user_id else f"team {budget.team.name}'s budget"
+
+
+def on_demand_holds(at: dt.datetime) -> dict[tuple[int, int | None], str]:
+    """For the scheduler: {(team id, user id or None for the whole team): why} for each spent budget
+    whose policy blocks on-demand work; its pending on-demand requests wait with that reason."""
+    holds = {}
+    for budget in Budget.objects.filter(policy=BudgetPolicy.BLOCK_ON_DEMAND).select_related("team", "user"):
+        if month_spend(budget.team_id, at, user_id=budget.user_id) >= budget.monthly_usd:
+            holds[budget.team_id, budget.user_id] = (
+                f"{_whose(budget)} of {budget.monthly_usd} USD is spent for {at:%B %Y}: on-demand work "
+                "waits until the budget is raised or the month ends (spot work may run)"
+            )
+    return holds
+
+
 def apply_budget_policy(request: GpuRequest, at: dt.datetime | None = None) -> None:
     """The submit path's check: once a budget is spent, its policy blocks new on-demand work or turns
     it into spot work (ValidationError naming billing_mode when it cannot); stop_running lets new work
@@ -124,9 +142,7 @@ def apply_budget_policy(request: GpuRequest, at: dt.datetime | None = None) -> N
     budget = exhausted_budget(request.team_id, request.user_id, at)
     if budget is None:
         return
-    whose = (
-        f"{budget.user.get_username()}'s budget" if budget.user_id else f"team {request.team.name}'s budget"
-    )
+    whose = _whose(budget)
     if budget.policy == BudgetPolicy.BLOCK_ON_DEMAND:
         raise ValidationError(
             {
@@ -196,9 +212,9 @@ def check_budgets(now: dt.datetime | None = None) -> list[BudgetCrossing]:
 def _raise_crossing(budget: Budget, month, threshold: int, spend: Decimal, now) -> BudgetCrossing | None:
     """One crossing: its row (unique per budget, month and threshold), an Event, a notice, a live
     message and an email; a concurrent check that raised it first wins and this one writes nothing."""
-    whose = f"{budget.user.get_username()}'s budget" if budget.user_id else "The team's budget"
+    whose = _whose(budget)
     text = (
-        f"{whose} for {month:%B %Y} is {percent_used(budget, spend)} % spent "
+        f"{whose[0].upper()}{whose[1:]} for {month:%B %Y} is {percent_used(budget, spend)} % spent "
         f"({spend.quantize(CENT)} of {budget.monthly_usd} USD): past {threshold} %."
     )
     if threshold >= 100 and budget.policy != BudgetPolicy.ALERT_ONLY:

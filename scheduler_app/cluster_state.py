@@ -9,6 +9,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from django.utils import timezone
+
+from billing_app.budgets import on_demand_holds
 from scheduler_app.choices import BillingMode, CapacityType, NodeStatus, RequestState
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.core.cluster import GpuState, NodeState, Placement, RequestSpec
@@ -124,10 +127,16 @@ def load_cluster_snapshot() -> ClusterSnapshot:
         .select_related("team", "pool")
         .order_by("created_at", "id")
     )
+    holds = on_demand_holds(timezone.now())
     for request in pending:
         snapshot.requests[request.pk] = request
         spec = request_spec(request, pools)
-        if spec.pools:
+        held = request.billing_mode == BillingMode.ON_DEMAND and (
+            holds.get((request.team_id, None)) or holds.get((request.team_id, request.user_id))
+        )
+        if held:
+            snapshot.unplaceable[request.pk] = held
+        elif spec.pools:
             snapshot.pending.append(spec)
         else:
             snapshot.unplaceable[request.pk] = f"no {request.billing_mode} pool exists" + (

@@ -15,6 +15,7 @@ from billing_app.choices import BudgetPolicy
 from billing_app.metering import meter_usage
 from billing_app.services import set_pool_price
 from scheduler_app.choices import BillingMode, RequestState
+from scheduler_app.scheduling import run_scheduling_pass
 from scheduler_app.services.requests import submit_request
 from teams.permissions import NotAllowed
 from tests.billing_app.conftest import T0, finish
@@ -200,3 +201,29 @@ def test_the_estimate_api_warns_before_a_request_overruns_the_budget(
     assert "may cost 12.00 USD; 10.00 USD is left" in long["budget_warning"]
     assert long["budget_warning"] in long["summary"]
     assert short["budget_warning"] == ""
+
+
+def test_the_scheduler_holds_pending_on_demand_work_of_a_blocked_team(team, team_admin, member, spent):
+    set_budget(team, actor=team_admin, monthly_usd="10.00", policy=BudgetPolicy.BLOCK_ON_DEMAND)
+    waiting = submit(team, member)  # submitted while budget remained
+    spot = submit(team, member, billing_mode=BillingMode.SPOT, checkpoint_interval_s=600)
+    spent(1.5)  # now spent: 15 of 10 USD
+
+    run_scheduling_pass()
+
+    waiting.refresh_from_db()
+    assert waiting.state == RequestState.PENDING
+    assert "budget of 10.00 USD is spent" in waiting.pending_reason
+    spot.refresh_from_db()
+    assert "budget" not in spot.pending_reason  # spot work is not held
+
+
+def test_the_scheduler_starts_on_demand_work_under_the_budget(team, team_admin, member, spent):
+    set_budget(team, actor=team_admin, monthly_usd="100.00", policy=BudgetPolicy.BLOCK_ON_DEMAND)
+    spent(1.5)
+    request = submit(team, member)
+
+    run_scheduling_pass()
+
+    request.refresh_from_db()
+    assert request.state == RequestState.SCHEDULED
