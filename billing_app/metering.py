@@ -13,7 +13,7 @@ import itertools
 from decimal import Decimal
 
 from django.db import transaction
-from django.db.models import F, Max, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from billing_app.constants import AMOUNT_QUANTUM
@@ -98,52 +98,69 @@ def _month_cuts(start: dt.datetime, end: dt.datetime) -> list[dt.datetime]:
 
 
 def meter_allocation(allocation_id: int, now: dt.datetime) -> list[LedgerEntry]:
-    """Bill one allocation from its watermark up to its end (or now - settle); returns the new entries."""
+    """Bill one allocation from its watermark up to its end (or now - settle); returns the entries
+    written or extended. Where the time carries on at the last entry's price within its month, that
+    entry is extended (its amount recomputed from its whole length), so an open slice metered every
+    few seconds keeps one entry per price and month rather than one per run."""
     with transaction.atomic():
         allocation = (
             Allocation.objects.select_for_update(of=("self",))
             .select_related("request", "gpu__node__pool")
             .get(pk=allocation_id)
         )
-        watermark = allocation.ledger_entries.aggregate(end=Max("end"))["end"] or allocation.started_at
+        last = allocation.ledger_entries.order_by("-end").first()
+        watermark = last.end if last else allocation.started_at
         settled = now - dt.timedelta(seconds=METERING_SETTLE_S)
         until = min(allocation.ended_at, settled) if allocation.ended_at else settled
         if until <= watermark:
             return []
         pool = allocation.gpu.node.pool
         cuts = _month_cuts(watermark, until)
-        entries = []
-        for begin, finish, price in _price_pieces(pool, allocation.billing_mode, watermark, until):
-            bounds = [begin, *(c for c in cuts if begin < c < finish), finish]
-            for a, b in itertools.pairwise(bounds):
-                seconds = exact_seconds(a, b)
-                entries.append(
-                    LedgerEntry(
-                        team_id=allocation.request.team_id,
-                        user_id=allocation.request.user_id,
-                        request_id=allocation.request_id,
-                        allocation=allocation,
-                        pool=pool,
-                        billing_mode=allocation.billing_mode,
-                        milli=allocation.milli,
-                        start=a,
-                        end=b,
-                        seconds=seconds,
-                        usd_per_gpu_hour=price,
-                        amount_usd=amount_usd(price, allocation.milli, seconds),
-                    )
-                )
-        return LedgerEntry.objects.bulk_create(entries)
+        spans = [
+            (a, b, price)
+            for begin, finish, price in _price_pieces(pool, allocation.billing_mode, watermark, until)
+            for a, b in itertools.pairwise([begin, *(c for c in cuts if begin < c < finish), finish])
+        ]
+        written = []
+        first_start, first_end, first_price = spans[0]
+        if (
+            last
+            and last.usd_per_gpu_hour == first_price
+            and month_start(last.start) == month_start(first_start)
+        ):
+            last.end = first_end
+            last.seconds = exact_seconds(last.start, first_end)
+            last.amount_usd = amount_usd(first_price, last.milli, last.seconds)
+            last.save(update_fields=["end", "seconds", "amount_usd"])
+            written.append(last)
+            spans = spans[1:]
+        entries = [
+            LedgerEntry(
+                team_id=allocation.request.team_id,
+                user_id=allocation.request.user_id,
+                request_id=allocation.request_id,
+                allocation=allocation,
+                pool=pool,
+                billing_mode=allocation.billing_mode,
+                milli=allocation.milli,
+                start=a,
+                end=b,
+                seconds=exact_seconds(a, b),
+                usd_per_gpu_hour=price,
+                amount_usd=amount_usd(price, allocation.milli, exact_seconds(a, b)),
+            )
+            for a, b, price in spans
+        ]
+        return written + LedgerEntry.objects.bulk_create(entries)
 
 
 def unmetered_allocations():
-    """Allocations with time not yet in the ledger: open ones, and closed ones billed short of their end."""
+    """Allocations with time not yet in the ledger: open ones, and closed ones whose last entry does not
+    end at their end (an index lookup each on the entries' (allocation, end))."""
+    billed_to_end = LedgerEntry.objects.filter(allocation=OuterRef("pk"), end=OuterRef("ended_at"))
     return (
-        Allocation.objects.annotate(metered=Max("ledger_entries__end"))
-        .filter(
-            Q(ended_at__isnull=True)
-            | Q(metered__isnull=True, ended_at__gt=F("started_at"))
-            | Q(ended_at__gt=F("metered"))
+        Allocation.objects.filter(
+            Q(ended_at__isnull=True) | (Q(ended_at__gt=F("started_at")) & ~Exists(billed_to_end))
         )
         .order_by("pk")
         .values_list("pk", flat=True)

@@ -145,3 +145,21 @@ def test_a_run_killed_midway_loses_nothing_and_bills_nothing_twice(
     # 0.25 * 2 USD * (1 + 2 + 3) h + 0.5 * 2 USD * 1 h
     assert total() == Decimal("4.0000000000")
     assert LedgerEntry.objects.count() == 4
+
+
+def test_metering_an_open_slice_often_keeps_one_entry_per_price(pool, price_history, start_running):
+    price_history(pool, (T0 - H, "3.60"), (T0 + H, "7.20"))
+    start_running(milli=1000)
+
+    for minute in range(0, 180, 1):
+        meter_usage(T0 + dt.timedelta(minutes=minute, seconds=61))
+
+    assert [(r[0], r[1], r[3]) for r in rows()] == [
+        (T0, T0 + H, Decimal("3.600000")),
+        (
+            T0 + H,
+            T0 + dt.timedelta(minutes=179, seconds=1),
+            Decimal("7.200000"),
+        ),  # the settle interval behind
+    ]
+    assert total() == Decimal("3.6") + Decimal("14.282")  # 7.2 USD/h for 7141 s
