@@ -161,3 +161,9 @@ def test_a_finished_request_cannot_switch(api_client, member, start_running):
         format="json",
     )
     assert answer.status_code == 409
+
+
+def test_an_operator_reads_any_teams_statement_and_budget(api_client, operator, billed):
+    client = api_client(operator)
+    assert client.get(f"/api/v1/teams/vision/statement/?month={month()}").json()["total_usd"] == "8.00"
+    assert client.get("/api/v1/teams/vision/budget/").status_code == 200
