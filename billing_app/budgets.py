@@ -53,11 +53,13 @@ def set_budget(
         errors["monthly_usd"] = "Give a budget above 0 USD as a decimal string, such as '500.00'."
     elif -amount.as_tuple().exponent > 2:
         errors["monthly_usd"] = "A budget is in whole cents: at most 2 decimal places."
-    thresholds = sorted(set(thresholds_percent or ()))
+    thresholds = list(thresholds_percent) if isinstance(thresholds_percent, list | tuple) else []
     if not thresholds or any(
         not isinstance(t, int) or isinstance(t, bool) or not 1 <= t <= 1000 for t in thresholds
     ):
         errors["thresholds_percent"] = "Give whole percentages from 1 to 1000, such as [50, 80, 100]."
+    else:
+        thresholds = sorted(set(thresholds))
     if policy not in BudgetPolicy.values:
         errors["policy"] = f"Choose one of: {', '.join(BudgetPolicy.values)}."
     if not isinstance(grace_s, int) or isinstance(grace_s, bool) or grace_s < 0:

@@ -97,6 +97,9 @@ def test_only_team_admins_set_a_budget_and_bad_values_write_nothing(team, member
     with pytest.raises(ValidationError) as error:
         set_budget(team, actor=team_admin, monthly_usd="10", thresholds_percent=[0, 50], policy="nope")
     assert set(error.value.message_dict) == {"thresholds_percent", "policy"}
+    with pytest.raises(ValidationError) as error:
+        set_budget(team, actor=team_admin, monthly_usd="10", thresholds_percent=[50, "80"])
+    assert set(error.value.message_dict) == {"thresholds_percent"}
     assert not team.budgets.exists()
 
 
