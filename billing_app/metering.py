@@ -19,7 +19,7 @@ from django.utils import timezone
 from billing_app.constants import AMOUNT_QUANTUM
 from billing_app.models import LedgerEntry, PoolPrice
 from scheduler_app.constants import MILLI_PER_GPU
-from scheduler_app.models import Allocation, Pool
+from scheduler_app.models import Allocation, GpuRequest, Pool
 
 # An open slice is metered only this far behind now: a pass closes slices at its own clock, which
 # may be a little older than the metering run's, and no second may be billed past a slice's end.
@@ -102,7 +102,11 @@ def meter_allocation(allocation_id: int, now: dt.datetime) -> list[LedgerEntry]:
     written or extended. Where the time carries on at the last entry's price within its month, that
     entry is extended (its amount recomputed from its whole length), so an open slice metered every
     few seconds keeps one entry per price and month rather than one per run."""
+    request_id = Allocation.objects.filter(pk=allocation_id).values_list("request_id", flat=True).get()
     with transaction.atomic():
+        # The request first, as the lifecycle owner and the billing switch lock it before its slices:
+        # the entries' foreign key to it would otherwise wait on a transition holding it (a deadlock).
+        list(GpuRequest.objects.select_for_update(no_key=True).filter(pk=request_id).values_list("pk"))
         allocation = (
             Allocation.objects.select_for_update(of=("self",))
             .select_related("request", "gpu__node__pool")

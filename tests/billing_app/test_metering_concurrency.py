@@ -63,3 +63,47 @@ def test_racing_and_dying_workers_bill_each_second_once(
     assert sorted(row["seconds"] for row in per_slice) == [Decimal(7200)] * 4
     # 0.5 card for 1 h at 3.60 and 1 h at 7.20, four times.
     assert LedgerEntry.objects.aggregate(t=Sum("amount_usd"))["t"] == Decimal("21.6")
+
+
+def test_metering_racing_the_lifecycle_neither_deadlocks_nor_bills_past_an_end(
+    pool, price_history, start_running, make_node
+):
+    now = dt.datetime.now(dt.UTC)
+    price_history(pool, (now - 3 * H, "3.60"))
+    gpus = list(make_node(name="life", gpus=4).gpus.order_by("index"))
+    requests = [start_running(milli=250, gpu=gpu, name=f"r{i}", at=now - 2 * H) for i, gpu in enumerate(gpus)]
+    errors = []
+    barrier = threading.Barrier(2)
+
+    def meter():
+        try:
+            barrier.wait()
+            for _ in range(20):
+                metering.meter_usage(dt.datetime.now(dt.UTC))
+        except Exception as error:  # a deadlock would surface here
+            errors.append(repr(error))
+        finally:
+            connections.close_all()
+
+    def end_them():
+        try:
+            barrier.wait()
+            for request in reversed(requests):  # the other order from the metering's
+                finish(request, dt.datetime.now(dt.UTC))  # slices close at the time of the change
+        except Exception as error:
+            errors.append(repr(error))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=meter), threading.Thread(target=end_them)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    metering.meter_usage(dt.datetime.now(dt.UTC) + H)
+
+    assert errors == []
+    for request in requests:
+        [segment] = request.allocations.all()
+        billed = LedgerEntry.objects.filter(allocation=segment).aggregate(s=Sum("seconds"))["s"]
+        assert billed == metering.exact_seconds(segment.started_at, segment.ended_at)
