@@ -9,3 +9,4 @@ class NoticeKind(models.TextChoices):
     IDLE = "idle", "Idle GPUs"
     NETWORK_SLOW = "network_slow", "Slow node network"
     RESIZE_OFFER = "resize_offer", "Resize offered"
+    BUDGET = "budget", "Budget threshold crossed"

@@ -7,7 +7,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, OuterRef, Q, Subquery
 
-from billing_app.choices import OPEN_RESIZE_STATES, ResizeState
+from billing_app.choices import OPEN_RESIZE_STATES, BudgetPolicy, ResizeState
 from billing_app.constants import MAX_USD_PER_GPU_HOUR, PRICE_DECIMAL_PLACES
 
 
@@ -98,3 +98,119 @@ class ResizeOffer(models.Model):
 
     def __str__(self) -> str:
         return f"request {self.request_id}: {self.from_milli} → {self.to_milli} milli ({self.state})"
+
+
+class LedgerEntry(models.Model):
+    """What one allocation segment cost from `start` to `end` (aware UTC) at one price and billing mode.
+
+    amount_usd = usd_per_gpu_hour * milli/1000 * seconds/3600, kept to 10 decimal places; seconds is
+    the exact length (microseconds included). One entry per (allocation, start): metering again from
+    the same point writes nothing, and the next entry starts where the last one ended, so no second
+    is billed twice or lost.
+    """
+
+    team = models.ForeignKey("teams.Team", on_delete=models.PROTECT, related_name="ledger_entries")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    request = models.ForeignKey("scheduler_app.GpuRequest", on_delete=models.PROTECT, related_name="+")
+    allocation = models.ForeignKey(
+        "scheduler_app.Allocation", on_delete=models.PROTECT, related_name="ledger_entries"
+    )
+    pool = models.ForeignKey("scheduler_app.Pool", on_delete=models.PROTECT, related_name="+")
+    billing_mode = models.CharField(max_length=16)
+    milli = models.PositiveIntegerField()
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    seconds = models.DecimalField(max_digits=16, decimal_places=6)
+    usd_per_gpu_hour = models.DecimalField(max_digits=10, decimal_places=PRICE_DECIMAL_PLACES)
+    amount_usd = models.DecimalField(max_digits=20, decimal_places=10)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["start", "id"]
+        indexes = [models.Index(fields=["team", "start"]), models.Index(fields=["allocation", "end"])]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["allocation", "start"], name="ledger_one_entry_per_segment_start"
+            ),
+            models.CheckConstraint(condition=Q(end__gt=models.F("start")), name="ledger_end_after_start"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} {self.amount_usd} USD ({self.start:%Y-%m-%d %H:%M:%S}+{self.seconds}s)"
+
+
+class Budget(models.Model):
+    """A team's monthly budget in USD (per user when `user` is set), its alert thresholds in whole
+    percent, and what happens at 100 % (`policy`; stop_running waits `grace_s` seconds first)."""
+
+    team = models.ForeignKey("teams.Team", on_delete=models.CASCADE, related_name="budgets")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True, related_name="+"
+    )
+    monthly_usd = models.DecimalField(max_digits=12, decimal_places=2)
+    thresholds_percent = models.JSONField(default=list)
+    policy = models.CharField(max_length=24, choices=BudgetPolicy.choices, default=BudgetPolicy.ALERT_ONLY)
+    grace_s = models.PositiveIntegerField(default=3600)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["team__name", "user__username"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team"], condition=Q(user__isnull=True), name="budget_one_per_team"
+            ),
+            models.UniqueConstraint(
+                fields=["team", "user"], condition=Q(user__isnull=False), name="budget_one_per_team_user"
+            ),
+            models.CheckConstraint(condition=Q(monthly_usd__gt=0), name="budget_positive"),
+            models.CheckConstraint(condition=Q(policy__in=BudgetPolicy.values), name="budget_policy_valid"),
+        ]
+
+    def __str__(self) -> str:
+        who = f" for {self.user}" if self.user_id else ""
+        return f"{self.team}{who}: {self.monthly_usd} USD a month"
+
+
+class BudgetCrossing(models.Model):
+    """A budget's threshold crossed in one month (first day, UTC): raised once, never again that month."""
+
+    budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="crossings")
+    month = models.DateField()
+    threshold_percent = models.PositiveSmallIntegerField()
+    spend_usd = models.DecimalField(max_digits=20, decimal_places=10)
+    crossed_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-crossed_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["budget", "month", "threshold_percent"], name="budgetcrossing_once_per_month"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.budget} crossed {self.threshold_percent} % in {self.month:%Y-%m}"
+
+
+class CapacityMove(models.Model):
+    """A request switched back to on-demand billing while on spot capacity: the scheduler moves it to
+    on-demand capacity at its next checkpoint, then stamps done_at. One open move per request."""
+
+    request = models.ForeignKey("scheduler_app.GpuRequest", on_delete=models.CASCADE, related_name="+")
+    to_capacity_type = models.CharField(max_length=16)
+    requested_at = models.DateTimeField()
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    done_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-requested_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["request"], condition=Q(done_at__isnull=True), name="capacitymove_one_open"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"move {self.request_id} to {self.to_capacity_type}"

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from billing_app.choices import BudgetPolicy
 from portal.share import Share
 from scheduler_app.choices import BillingMode, NodeStatus, TaskType
 from scheduler_app.constants import MILLI_PER_GPU
@@ -207,3 +208,35 @@ class PoolPriceForm(ServiceErrorsMixin, forms.Form):
     source = forms.CharField(
         max_length=500, required=False, help_text="Where the number comes from; empty: “set by you”."
     )
+
+
+class BudgetForm(ServiceErrorsMixin, forms.Form):
+    """A team's monthly budget, its alert thresholds and its 100 % policy."""
+
+    service_fields = {"thresholds_percent": "thresholds"}
+
+    monthly_usd = forms.DecimalField(
+        min_value=Decimal("0.01"), max_digits=12, decimal_places=2, label="USD a month"
+    )
+    thresholds = forms.CharField(
+        initial="50, 80, 100", label="Alert at (%)", help_text="Whole percentages, comma-separated."
+    )
+    policy = forms.ChoiceField(choices=BudgetPolicy.choices, label="At 100 %")
+    grace_s = forms.IntegerField(
+        min_value=0,
+        initial=3600,
+        label="Grace period (s)",
+        help_text="Before running work stops, with that policy.",
+    )
+
+    def clean_thresholds(self):
+        parts = [p.strip().rstrip("%") for p in self.cleaned_data["thresholds"].split(",") if p.strip()]
+        if not parts or not all(p.isdigit() for p in parts):
+            raise forms.ValidationError("Give whole percentages separated by commas, such as 50, 80, 100.")
+        return [int(p) for p in parts]
+
+    def clean(self):
+        cleaned = super().clean()
+        if "thresholds" in cleaned:
+            cleaned["thresholds_percent"] = cleaned.pop("thresholds")
+        return cleaned

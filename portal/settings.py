@@ -277,3 +277,17 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }
+
+# Mail (budget alerts): the console in the embedded default; SMTP when EMAIL_HOST is set.
+EMAIL_HOST = env_str("EMAIL_HOST", "")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_BACKEND = env_str(
+    "EMAIL_BACKEND",
+    "django.core.mail.backends.smtp.EmailBackend"
+    if EMAIL_HOST
+    else "django.core.mail.backends.console.EmailBackend",
+)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpu-portal@localhost")
+# How often the metering task bills the slices' time into the ledger (and checks the budgets).
+METERING_INTERVAL_S = env_int("METERING_INTERVAL_S", 30, minimum=1)
+CELERY_BEAT_SCHEDULE["metering"] = {"task": "billing_app.meter_usage", "schedule": float(METERING_INTERVAL_S)}

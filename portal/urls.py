@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from portal.auth_forms import SignInForm
-from portal.views import cluster, general, metrics, operator, requests, teams, tokens
+from portal.views import billing, cluster, general, metrics, operator, requests, teams, tokens
 
 urlpatterns = [
     path("", general.home, name="home"),
@@ -33,6 +33,10 @@ urlpatterns = [
     path("teams/<slug:slug>/members/", teams.member_add, name="member_add"),
     path("teams/<slug:slug>/members/<int:membership_id>/role/", teams.member_role, name="member_role"),
     path("teams/<slug:slug>/members/<int:membership_id>/remove/", teams.member_remove, name="member_remove"),
+    path("teams/<slug:slug>/budget/", billing.team_budget, name="team_budget"),
+    path("teams/<slug:slug>/budget/set/", billing.team_budget_set, name="team_budget_set"),
+    path("teams/<slug:slug>/statement.csv", billing.team_statement_csv, name="team_statement_csv"),
+    path("requests/<int:pk>/billing/", billing.request_billing, name="request_billing"),
     path("teams/<slug:slug>/idle-policy/", teams.idle_policy, name="team_idle_policy"),
     path("notices/<int:pk>/dismiss/", teams.notice_dismiss, name="notice_dismiss"),
     path("operator/", operator.overview, name="operator"),

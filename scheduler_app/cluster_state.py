@@ -9,6 +9,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from django.utils import timezone
+
+from billing_app.budgets import on_demand_holds
 from scheduler_app.choices import BillingMode, CapacityType, NodeStatus, RequestState
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.core.cluster import GpuState, NodeState, Placement, RequestSpec
@@ -171,8 +174,11 @@ def load_cluster_snapshot() -> ClusterSnapshot:
     _take_out_running(snapshot, states, pools)
 
     pending = GpuRequest.objects.filter(state=RequestState.PENDING).order_by("created_at", "id")
+    held = _held_by_budgets(pending)
     for spec in request_specs(pending, pools):
-        if spec.pools:
+        if spec.id in held:
+            snapshot.unplaceable[spec.id] = held[spec.id]
+        elif spec.pools:
             snapshot.pending.append(spec)
         else:
             snapshot.unplaceable[spec.id] = f"no {spec.billing_mode} pool exists" + (
@@ -223,3 +229,17 @@ def _take_out_running(snapshot: ClusterSnapshot, states: dict[int, NodeState], p
         snapshot.running.append(
             RunningAllocation(request, placement, started.timestamp(), borrowed=any(p[6] for p in pieces))
         )
+
+
+def _held_by_budgets(pending) -> dict[int, str]:
+    """{request id: why} for pending on-demand requests whose team's (or user's) spent budget holds
+    them (billing_app.budgets); no request is read unless some budget holds work."""
+    holds = on_demand_holds(timezone.now())
+    if not holds:
+        return {}
+    held = {}
+    rows = pending.filter(billing_mode=BillingMode.ON_DEMAND).values_list("pk", "team_id", "user_id")
+    for pk, team_id, user_id in rows:
+        if why := holds.get((team_id, None)) or holds.get((team_id, user_id)):
+            held[pk] = why
+    return held

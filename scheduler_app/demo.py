@@ -5,11 +5,13 @@ Idempotent: running it again keeps what is there and adds only what is missing.
 
 import logging
 import uuid
+from decimal import Decimal
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from billing_app.models import Budget
 from billing_app.public_prices import PriceFileError, read_public_prices
 from billing_app.services import default_public_prices_path, price_pools_from_public
 from scheduler_app.choices import BillingMode, CapacityType, RequestState, TaskType
@@ -28,6 +30,7 @@ DEMO_PASSWORD = "gpu-portal-demo"
 DEMO_JOB = "python -m agent.demo_job"
 GIB = 1024
 
+DEMO_VISION_BUDGET_USD = Decimal("0.25")
 POOLS = [
     # name, GPU model, capacity, GPU memory MiB, nodes, GPUs per node, CPU milli, host memory MiB
     ("a100-80gb", "A100-80GB", CapacityType.ON_DEMAND, 80 * GIB, 3, 8, 128_000, 1024 * GIB),
@@ -95,6 +98,12 @@ def seed_demo(public_prices: Path | str | None = None) -> list[str]:
             pool=Pool.objects.get(name=pool_name),
             defaults={"guaranteed_milli": milli},
         )
+    # Small enough that the demo's own work crosses 50 % and 80 % within minutes (alerts on the team's page).
+    Budget.objects.get_or_create(
+        team=Team.objects.get(name="Vision"),
+        user=None,
+        defaults={"monthly_usd": DEMO_VISION_BUDGET_USD, "thresholds_percent": [50, 80, 100]},
+    )
     if not GpuRequest.objects.exists():
         _seed_requests(users)
     _seed_prices(Path(public_prices) if public_prices else default_public_prices_path())

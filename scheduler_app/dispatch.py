@@ -77,7 +77,7 @@ def pass_ended(seconds: float) -> None:
 class EmbeddedWorker:
     """The embedded default's background worker: a thread that runs `work` when woken and every
     interval (what Celery beat and workers do in production). By default the heartbeat watchdog and
-    a scheduling pass, and the telemetry upkeep once it is due."""
+    a scheduling pass, and the telemetry upkeep and the metering once each is due."""
 
     def __init__(
         self,
@@ -91,6 +91,7 @@ class EmbeddedWorker:
         self.name = name
         self.upkeep_interval_s = upkeep_interval_s or settings.TELEMETRY_INTERVAL_S
         self._upkeep_due = 0.0
+        self._metering_due = 0.0
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -125,6 +126,7 @@ class EmbeddedWorker:
 
     def _watchdog_pass_and_upkeep(self) -> None:
         from billing_app.resizing import offer_resizes
+        from billing_app.upkeep import metering_upkeep
         from scheduler_app.node_health import check_heartbeats
         from scheduler_app.scheduling import run_scheduling_pass
         from scheduler_app.upkeep import telemetry_upkeep
@@ -132,11 +134,16 @@ class EmbeddedWorker:
         try:
             check_heartbeats()
             run_scheduling_pass()
-        finally:  # a failed pass does not hold back the upkeep
-            if time.monotonic() >= self._upkeep_due:
-                self._upkeep_due = time.monotonic() + self.upkeep_interval_s
-                telemetry_upkeep()
-                offer_resizes()  # on the rollups the upkeep just wrote
+        finally:  # a failed pass does not hold back the upkeeps
+            try:
+                if time.monotonic() >= self._upkeep_due:
+                    self._upkeep_due = time.monotonic() + self.upkeep_interval_s
+                    telemetry_upkeep()
+                    offer_resizes()  # on the rollups the upkeep just wrote
+            finally:
+                if time.monotonic() >= self._metering_due:
+                    self._metering_due = time.monotonic() + settings.METERING_INTERVAL_S
+                    metering_upkeep()
 
 
 def _live_tick() -> None:

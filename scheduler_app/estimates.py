@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
+from billing_app.budgets import budget_warning
 from billing_app.selectors import PlacementPrices, price_per_hour
+from scheduler_app.choices import BillingMode
 from scheduler_app.cluster_state import WORKLOAD_WINDOW, load_cluster_snapshot, request_spec
 from scheduler_app.core.cluster import RequestSpec
 from scheduler_app.core.fragmentation import WorkloadMix
@@ -42,6 +44,7 @@ class Estimate:
     as_of: dt.datetime
     prices: PlacementPrices
     share_label: str
+    budget_warning: str = ""
 
     @property
     def summary(self) -> str:
@@ -49,9 +52,10 @@ class Estimate:
         basis = (
             f"as the next scheduling pass would place it, using the cluster as of {self.as_of:%H:%M:%S} UTC"
         )
+        warning = f" {self.budget_warning}" if self.budget_warning else ""
         if self.starts_now:
-            return f"Would start now on {self.where} (pool {self.pool}), {basis}."
-        return f"Would wait, {basis}: {self.reason}."
+            return f"Would start now on {self.where} (pool {self.pool}), {basis}.{warning}"
+        return f"Would wait, {basis}: {self.reason}.{warning}"
 
     @property
     def price_lines(self) -> list[str]:
@@ -108,7 +112,7 @@ def estimate_request(
 
     if not spec.pools:
         reason = f"no {request.billing_mode} pool exists"
-        return Estimate(False, "", None, reason, "", now, prices(), label)
+        return _with_budget(Estimate(False, "", None, reason, "", now, prices(), label), request, now)
     with _NEXT_PASS_LOCK:
         planned = next_pass()
         if planned is not None:
@@ -119,14 +123,27 @@ def estimate_request(
     pool = _pool_of(decision.node)
     if decision.start is not None:
         where = ", ".join(f"{decision.node}/gpu{i}" for i in decision.start.placement.gpus)
-        return Estimate(True, where, now, "", pool, as_of, prices(pool), label)
+        return _with_budget(Estimate(True, where, now, "", pool, as_of, prices(pool), label), request, now)
     waiting = decision.waiting
     start = (
         None
         if waiting.estimated_start is None
         else dt.datetime.fromtimestamp(waiting.estimated_start, dt.UTC)
     )
-    return Estimate(False, "", start, waiting.reason(format_utc), pool, as_of, prices(pool), label)
+    estimate = Estimate(False, "", start, waiting.reason(format_utc), pool, as_of, prices(pool), label)
+    return _with_budget(estimate, request, now)
+
+
+def _with_budget(estimate: Estimate, request, now: dt.datetime) -> Estimate:
+    """The estimate with a warning when the request could exceed what is left of a budget over its
+    max duration, at the price where it would run (else its billing mode's price on its model)."""
+    hourly = estimate.prices.placed
+    if hourly is None:
+        compared = estimate.prices.compared
+        hourly = compared.spot if request.billing_mode == BillingMode.SPOT else compared.on_demand
+    usd = hourly.usd_per_hour if hourly is not None else None
+    warning = budget_warning(request.team_id, request.user_id, usd, request.max_duration_s, at=now)
+    return dataclasses.replace(estimate, budget_warning=warning) if warning else estimate
 
 
 def _dry_run(spec: RequestSpec, now: dt.datetime) -> CandidatePlan:

@@ -4,7 +4,7 @@ from decimal import Decimal
 
 from rest_framework import serializers
 
-from billing_app.choices import ResizeState
+from billing_app.choices import BudgetPolicy, ResizeState
 from billing_app.constants import MAX_USD_PER_GPU_HOUR, PRICE_DECIMAL_PLACES, PRICE_QUANTUM
 from portal.api.fields import (
     AwareDateTimeField,
@@ -13,7 +13,7 @@ from portal.api.fields import (
     StrictIntegerField,
     StrictSlugField,
 )
-from scheduler_app.choices import CapacityType, TaskType
+from scheduler_app.choices import BillingMode, CapacityType, TaskType
 from scheduler_app.constants import MAX_GPUS_PER_REQUEST, MILLI_PER_GPU
 
 
@@ -156,3 +156,81 @@ class ResizeOfferSerializer(serializers.Serializer):
     offered_at = serializers.DateTimeField()
     accepted_at = serializers.DateTimeField(allow_null=True)
     closed_at = serializers.DateTimeField(allow_null=True)
+
+
+def _usd(**kwargs):
+    return serializers.DecimalField(max_digits=20, decimal_places=2, **kwargs)
+
+
+class ByUserSerializer(serializers.Serializer):
+    user = serializers.CharField()
+    usd = _usd()
+
+
+class ByPoolSerializer(serializers.Serializer):
+    pool = serializers.CharField()
+    usd = _usd()
+
+
+class ByBillingModeSerializer(serializers.Serializer):
+    billing_mode = serializers.CharField()
+    usd = _usd()
+
+
+class BudgetDaySerializer(serializers.Serializer):
+    day = serializers.DateField()
+    spend_usd = _usd(help_text="Spent from the month's start to the end of this day.")
+    left_usd = _usd(allow_null=True, help_text="What is left of the budget then; null without a budget.")
+
+
+class StatementSerializer(serializers.Serializer):
+    """A team's (or one member's) month, USD as decimal strings rounded to cents."""
+
+    team = serializers.CharField()
+    month = serializers.CharField(help_text="YYYY-MM (UTC).")
+    user = serializers.CharField(help_text="The member's username; empty for the whole team.")
+    total_usd = _usd()
+    gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=3)
+    by_user = ByUserSerializer(many=True)
+    by_pool = ByPoolSerializer(many=True)
+    by_billing_mode = ByBillingModeSerializer(many=True)
+
+
+class StatementQuerySerializer(serializers.Serializer):
+    month = serializers.RegexField(
+        r"^\d{4}-(0[1-9]|1[0-2])$", required=False, help_text="YYYY-MM; default this month."
+    )
+    user = serializers.CharField(required=False, help_text="A member's username: that member's statement.")
+
+
+class BudgetViewSerializer(serializers.Serializer):
+    team = serializers.CharField()
+    month = serializers.CharField()
+    monthly_usd = _usd(allow_null=True)
+    policy = serializers.CharField()
+    thresholds_percent = serializers.ListField(child=serializers.IntegerField())
+    spend_usd = _usd()
+    burn_usd_per_hour = _usd()
+    forecast_usd = _usd(help_text="Spend so far plus the current burn rate until the month ends.")
+    percent_used = serializers.DecimalField(max_digits=8, decimal_places=1, allow_null=True)
+    days = BudgetDaySerializer(many=True)
+    statement = StatementSerializer()
+
+
+class SetBudgetSerializer(serializers.Serializer):
+    monthly_usd = StrictDecimalStringField(
+        max_digits=12, decimal_places=2, help_text='USD a month, e.g. "500.00".'
+    )
+    user = StrictCharField(required=False, help_text="A member's username: that member's own budget.")
+    thresholds_percent = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=1000), required=False, default=[50, 80, 100]
+    )
+    policy = serializers.ChoiceField(
+        choices=BudgetPolicy.choices, required=False, default=BudgetPolicy.ALERT_ONLY
+    )
+    grace_s = StrictIntegerField(min_value=0, required=False, default=3600)
+
+
+class SwitchBillingSerializer(serializers.Serializer):
+    billing_mode = serializers.ChoiceField(choices=BillingMode.choices)
+    checkpoint_interval_s = StrictIntegerField(min_value=1, required=False, allow_null=True, default=None)

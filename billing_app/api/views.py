@@ -1,30 +1,41 @@
 """The price catalog over REST: anyone signed in reads the prices in force; operators set a pool's price.
 Members ask which share to take (recommend) and accept resizes offered to their running work."""
 
+from django.core.exceptions import ValidationError
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from billing_app.api.serializers import (
+    BudgetViewSerializer,
     PoolPriceSerializer,
     RecommendationSerializer,
     RecommendRequestSerializer,
     ResizeOfferSerializer,
+    SetBudgetSerializer,
     SetPoolPriceSerializer,
+    StatementQuerySerializer,
+    StatementSerializer,
+    SwitchBillingSerializer,
 )
+from billing_app.budgets import set_budget
 from billing_app.choices import ResizeState
+from billing_app.ledger import budget_view, parse_month, statement, statement_csv
 from billing_app.models import ResizeOffer
 from billing_app.recommendation import recommend_for
 from billing_app.resizing import accept_resize, visible_resize_offers
 from billing_app.selectors import prices_in_force
 from billing_app.services import set_pool_price
-from portal.api.permissions import MaySetPrices
+from billing_app.switching import switch_billing_mode
+from portal.api.permissions import IsOperator, MaySetPrices
 from scheduler_app.models import Pool
-from teams.selectors import team_for_submit
+from scheduler_app.selectors import requests_visible_to
+from teams.models import Team
+from teams.selectors import team_for_submit, teams_visible_to
 
 
 class PriceListView(APIView):
@@ -107,3 +118,103 @@ class ResizeOfferViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     def accept(self, request, pk=None):
         offer = accept_resize(get_object_or_404(self.get_queryset(), pk=pk), user=request.user)
         return Response(ResizeOfferSerializer(offer).data)
+
+
+def _team(request, slug: str) -> Team:
+    """A team the user may read (its members; operators: every team); another team's is a 404."""
+    return get_object_or_404(teams_visible_to(request.user), slug=slug)
+
+
+def _month_and_user(request, team: Team):
+    query = StatementQuerySerializer(data=request.query_params)
+    query.is_valid(raise_exception=True)
+    month = parse_month(query.validated_data.get("month"))
+    return month, _member(team, query.validated_data.get("user"))
+
+
+def _member(team: Team, username: str | None):
+    """The team's member of that username; None when no username is given."""
+    if not username:
+        return None
+    membership = team.memberships.select_related("user").filter(user__username=username).first()
+    if membership is None:
+        raise ValidationError({"user": f"{username!r} is not a member of team {team.slug}."})
+    return membership.user
+
+
+class StatementView(APIView):
+    """A team's monthly statement (or one member's, with ?user=): the total and its breakdowns by user,
+    pool and billing mode, USD as decimal strings. Members read their team's; operators every team's."""
+
+    @extend_schema(parameters=[StatementQuerySerializer], responses=StatementSerializer, tags=["billing"])
+    def get(self, request, slug):
+        team = _team(request, slug)
+        month, user = _month_and_user(request, team)
+        return Response(StatementSerializer(statement(team, month, user=user)).data)
+
+
+class StatementCsvView(APIView):
+    """The statement's ledger entries as CSV, one entry a row, amounts at full precision."""
+
+    @extend_schema(
+        parameters=[StatementQuerySerializer], responses={(200, "text/csv"): str}, tags=["billing"]
+    )
+    def get(self, request, slug):
+        team = _team(request, slug)
+        month, user = _month_and_user(request, team)
+        response = HttpResponse(statement_csv(team, month, user=user), content_type="text/csv")
+        who = f"-{user.get_username()}" if user else ""
+        response["Content-Disposition"] = f'attachment; filename="{team.slug}{who}-{month:%Y-%m}.csv"'
+        return response
+
+
+class OperatorStatementsView(APIView):
+    """Operators: every team's statement for the month."""
+
+    permission_classes = [IsOperator]
+
+    @extend_schema(
+        parameters=[StatementQuerySerializer], responses=StatementSerializer(many=True), tags=["billing"]
+    )
+    def get(self, request):
+        query = StatementQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        month = parse_month(query.validated_data.get("month"))
+        return Response(
+            StatementSerializer([statement(t, month) for t in Team.objects.order_by("slug")], many=True).data
+        )
+
+
+class BudgetView(APIView):
+    """A team's month against its budget (GET: members); PUT sets the budget (team admins)."""
+
+    @extend_schema(responses=BudgetViewSerializer, tags=["billing"])
+    def get(self, request, slug):
+        return Response(BudgetViewSerializer(budget_view(_team(request, slug))).data)
+
+    @extend_schema(request=SetBudgetSerializer, responses=BudgetViewSerializer, tags=["billing"])
+    def put(self, request, slug):
+        team = _team(request, slug)
+        form = SetBudgetSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        fields = dict(form.validated_data)
+        user = _member(team, fields.pop("user", ""))
+        set_budget(team, actor=request.user, user=user, **fields)
+        return Response(BudgetViewSerializer(budget_view(team)).data)
+
+
+class SwitchBillingView(APIView):
+    """Bill a running request as on-demand or spot from now on (spot needs a checkpoint interval)."""
+
+    @extend_schema(request=SwitchBillingSerializer, responses=SwitchBillingSerializer, tags=["billing"])
+    def post(self, request, pk):
+        gpu_request = get_object_or_404(requests_visible_to(request.user), pk=pk)
+        form = SwitchBillingSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        switched = switch_billing_mode(
+            gpu_request,
+            user=request.user,
+            mode=form.validated_data["billing_mode"],
+            checkpoint_interval_s=form.validated_data["checkpoint_interval_s"],
+        )
+        return Response(SwitchBillingSerializer(switched).data)

@@ -3,7 +3,17 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
 from audit.api.views import NoticeViewSet
-from billing_app.api.views import PoolPriceView, PriceListView, RecommendView, ResizeOfferViewSet
+from billing_app.api.views import (
+    BudgetView,
+    OperatorStatementsView,
+    PoolPriceView,
+    PriceListView,
+    RecommendView,
+    ResizeOfferViewSet,
+    StatementCsvView,
+    StatementView,
+    SwitchBillingView,
+)
 from portal.api.views import ApiTokenViewSet, TeamViewSet, not_found
 from scheduler_app.api.agent_views import (
     FinishedView,
@@ -44,6 +54,11 @@ urlpatterns = [
     path("cluster/", ClusterView.as_view(), name="cluster"),
     path("prices/", PriceListView.as_view(), name="prices"),
     path("pools/<slug:name>/price/", PoolPriceView.as_view(), name="pool-price"),
+    path("teams/<slug:slug>/statement/", StatementView.as_view(), name="team-statement"),
+    path("teams/<slug:slug>/statement.csv", StatementCsvView.as_view(), name="team-statement-csv"),
+    path("teams/<slug:slug>/budget/", BudgetView.as_view(), name="team-budget"),
+    path("statements/", OperatorStatementsView.as_view(), name="statements"),
+    path("requests/<int:pk>/billing-mode/", SwitchBillingView.as_view(), name="request-billing-mode"),
     path("agent/samples/", GpuSampleIngestView.as_view(), name="agent-samples"),
     path("agent/register/", RegisterView.as_view(), name="agent-register"),
     path("agent/heartbeat/", HeartbeatView.as_view(), name="agent-heartbeat"),

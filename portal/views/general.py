@@ -3,6 +3,7 @@ from django.http import JsonResponse
 from django.shortcuts import render
 
 from audit.notices import notices_for
+from billing_app.ledger import team_spend_at_a_glance
 from portal.health import readiness
 from scheduler_app.selectors import requests_visible_to
 from teams.models import Membership
@@ -12,7 +13,12 @@ from teams.models import Membership
 def home(request):
     memberships = Membership.objects.filter(user=request.user).select_related("team")
     recent = requests_visible_to(request.user).select_related("team", "pool")[:20]
-    context = {"memberships": memberships, "recent": recent, "notices": notices_for(request.user)}
+    context = {
+        "memberships": memberships,
+        "recent": recent,
+        "notices": notices_for(request.user),
+        "spend": team_spend_at_a_glance([m.team for m in memberships]),
+    }
     return render(request, "portal/home.html", context)
 
 

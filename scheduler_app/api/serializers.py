@@ -189,6 +189,10 @@ class EstimateSerializer(serializers.Serializer):
     )
     as_of = serializers.DateTimeField(help_text="The time (UTC) of the cluster state the estimate used.")
     summary = serializers.CharField(help_text="The estimate in one sentence, as the request form shows it.")
+    budget_warning = serializers.CharField(
+        help_text="Set when the request could exceed what is left of the team's (or your) budget this month "
+        "over its max duration; empty otherwise."
+    )
     price = HourlyPriceSerializer(
         source="prices.placed",
         allow_null=True,

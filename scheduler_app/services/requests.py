@@ -5,6 +5,7 @@ from django.db import transaction
 from django.db.models import Max
 
 from audit.events import log_event
+from billing_app.budgets import apply_budget_policy
 from scheduler_app.choices import RequestState
 from scheduler_app.dispatch import schedule_soon
 from scheduler_app.lifecycle import StateConflict, release_target
@@ -35,6 +36,7 @@ def validated_request(*, user, team: Team | None, pool_name: str = "", **fields)
     held = [name for name, row in (("team", team), ("user", user), ("pool", pool)) if row is not None]
     request.full_clean(exclude=held, validate_constraints=False)
     _check_fits_some_gpu(request)
+    apply_budget_policy(request)
     return request
 
 

@@ -129,6 +129,15 @@ def _prices(portal, args, command, as_json):
     return _show(prices, as_json, output.prices)
 
 
+def _billing(portal, args, command, as_json):
+    mode = portal.switch_billing(args.id, args.mode, checkpoint_interval_s=args.checkpoint_interval)
+    return _show(mode, as_json, output.billing)
+
+
+def _statement(portal, args, command, as_json):
+    return _show(portal.statement(args.team, month=args.month, user=args.user), as_json, output.statement)
+
+
 def _by_id(method: str, human):
     def run(portal, args, command, as_json):
         return _show(getattr(portal, method)(args.id), as_json, human)
@@ -220,6 +229,16 @@ def _parser() -> argparse.ArgumentParser:
         "utilization", _by_id("get_utilization", output.utilization), "GPU util, memory, power of its cards"
     ).add_argument("id", type=int)
     add("prices", _prices, "price per GPU hour of each priced pool (USD)")
+    switch = add("billing", _billing, "bill a running request as on-demand or spot from now")
+    switch.add_argument("id", type=int)
+    switch.add_argument("mode", choices=["on-demand", "spot"])
+    switch.add_argument(
+        "--checkpoint-interval", type=int, metavar="S", help="spot: seconds between checkpoints"
+    )
+    statement = add("statement", _statement, "a team's monthly statement (USD)")
+    statement.add_argument("team", help="team slug")
+    statement.add_argument("--month", help="YYYY-MM (default: this month)")
+    statement.add_argument("--user", help="one member's statement")
     login = add(
         "login",
         None,

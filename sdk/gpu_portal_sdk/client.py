@@ -32,6 +32,7 @@ from gpu_portal_sdk.models import (
     Price,
     Recommendation,
     Resource,
+    Statement,
     Team,
     Utilization,
 )
@@ -266,6 +267,20 @@ class ResourceManager:
         }
         body |= {k: v for k, v in optional.items() if v is not None}
         return Recommendation.from_api(self._call("POST", "requests/recommend/", json=body))
+
+    def switch_billing(
+        self, resource_id: int, billing_mode: str, checkpoint_interval_s: int | None = None
+    ) -> str:
+        """Bill a running request as "on-demand" or "spot" from now (spot needs a checkpoint interval:
+        the request's own, or `checkpoint_interval_s`). Back to on-demand while on spot capacity also
+        moves it to on-demand capacity at its next checkpoint. Returns the billing mode now in force."""
+        body = {"billing_mode": billing_mode, "checkpoint_interval_s": checkpoint_interval_s}
+        return self._call("POST", f"requests/{int(resource_id)}/billing-mode/", json=body)["billing_mode"]
+
+    def statement(self, team: str, month: str | None = None, user: str | None = None) -> Statement:
+        """A team's monthly statement (month "YYYY-MM", default this month; `user`: one member's)."""
+        params = {k: v for k, v in {"month": month, "user": user}.items() if v}
+        return Statement.from_api(self._call("GET", f"teams/{team}/statement/", params=params))
 
     # HTTP
 

@@ -444,3 +444,35 @@ class Recommendation:
     def pareto(self) -> list[RecommendedOption]:
         """The options no other beats on both time and cost."""
         return [o for o in self.options if o.pareto]
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A team's (or one member's, `user`) month: total USD (Decimal) and GPU-hours, with the USD by user,
+    by pool and by billing mode as {name: Decimal}."""
+
+    team: str
+    month: str
+    total_usd: Decimal
+    gpu_hours: Decimal
+    user: str = ""
+    by_user: dict = dataclasses.field(default_factory=dict)
+    by_pool: dict = dataclasses.field(default_factory=dict)
+    by_billing_mode: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_api(cls, data: dict) -> "Statement":
+        def rows(key, label):
+            return {row[label]: Decimal(row["usd"]) for row in data.get(key, [])}
+
+        return cls(
+            **_known(
+                cls,
+                data,
+                total_usd=Decimal(data["total_usd"]),
+                gpu_hours=Decimal(data["gpu_hours"]),
+                by_user=rows("by_user", "user"),
+                by_pool=rows("by_pool", "pool"),
+                by_billing_mode=rows("by_billing_mode", "billing_mode"),
+            )
+        )

@@ -185,3 +185,15 @@ def utilization(u: Utilization) -> str:
             f"(mean of {u.cards_read} of {len(u.gpus)} cards over the last {u.current_window_s} s)."
         )
     return "\n".join(lines)
+
+
+def statement(s) -> str:
+    who = f" ({s.user})" if s.user else ""
+    lines = [f"{s.team}{who} {s.month}: {s.total_usd} USD, {s.gpu_hours} GPU-hours"]
+    for title, rows in (("user", s.by_user), ("pool", s.by_pool), ("billing", s.by_billing_mode)):
+        lines += [f"  {title} {name}: {usd} USD" for name, usd in rows.items()]
+    return "\n".join(lines)
+
+
+def billing(mode: str) -> str:
+    return f"billed {mode} from now"

@@ -1,6 +1,7 @@
 from django.contrib.auth import get_user_model
 
 from audit.models import Event
+from billing_app.models import Budget
 from scheduler_app.demo import seed_demo
 from scheduler_app.models import Gpu, GpuRequest, Node, Pool
 from teams.models import Team
@@ -39,3 +40,12 @@ def test_demo_passwords_log_in(db, client):
     from scheduler_app.demo import DEMO_PASSWORD
 
     assert client.login(username="alice", password=DEMO_PASSWORD)
+
+
+def test_seed_demo_gives_vision_a_small_budget_so_alerts_fire_within_minutes(db):
+    seed_demo()
+    seed_demo()
+
+    budget = Budget.objects.get()
+    assert (budget.team.name, budget.user, budget.thresholds_percent) == ("Vision", None, [50, 80, 100])
+    assert budget.monthly_usd < 1

@@ -13,16 +13,17 @@ def selects(captured) -> list[str]:
     return [q["sql"] for q in captured.captured_queries if q["sql"].lstrip().upper().startswith("SELECT")]
 
 
-def test_validating_a_share_reads_only_the_membership_and_the_pool(team, member, pool, make_node):
+def test_validating_a_share_reads_only_the_membership_the_pool_and_the_budgets(team, member, pool, make_node):
     make_node()
 
     with CaptureQueriesContext(connection) as captured:
         validated_request(user=member, team=team, pool_name="a100", **SHARE)
 
     reads = selects(captured)
-    assert len(reads) == 2, reads
+    assert len(reads) == 3, reads
     assert "portal_membership" in reads[0]
     assert "scheduler_app_pool" in reads[1]
+    assert "billing_app_budget" in reads[2]  # a team without budgets: one read, no spend summed
 
 
 @pytest.mark.parametrize("extra", [{"gpu_model": "A100-80GB"}, {"gpu_memory_mib": 40_000}])
