@@ -40,7 +40,7 @@ def set_pool_price(
     if actor is not None:
         require(can_set_prices(actor), "Only platform operators set prices.")
     now = timezone.now()
-    price = _usd_per_gpu_hour(usd_per_gpu_hour)
+    price = parse_usd_per_gpu_hour(usd_per_gpu_hour)
     if effective_from is None:
         effective_from = now
     elif timezone.is_naive(effective_from):
@@ -77,7 +77,7 @@ def set_pool_price(
     return row
 
 
-def _usd_per_gpu_hour(value) -> Decimal:
+def parse_usd_per_gpu_hour(value) -> Decimal:
     """A Decimal, an int or a decimal string; never a float (it cannot hold most cents exactly)."""
     field = "usd_per_gpu_hour"
     if isinstance(value, bool | float) or not isinstance(value, Decimal | int | str):

@@ -10,6 +10,8 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from billing_app.feeds import set_spot_feed
+from billing_app.models import FeedKind
 from billing_app.public_prices import PriceFileError, read_public_prices
 from billing_app.services import default_public_prices_path, price_pools_from_public
 from scheduler_app.choices import BillingMode, CapacityType, RequestState, TaskType
@@ -98,6 +100,7 @@ def seed_demo(public_prices: Path | str | None = None) -> list[str]:
     if not GpuRequest.objects.exists():
         _seed_requests(users)
     _seed_prices(Path(public_prices) if public_prices else default_public_prices_path())
+    _seed_spot_feeds()
     return [username for username, _, _ in USERS]
 
 
@@ -113,6 +116,13 @@ def _seed_prices(path: Path) -> None:
         logger.warning("%s The demo pools stay unpriced.", error)
         return
     price_pools_from_public(public, only_unpriced=True, actor_name="seed_demo")
+
+
+def _seed_spot_feeds() -> None:
+    """Spot pools without a feed get the occupancy feed, so their prices move as the demo's work
+    starts and ends (the embedded worker advances it)."""
+    for pool in Pool.objects.filter(capacity_type=CapacityType.SPOT, spot_feed__isnull=True):
+        set_spot_feed(pool, actor=None, kind=FeedKind.OCCUPANCY, actor_name="seed_demo")
 
 
 def _seed_requests(users) -> None:

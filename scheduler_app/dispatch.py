@@ -77,7 +77,7 @@ def pass_ended(seconds: float) -> None:
 class EmbeddedWorker:
     """The embedded default's background worker: a thread that runs `work` when woken and every
     interval (what Celery beat and workers do in production). By default the heartbeat watchdog and
-    a scheduling pass, and the telemetry upkeep once it is due."""
+    a scheduling pass, the spot feeds, and the telemetry upkeep once it is due."""
 
     def __init__(
         self,
@@ -126,12 +126,22 @@ class EmbeddedWorker:
     def _watchdog_pass_and_upkeep(self) -> None:
         from scheduler_app.node_health import check_heartbeats
         from scheduler_app.scheduling import run_scheduling_pass
-        from scheduler_app.upkeep import telemetry_upkeep
 
         try:
             check_heartbeats()
             run_scheduling_pass()
-        finally:  # a failed pass does not hold back the upkeep
+        finally:  # a failed pass does not hold back the spot feeds or the upkeep
+            self._feeds_and_upkeep()
+
+    def _feeds_and_upkeep(self) -> None:
+        """Every run: the spot feeds move their pools' prices (Celery beat's spot-feeds); once due:
+        the telemetry upkeep."""
+        from billing_app.feeds import advance_spot_feeds
+        from scheduler_app.upkeep import telemetry_upkeep
+
+        try:
+            advance_spot_feeds()
+        finally:  # a failed feed does not hold back the upkeep
             if time.monotonic() >= self._upkeep_due:
                 self._upkeep_due = time.monotonic() + self.upkeep_interval_s
                 telemetry_upkeep()
