@@ -202,3 +202,25 @@ def _cheapest_pools(gpu_model: str, at: dt.datetime) -> dict[str, PoolPrice]:
 
 def _cents(value: Decimal) -> Decimal:
     return value.quantize(CENT, rounding=ROUND_HALF_UP)
+
+
+def quote_lines(q: Quote) -> list[str]:
+    """The totals and the effective spot cost in words, as the request form shows them."""
+    lines = []
+    if q.hours is not None and q.on_demand is not None:
+        lines.append(f"Over {q.hours.normalize():f} h: on-demand ${q.on_demand.expected_total_usd}")
+    cost = q.spot_cost
+    if q.spot is not None and cost is not None:
+        rate = f"{cost.reclaim.per_hour}/h reclaim rate ({cost.reclaim.source})"
+        if cost.effective_total_usd is not None:
+            lines.append(
+                f"Spot ${q.spot.expected_total_usd} nominal, ${cost.effective_total_usd} expected with "
+                f"{cost.expected_reclaims} reclaims at {rate}; {cost.note}"
+            )
+        elif cost.effective_usd_per_hour is not None:
+            lines.append(
+                f"Spot with reclaims counted: ${cost.effective_usd_per_hour}/h at {rate}; {cost.note}"
+            )
+        else:
+            lines.append(f"Spot: {cost.note}")
+    return lines

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from billing_app.constants import CENT
 from billing_app.models import PoolPrice
+from billing_app.prices import price_changes
 from scheduler_app.choices import CapacityType
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.models import Pool
@@ -119,3 +120,25 @@ def price_per_hour(
     else:
         placed_model = ""
     return PlacementPrices(placed, by_model, placed_model)
+
+
+@dataclass(frozen=True)
+class PriceHistory:
+    pool: str
+    gpu_model: str
+    capacity_type: str
+    feed: str
+    points: list[tuple[str, str]]  # (ISO time, USD per GPU-hour), the first at `since` when priced then
+
+
+def price_histories(since: dt.datetime, until: dt.datetime) -> list[PriceHistory]:
+    """Every priced pool's price in force at `since` and each change up to `until`, for the charts."""
+    histories = []
+    for pool in Pool.objects.filter(prices__isnull=False).distinct().select_related("spot_feed"):
+        feed = getattr(pool, "spot_feed", None)
+        changes = price_changes(pool, since, until)
+        points = [(at.isoformat(), str(price)) for at, price in changes]
+        histories.append(
+            PriceHistory(pool.name, pool.gpu_model, pool.capacity_type, feed.kind if feed else "", points)
+        )
+    return sorted(histories, key=lambda h: h.pool)

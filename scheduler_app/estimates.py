@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
+from billing_app.quotes import Quote, quote, quote_lines
 from billing_app.selectors import PlacementPrices, price_per_hour
 from scheduler_app.cluster_state import WORKLOAD_WINDOW, load_cluster_snapshot, request_spec
 from scheduler_app.core.cluster import RequestSpec
@@ -42,6 +43,7 @@ class Estimate:
     as_of: dt.datetime
     prices: PlacementPrices
     share_label: str
+    quote: Quote | None = None  # on-demand against spot with reclaims counted, on the compared model
 
     @property
     def summary(self) -> str:
@@ -56,7 +58,8 @@ class Estimate:
     @property
     def price_lines(self) -> list[str]:
         """The prices in words, as the form shows them."""
-        return price_lines(self.prices, self.share_label, self.pool)
+        lines = price_lines(self.prices, self.share_label, self.pool)
+        return lines + (quote_lines(self.quote) if self.quote else [])
 
 
 def price_lines(prices: PlacementPrices, label: str, pool: str = "") -> list[str]:
@@ -106,9 +109,23 @@ def estimate_request(
             placed_pool=placed_pool,
         )
 
+    def answer(starts_now, where, start, reason, pool, as_of) -> Estimate:
+        placed = prices(pool)
+        compared = placed.compared.gpu_model
+        shape = None
+        if compared:
+            shape = quote(
+                gpu_model=compared,
+                gpu_milli=request.gpu_milli,
+                num_gpus=request.num_gpus,
+                max_duration_s=request.max_duration_s,
+                checkpoint_interval_s=request.checkpoint_interval_s,
+                at=now,
+            )
+        return Estimate(starts_now, where, start, reason, pool, as_of, placed, label, shape)
+
     if not spec.pools:
-        reason = f"no {request.billing_mode} pool exists"
-        return Estimate(False, "", None, reason, "", now, prices(), label)
+        return answer(False, "", None, f"no {request.billing_mode} pool exists", "", now)
     with _NEXT_PASS_LOCK:
         planned = next_pass()
         if planned is not None:
@@ -119,14 +136,14 @@ def estimate_request(
     pool = _pool_of(decision.node)
     if decision.start is not None:
         where = ", ".join(f"{decision.node}/gpu{i}" for i in decision.start.placement.gpus)
-        return Estimate(True, where, now, "", pool, as_of, prices(pool), label)
+        return answer(True, where, now, "", pool, as_of)
     waiting = decision.waiting
     start = (
         None
         if waiting.estimated_start is None
         else dt.datetime.fromtimestamp(waiting.estimated_start, dt.UTC)
     )
-    return Estimate(False, "", start, waiting.reason(format_utc), pool, as_of, prices(pool), label)
+    return answer(False, "", start, waiting.reason(format_utc), pool, as_of)
 
 
 def _dry_run(spec: RequestSpec, now: dt.datetime) -> CandidatePlan:

@@ -3,7 +3,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
 from audit.api.views import NoticeViewSet
-from billing_app.api.views import PoolPriceView, PriceListView
+from billing_app.api.views import PoolPriceView, PriceHistoryView, PriceListView, PriceUploadView, QuoteView
 from portal.api.views import ApiTokenViewSet, TeamViewSet, not_found
 from scheduler_app.api.agent_views import (
     FinishedView,
@@ -41,6 +41,9 @@ urlpatterns = [
     *router.urls,
     path("cluster/", ClusterView.as_view(), name="cluster"),
     path("prices/", PriceListView.as_view(), name="prices"),
+    path("prices/history/", PriceHistoryView.as_view(), name="price-history"),
+    path("prices/quote/", QuoteView.as_view(), name="price-quote"),
+    path("prices/upload/", PriceUploadView.as_view(), name="price-upload"),
     path("pools/<slug:name>/price/", PoolPriceView.as_view(), name="pool-price"),
     path("agent/samples/", GpuSampleIngestView.as_view(), name="agent-samples"),
     path("agent/register/", RegisterView.as_view(), name="agent-register"),
