@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from portal.auth_forms import SignInForm
-from portal.views import cluster, general, metrics, operator, requests, teams, tokens
+from portal.views import cluster, general, metrics, operator, prices, requests, teams, tokens
 
 urlpatterns = [
     path("", general.home, name="home"),
@@ -22,6 +22,8 @@ urlpatterns = [
     path("requests/<int:pk>/cancel/", requests.request_cancel, name="request_cancel"),
     path("requests/<int:pk>/release/", requests.request_release, name="request_release"),
     path("cluster/", cluster.cluster, name="cluster"),
+    path("prices/", prices.pricing, name="prices"),
+    path("prices/upload/", prices.pricing_upload, name="prices_upload"),
     path("cluster/nodes/", cluster.cluster_nodes, name="cluster_nodes"),
     path("teams/", teams.team_index, name="teams"),
     path("teams/<slug:slug>/", teams.team_detail, name="team_detail"),
