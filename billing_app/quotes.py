@@ -210,7 +210,8 @@ def quote_lines(q: Quote) -> list[str]:
     if q.hours is not None and q.on_demand is not None:
         lines.append(f"Over {q.hours.normalize():f} h: on-demand ${q.on_demand.expected_total_usd}")
     cost = q.spot_cost
-    if q.spot is not None and cost is not None:
+    unknown = cost is not None and q.hours is None and cost.effective_usd_per_hour is None
+    if q.spot is not None and cost is not None and not unknown:  # unknown: neither duration nor checkpoints
         rate = f"{cost.reclaim.per_hour}/h reclaim rate ({cost.reclaim.source})"
         if cost.effective_total_usd is not None:
             lines.append(

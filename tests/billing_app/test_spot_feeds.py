@@ -35,29 +35,16 @@ def test_occupancy_feed_is_min_when_idle_and_max_when_full(
     advance_spot_feeds()
     assert price_in_force(spot_pool, SPOT, timezone.now()) == Decimal("1.0000")  # 4.00 x 0.25, idle
 
-    submit_request(
-        user=member,
-        team=team,
-        name="half",
-        gpu_milli=1000,
-        pool_name=spot_pool.name,
-        billing_mode=SPOT,
-        checkpoint_interval_s=600,
-    )
-    run_scheduling_pass()
+    def run_one_card(name):
+        fields = {"gpu_milli": 1000, "billing_mode": SPOT, "checkpoint_interval_s": 600}
+        submit_request(user=member, team=team, name=name, pool_name=spot_pool.name, **fields)
+        run_scheduling_pass()
+
+    run_one_card("half")
     advance_spot_feeds()
     assert price_in_force(spot_pool, SPOT, timezone.now()) == Decimal("2.0000")  # half the cards: 0.5
 
-    submit_request(
-        user=member,
-        team=team,
-        name="rest",
-        gpu_milli=1000,
-        pool_name=spot_pool.name,
-        billing_mode=SPOT,
-        checkpoint_interval_s=600,
-    )
-    run_scheduling_pass()
+    run_one_card("rest")
     rows_before = PoolPrice.objects.filter(pool=spot_pool).count()
     now = timezone.now()
     advance_spot_feeds(now)
@@ -201,3 +188,14 @@ def test_upload_header_and_permission_errors(spot_pool, member, operator):
     with pytest.raises(NotAllowed):
         upload_prices(GOOD, actor=member, pool=spot_pool)
     assert not PoolPrice.objects.exists()
+
+
+def test_the_embedded_worker_and_celery_beat_advance_the_feeds(spot_pool, on_demand_price, settings):
+    from billing_app.tasks import advance_spot_feeds as task
+    from scheduler_app.dispatch import EmbeddedWorker
+
+    set_spot_feed(spot_pool, actor=None, kind=FeedKind.OCCUPANCY, min_fraction="0.5", max_fraction="0.5")
+    EmbeddedWorker(interval_s=60)._watchdog_pass_and_upkeep()
+    assert price_in_force(spot_pool, SPOT, timezone.now()) == Decimal("2.0000")
+    assert settings.CELERY_BEAT_SCHEDULE["spot-feeds"]["task"] == task.name
+    assert "unchanged at 2.0000" in task.run()[spot_pool.name]  # the task is the same service
