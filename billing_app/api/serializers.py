@@ -1,10 +1,18 @@
 """API shapes of the price catalog. Money is a decimal string in USD (never a JSON number)."""
 
+from decimal import Decimal
+
 from rest_framework import serializers
 
 from billing_app.constants import MAX_USD_PER_GPU_HOUR, PRICE_DECIMAL_PLACES, PRICE_QUANTUM
+from billing_app.models import FeedKind
 from billing_app.quotes import DEFAULT_RESTART_OVERHEAD_S
-from portal.api.fields import AwareDateTimeField, StrictCharField, StrictDecimalStringField
+from portal.api.fields import (
+    AwareDateTimeField,
+    StrictCharField,
+    StrictDecimalStringField,
+    StrictIntegerField,
+)
 from scheduler_app.choices import CapacityType
 from scheduler_app.constants import MAX_GPUS_PER_REQUEST, MILLI_PER_GPU
 from scheduler_app.models import Pool
@@ -152,3 +160,40 @@ class PriceHistorySerializer(serializers.Serializer):
 class PriceUploadSerializer(serializers.Serializer):
     file = serializers.FileField(help_text="CSV: effective_from,usd_per_gpu_hour[,pool] (UTF-8).")
     pool = serializers.CharField(required=False, help_text="The spot pool, when the file has no pool column.")
+
+
+class SharePremiumSerializer(serializers.Serializer):
+    gpu_milli = serializers.IntegerField(help_text="The slice size it applies to, in milli-GPU.")
+    multiplier = serializers.DecimalField(
+        max_digits=6, decimal_places=4, help_text="1.1000 is a 10 % premium, 0.9000 a 10 % discount."
+    )
+    effective_from = serializers.DateTimeField()
+
+
+class SetSharePremiumSerializer(serializers.Serializer):
+    gpu_milli = StrictIntegerField(min_value=1, max_value=MILLI_PER_GPU)
+    multiplier = StrictDecimalStringField(
+        max_digits=6,
+        decimal_places=4,
+        min_value=Decimal("0.0001"),
+        max_value=Decimal(10),
+        help_text='As a JSON string, e.g. "1.10"; 1 removes the premium.',
+    )
+    effective_from = AwareDateTimeField(required=False, help_text="Now when left out; never in the past.")
+
+
+class SpotFeedSerializer(serializers.Serializer):
+    pool = serializers.CharField(source="pool.name", read_only=True)
+    kind = serializers.ChoiceField(choices=FeedKind.choices)
+    min_fraction = StrictDecimalStringField(
+        max_digits=5, decimal_places=4, required=False, help_text="Idle price / on-demand (occupancy)."
+    )
+    max_fraction = StrictDecimalStringField(
+        max_digits=5, decimal_places=4, required=False, help_text="Full price / on-demand (occupancy)."
+    )
+    replay_file = serializers.CharField(required=False, help_text="gcp, azure or aws (replay).")
+    replay_series = serializers.CharField(
+        required=False, allow_blank=True, help_text="cloud/region/zone/instance; blank: the busiest."
+    )
+    replay_speedup = StrictIntegerField(required=False, min_value=1, help_text="Recorded seconds per second.")
+    note = serializers.CharField(read_only=True)

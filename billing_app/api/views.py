@@ -19,11 +19,14 @@ from billing_app.api.serializers import (
     QuoteQuerySerializer,
     QuoteSerializer,
     SetPoolPriceSerializer,
+    SetSharePremiumSerializer,
+    SharePremiumSerializer,
+    SpotFeedSerializer,
 )
-from billing_app.feeds import upload_prices
+from billing_app.feeds import set_spot_feed, upload_prices
 from billing_app.quotes import quote
-from billing_app.selectors import price_histories, prices_in_force
-from billing_app.services import set_pool_price
+from billing_app.selectors import price_histories, prices_in_force, share_premiums_in_force
+from billing_app.services import set_pool_price, set_share_premium
 from billing_app.spot_feeds import PriceUploadError
 from portal.api.permissions import MaySetPrices
 from scheduler_app.models import Pool
@@ -106,3 +109,37 @@ class PoolPriceView(APIView):
         pool = get_object_or_404(Pool, name=name)
         price = set_pool_price(pool, actor=request.user, **form.validated_data)
         return Response(PoolPriceSerializer(price).data)
+
+
+class SharePremiumView(APIView):
+    """The premium or discount in force per slice size (anyone signed in); operators add one (POST)."""
+
+    def get_permissions(self):
+        return [MaySetPrices()] if self.request.method == "POST" else super().get_permissions()
+
+    @extend_schema(responses=SharePremiumSerializer(many=True), tags=["prices"])
+    def get(self, request):
+        return Response(SharePremiumSerializer(share_premiums_in_force(), many=True).data)
+
+    @extend_schema(request=SetSharePremiumSerializer, responses=SharePremiumSerializer, tags=["prices"])
+    def post(self, request):
+        form = SetSharePremiumSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        row = set_share_premium(actor=request.user, **form.validated_data)
+        return Response(SharePremiumSerializer(row).data, status=201)
+
+
+class SpotFeedView(APIView):
+    """Operators choose what drives a spot pool's price: occupancy (with bounds), replay, or upload."""
+
+    permission_classes = [MaySetPrices]
+
+    @extend_schema(request=SpotFeedSerializer, responses=SpotFeedSerializer, tags=["prices"])
+    def put(self, request, name):
+        form = SpotFeedSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        pool = get_object_or_404(Pool, name=name)
+        values = dict(form.validated_data)
+        if "replay_series" in values:
+            values["replay_series_key"] = values.pop("replay_series")
+        return Response(SpotFeedSerializer(set_spot_feed(pool, actor=request.user, **values)).data)

@@ -3,7 +3,15 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
 from audit.api.views import NoticeViewSet
-from billing_app.api.views import PoolPriceView, PriceHistoryView, PriceListView, PriceUploadView, QuoteView
+from billing_app.api.views import (
+    PoolPriceView,
+    PriceHistoryView,
+    PriceListView,
+    PriceUploadView,
+    QuoteView,
+    SharePremiumView,
+    SpotFeedView,
+)
 from portal.api.views import ApiTokenViewSet, TeamViewSet, not_found
 from scheduler_app.api.agent_views import (
     FinishedView,
@@ -44,6 +52,8 @@ urlpatterns = [
     path("prices/history/", PriceHistoryView.as_view(), name="price-history"),
     path("prices/quote/", QuoteView.as_view(), name="price-quote"),
     path("prices/upload/", PriceUploadView.as_view(), name="price-upload"),
+    path("prices/premiums/", SharePremiumView.as_view(), name="share-premiums"),
+    path("pools/<slug:name>/spot-feed/", SpotFeedView.as_view(), name="pool-spot-feed"),
     path("pools/<slug:name>/price/", PoolPriceView.as_view(), name="pool-price"),
     path("agent/samples/", GpuSampleIngestView.as_view(), name="agent-samples"),
     path("agent/register/", RegisterView.as_view(), name="agent-register"),
