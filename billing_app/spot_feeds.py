@@ -103,8 +103,9 @@ def _read_history(path: str) -> dict[tuple[str, str], list[tuple[dt.datetime, De
             at = dt.datetime.fromisoformat(row["timestamp_utc"].replace("Z", "+00:00"))
             price = (Decimal(spot) / int(count)).quantize(FEED_PRICE_QUANTUM)
             found.setdefault((model_key(row["gpu_model"]), key), []).append((at, price))
-    for rows in found.values():
+    for key, rows in found.items():  # a row where only the on-demand price changed is no spot change
         rows.sort()
+        found[key] = [r for i, r in enumerate(rows) if i == 0 or r[1] != rows[i - 1][1]]
     return found
 
 

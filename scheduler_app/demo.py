@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from billing_app.feeds import set_spot_feed
@@ -29,6 +30,8 @@ DEMO_PASSWORD = "gpu-portal-demo"
 # What the demo's requests run: a stand-in workload the simulated GPUs see (agent/demo_job.py).
 DEMO_JOB = "python -m agent.demo_job"
 GIB = 1024
+# The demo spot pool replays a recorded day of spot prices every 10 seconds.
+DEMO_REPLAY_SPEEDUP = 24 * 3600 // 10
 
 POOLS = [
     # name, GPU model, capacity, GPU memory MiB, nodes, GPUs per node, CPU milli, host memory MiB
@@ -119,10 +122,20 @@ def _seed_prices(path: Path) -> None:
 
 
 def _seed_spot_feeds() -> None:
-    """Spot pools without a feed get the occupancy feed, so their prices move as the demo's work
-    starts and ends (the embedded worker advances it)."""
+    """Spot pools without a feed replay the recorded GCP spot history of their GPU model, a recorded
+    day every 10 s, so their prices visibly move; without that file, the occupancy feed."""
     for pool in Pool.objects.filter(capacity_type=CapacityType.SPOT, spot_feed__isnull=True):
-        set_spot_feed(pool, actor=None, kind=FeedKind.OCCUPANCY, actor_name="seed_demo")
+        try:
+            set_spot_feed(
+                pool,
+                actor=None,
+                kind=FeedKind.REPLAY,
+                replay_file="gcp",
+                replay_speedup=DEMO_REPLAY_SPEEDUP,
+                actor_name="seed_demo",
+            )
+        except ValidationError:
+            set_spot_feed(pool, actor=None, kind=FeedKind.OCCUPANCY, actor_name="seed_demo")
 
 
 def _seed_requests(users) -> None:
