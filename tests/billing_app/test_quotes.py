@@ -137,3 +137,13 @@ def test_no_duration_still_compares_per_hour_and_premiums_apply(priced):
 def test_a_model_with_no_spot_pool_has_no_spot_side(priced):
     q = quote(gpu_model="H100", gpu_milli=1000, at=timezone.now())
     assert q.on_demand is None and q.spot is None and q.cheaper == ""
+
+
+def test_quotes_reuse_the_pool_rate_for_five_minutes(priced, django_assert_num_queries):
+    at = T0 + dt.timedelta(hours=1)
+    quote(gpu_model="A100-80GB", gpu_milli=1000, max_duration_s=3600, checkpoint_interval_s=1800, at=at)
+    with django_assert_num_queries(2):  # the prices in force and the slice premium; not the history
+        again = quote(
+            gpu_model="A100-80GB", gpu_milli=1000, max_duration_s=3600, checkpoint_interval_s=1800, at=at
+        )
+    assert again.spot_cost.reclaim.source == "prior"
