@@ -13,6 +13,8 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from billing_app.models import FeedKind
+from billing_app.spot_feeds import REPLAY_FILES
 from portal.share import Share
 from scheduler_app.choices import BillingMode, NodeStatus, TaskType
 from scheduler_app.constants import MILLI_PER_GPU
@@ -249,3 +251,16 @@ class PriceUploadForm(forms.Form):
         help_text="Empty: the file names the pool on each row (a pool column).",
     )
     file = forms.FileField(help_text="CSV, UTF-8: effective_from (ISO 8601 with timezone), usd_per_gpu_hour.")
+
+
+class SpotFeedForm(ServiceErrorsMixin, forms.Form):
+    """Operators choose what drives a spot pool's price; set_spot_feed checks the values."""
+
+    service_fields = {"replay_series": "replay_file"}
+
+    pool = forms.ModelChoiceField(queryset=Pool.objects.filter(capacity_type="spot"))
+    kind = forms.ChoiceField(choices=FeedKind.choices)
+    min_fraction = forms.DecimalField(initial=Decimal("0.30"), label="Idle price / on-demand")
+    max_fraction = forms.DecimalField(initial=Decimal("0.90"), label="Full price / on-demand")
+    replay_file = forms.ChoiceField(choices=[(f, f) for f in REPLAY_FILES], initial="gcp")
+    replay_speedup = forms.IntegerField(min_value=1, initial=1, label="Replay speed (x)")

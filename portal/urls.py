@@ -24,6 +24,7 @@ urlpatterns = [
     path("cluster/", cluster.cluster, name="cluster"),
     path("prices/", prices.pricing, name="prices"),
     path("prices/upload/", prices.pricing_upload, name="prices_upload"),
+    path("prices/feed/", prices.pricing_feed, name="prices_feed"),
     path("cluster/nodes/", cluster.cluster_nodes, name="cluster_nodes"),
     path("teams/", teams.team_index, name="teams"),
     path("teams/<slug:slug>/", teams.team_detail, name="team_detail"),

@@ -5,15 +5,16 @@ import datetime as dt
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
 from django.shortcuts import redirect, render
 from django.utils import timezone
 
-from billing_app.feeds import upload_prices
+from billing_app.feeds import set_spot_feed, upload_prices
 from billing_app.permissions import can_set_prices
 from billing_app.quotes import quote, quote_lines
 from billing_app.selectors import price_histories
 from billing_app.spot_feeds import PriceUploadError
-from portal.forms import PriceUploadForm, QuoteForm
+from portal.forms import PriceUploadForm, QuoteForm, SpotFeedForm
 
 HISTORY_HOURS = (1, 6, 24, 24 * 7)
 
@@ -53,6 +54,28 @@ def pricing_upload(request):
     return render(request, "portal/prices.html", context, status=400)
 
 
+@login_required
+def pricing_feed(request):
+    """POST only (operators): set a spot pool's feed, or show the page again with the errors."""
+    if request.method != "POST" or not can_set_prices(request.user):
+        return redirect("prices")
+    form = SpotFeedForm(request.POST)
+    if form.is_valid():
+        values = dict(form.cleaned_data)
+        pool = values.pop("pool")
+        try:
+            set_spot_feed(pool, actor=request.user, **values)
+        except ValidationError as error:
+            form.add_service_errors(error)
+        else:
+            messages.success(request, f"{pool.name} now follows the {values['kind']} feed.")
+            return redirect("prices")
+    now = timezone.now()
+    histories = price_histories(now - dt.timedelta(hours=24), now)
+    context = _context(histories, 24, now, QuoteForm(), None, PriceUploadForm()) | {"feed_form": form}
+    return render(request, "portal/prices.html", context, status=400)
+
+
 def _context(histories, hours, now, form, compared, upload) -> dict:
     chart = [
         {
@@ -72,6 +95,7 @@ def _context(histories, hours, now, form, compared, upload) -> dict:
         "quote": compared,
         "quote_lines": quote_lines(compared) if compared else [],
         "upload": upload,
+        "feed_form": SpotFeedForm() if upload is not None else None,
     }
 
 

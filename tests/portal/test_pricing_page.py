@@ -69,3 +69,25 @@ def test_members_cannot_upload(client, member, spot_pool):
     text = b"effective_from,usd_per_gpu_hour\n2099-01-01T00:00:00Z,1.10\n"
     client.post("/prices/upload/", {"pool": spot_pool.pk, "file": SimpleUploadedFile("p.csv", text)})
     assert not PoolPrice.objects.filter(effective_from__year=2099).exists()
+
+
+def test_an_operator_sets_a_pools_feed_from_the_page(client, operator, member, spot_pool):
+    from billing_app.models import SpotFeed
+
+    client.force_login(operator)
+    fields = {
+        "pool": spot_pool.pk,
+        "kind": "occupancy",
+        "min_fraction": "0.8",
+        "max_fraction": "0.4",
+        "replay_file": "gcp",
+        "replay_speedup": 1,
+    }
+    page = client.post("/prices/feed/", fields)
+    assert page.status_code == 400 and "cannot be above the full price" in page.content.decode()
+    assert not SpotFeed.objects.exists()
+    assert client.post("/prices/feed/", fields | {"min_fraction": "0.2"}).status_code == 302
+    assert SpotFeed.objects.get(pool=spot_pool).min_fraction == Decimal("0.2")
+    client.force_login(member)
+    client.post("/prices/feed/", fields | {"min_fraction": "0.1"})
+    assert SpotFeed.objects.get(pool=spot_pool).min_fraction == Decimal("0.2")
