@@ -48,10 +48,7 @@ def pricing_upload(request):
         else:
             messages.success(request, f"{len(rows)} price(s) uploaded; nothing else changed.")
             return redirect("prices")
-    now = timezone.now()
-    histories = price_histories(now - dt.timedelta(hours=24), now)
-    context = _context(histories, 24, now, QuoteForm(), None, upload) | {"upload_errors": errors}
-    return render(request, "portal/prices.html", context, status=400)
+    return _page_again(request, upload, upload_errors=errors)
 
 
 @login_required
@@ -70,9 +67,14 @@ def pricing_feed(request):
         else:
             messages.success(request, f"{pool.name} now follows the {values['kind']} feed.")
             return redirect("prices")
+    return _page_again(request, PriceUploadForm(), feed_form=form)
+
+
+def _page_again(request, upload, **errors):
+    """The page as it opens, with an operator form's errors (400): nothing was changed."""
     now = timezone.now()
     histories = price_histories(now - dt.timedelta(hours=24), now)
-    context = _context(histories, 24, now, QuoteForm(), None, PriceUploadForm()) | {"feed_form": form}
+    context = _context(histories, 24, now, QuoteForm(), None, upload) | errors
     return render(request, "portal/prices.html", context, status=400)
 
 
