@@ -113,7 +113,9 @@ class SpotFeed(models.Model):
         max_length=16, default="gcp", help_text="Which shared/prices/spot_history_<name>.csv to replay."
     )
     replay_series = models.CharField(
-        max_length=200, blank=True, help_text="cloud/region/zone/instance type; blank: the busiest."
+        max_length=200,
+        blank=True,
+        help_text="cloud/region/zone/instance type; blank: the one that moves most.",
     )
     replay_speedup = models.PositiveIntegerField(default=1, help_text="Recorded seconds per real second.")
     started_at = models.DateTimeField(default=timezone.now, help_text="Now ↔ the recording's first instant.")

@@ -62,19 +62,25 @@ def replay_path(name: str) -> Path:
 
 
 def replay_series(name: str, gpu_model: str, key: str = "") -> ReplaySeries | None:
-    """The series of `gpu_model` in history file `name`: the one named by key, else the one with the
-    most price changes (ties: the first key by name); None when the file has no such series."""
+    """The series of `gpu_model` in history file `name`: the one named by key, else the one that moves
+    most (widest range relative to its lowest price; then most changes; then the first key by name);
+    None when the file has no such series."""
     series = _read_history(str(replay_path(name)))
     mine = {k: v for k, v in series.items() if k[0] == model_key(gpu_model)}
     if key:
         mine = {k: v for k, v in mine.items() if k[1] == key}
     if not mine:
         return None
-    (_, chosen), rows = min(mine.items(), key=lambda item: (-len(item[1]), item[0][1]))
+    (_, chosen), rows = min(mine.items(), key=lambda item: (-_swing(item[1]), -len(item[1]), item[0][1]))
     first = rows[0][0]
     points = tuple(((at - first).total_seconds(), price) for at, price in rows)
     last_gap = points[-1][0] - points[-2][0] if len(points) > 1 else 3600.0
     return ReplaySeries(chosen, points, points[-1][0] + last_gap)
+
+
+def _swing(rows: list[tuple[dt.datetime, Decimal]]) -> Decimal:
+    prices = [price for _, price in rows]
+    return (max(prices) - min(prices)) / min(prices)
 
 
 def replay_price(series: ReplaySeries, started_at: dt.datetime, speedup: int, now: dt.datetime) -> Decimal:

@@ -193,7 +193,9 @@ class SpotFeedSerializer(serializers.Serializer):
     )
     replay_file = serializers.CharField(required=False, help_text="gcp, azure or aws (replay).")
     replay_series = serializers.CharField(
-        required=False, allow_blank=True, help_text="cloud/region/zone/instance; blank: the busiest."
+        required=False,
+        allow_blank=True,
+        help_text="cloud/region/zone/instance; blank: the one that moves most.",
     )
     replay_speedup = StrictIntegerField(required=False, min_value=1, help_text="Recorded seconds per second.")
     note = serializers.CharField(read_only=True)

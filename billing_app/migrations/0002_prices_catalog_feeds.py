@@ -40,7 +40,7 @@ class Migration(migrations.Migration):
                 ('min_fraction', models.DecimalField(decimal_places=4, default=Decimal('0.3000'), help_text='Idle price / on-demand.', max_digits=5)),
                 ('max_fraction', models.DecimalField(decimal_places=4, default=Decimal('0.9000'), help_text='Full price / on-demand.', max_digits=5)),
                 ('replay_file', models.CharField(default='gcp', help_text='Which shared/prices/spot_history_<name>.csv to replay.', max_length=16)),
-                ('replay_series', models.CharField(blank=True, help_text='cloud/region/zone/instance type; blank: the busiest.', max_length=200)),
+                ('replay_series', models.CharField(blank=True, help_text='cloud/region/zone/instance type; blank: the one that moves most.', max_length=200)),
                 ('replay_speedup', models.PositiveIntegerField(default=1, help_text='Recorded seconds per real second.')),
                 ('started_at', models.DateTimeField(default=django.utils.timezone.now, help_text="Now ↔ the recording's first instant.")),
                 ('last_advanced_at', models.DateTimeField(blank=True, null=True)),
