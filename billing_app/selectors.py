@@ -8,7 +8,8 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from billing_app.constants import CENT
-from billing_app.models import PoolPrice
+from billing_app.models import PoolPrice, SharePremium
+from billing_app.prices import price_changes, share_multiplier
 from scheduler_app.choices import CapacityType
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.models import Pool
@@ -82,13 +83,16 @@ def price_per_hour(
     at: dt.datetime | None = None,
     placed_pool: str = "",
 ) -> PlacementPrices:
-    """USD per hour for gpu_milli (per card) * num_gpus: usd_per_gpu_hour * gpu_milli/1000 * num_gpus,
-    rounded half-up to cents; in `placed_pool` (where the request would run), and on-demand against
-    spot per GPU model, in the cheapest priced pool of each kind that the request's pool or model allows."""
+    """USD per hour for gpu_milli (per card) * num_gpus: usd_per_gpu_hour * gpu_milli/1000 * num_gpus
+    * the premium or discount on that slice size, rounded half-up to cents; in `placed_pool` (where the
+    request would run), and on-demand against spot per GPU model, in the cheapest priced pool of each
+    kind that the request's pool or model allows."""
+    at = at or timezone.now()
     rows = list(prices_in_force(at))
+    premium = share_multiplier(gpu_milli, at)
 
     def quote(row: PoolPrice) -> HourlyPrice:
-        usd = row.usd_per_gpu_hour * gpu_milli * num_gpus / MILLI_PER_GPU
+        usd = row.usd_per_gpu_hour * gpu_milli * num_gpus / MILLI_PER_GPU * premium
         return HourlyPrice(
             usd.quantize(CENT, rounding=ROUND_HALF_UP),
             row.pool.name,
@@ -119,3 +123,36 @@ def price_per_hour(
     else:
         placed_model = ""
     return PlacementPrices(placed, by_model, placed_model)
+
+
+@dataclass(frozen=True)
+class PriceHistory:
+    pool: str
+    gpu_model: str
+    capacity_type: str
+    feed: str
+    points: list[tuple[str, str]]  # (ISO time, USD per GPU-hour), the first at `since` when priced then
+
+
+def price_histories(since: dt.datetime, until: dt.datetime) -> list[PriceHistory]:
+    """Every priced pool's price in force at `since` and each change up to `until`, for the charts."""
+    histories = []
+    for pool in Pool.objects.filter(prices__isnull=False).distinct().select_related("spot_feed"):
+        feed = getattr(pool, "spot_feed", None)
+        changes = price_changes(pool, since, until)
+        points = [(at.isoformat(), str(price)) for at, price in changes]
+        histories.append(
+            PriceHistory(pool.name, pool.gpu_model, pool.capacity_type, feed.kind if feed else "", points)
+        )
+    return sorted(histories, key=lambda h: h.pool)
+
+
+def share_premiums_in_force(at: dt.datetime | None = None) -> list[SharePremium]:
+    """Per slice size, the premium or discount in force at `at` (default now); sizes without one pay 1."""
+    at = at or timezone.now()
+    latest: dict[int, SharePremium] = {}
+    for row in SharePremium.objects.filter(effective_from__lte=at).order_by(
+        "gpu_milli", "-effective_from", "-id"
+    ):
+        latest.setdefault(row.gpu_milli, row)
+    return list(latest.values())

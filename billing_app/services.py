@@ -13,10 +13,11 @@ from django.utils import timezone
 
 from audit.events import log_event
 from billing_app.constants import MAX_USD_PER_GPU_HOUR, PRICE_DECIMAL_PLACES, PUBLIC_PRICES_RELATIVE_PATH
-from billing_app.models import PoolPrice
+from billing_app.models import PoolPrice, SharePremium
 from billing_app.permissions import can_set_prices
 from billing_app.public_prices import PublicPrices
 from billing_app.selectors import price_in_force
+from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.models import Pool
 from teams.permissions import require
 
@@ -40,7 +41,7 @@ def set_pool_price(
     if actor is not None:
         require(can_set_prices(actor), "Only platform operators set prices.")
     now = timezone.now()
-    price = _usd_per_gpu_hour(usd_per_gpu_hour)
+    price = parse_usd_per_gpu_hour(usd_per_gpu_hour)
     if effective_from is None:
         effective_from = now
     elif timezone.is_naive(effective_from):
@@ -77,7 +78,7 @@ def set_pool_price(
     return row
 
 
-def _usd_per_gpu_hour(value) -> Decimal:
+def parse_usd_per_gpu_hour(value) -> Decimal:
     """A Decimal, an int or a decimal string; never a float (it cannot hold most cents exactly)."""
     field = "usd_per_gpu_hour"
     if isinstance(value, bool | float) or not isinstance(value, Decimal | int | str):
@@ -145,3 +146,42 @@ def _shown(path: Path) -> str:
         return str(Path(path).resolve().relative_to(settings.BASE_DIR.resolve().parent))
     except ValueError:
         return str(path)
+
+
+def set_share_premium(
+    gpu_milli: int, multiplier, *, actor, effective_from: dt.datetime | None = None
+) -> SharePremium:
+    """An operator's premium (> 1) or discount (< 1) on slices of exactly gpu_milli, from effective_from
+    (default now; never in the past, like prices). 1 removes it; older rows stay for past usage."""
+    require(can_set_prices(actor), "Only platform operators set prices.")
+    if isinstance(gpu_milli, bool) or not isinstance(gpu_milli, int) or not 1 <= gpu_milli <= MILLI_PER_GPU:
+        raise ValidationError({"gpu_milli": f"A slice size from 1 to {MILLI_PER_GPU} milli-GPU."})
+    try:
+        value = Decimal(multiplier) if isinstance(multiplier, str | int | Decimal) else None
+    except InvalidOperation:
+        value = None
+    if (
+        value is None
+        or not value.is_finite()
+        or not Decimal(0) < value <= 10
+        or -value.as_tuple().exponent > 4
+    ):
+        raise ValidationError(
+            {"multiplier": "A decimal string above 0, at most 10, 4 places: '1.10' is +10 %."}
+        )
+    now = timezone.now()
+    effective_from = effective_from or now
+    if effective_from < now:
+        raise ValidationError({"effective_from": "A premium cannot start in the past."})
+    with transaction.atomic():
+        row = SharePremium.objects.create(
+            gpu_milli=gpu_milli, multiplier=value, effective_from=effective_from, created_by=actor
+        )
+        log_event(
+            row,
+            "share-premium",
+            actor=actor,
+            reason=f"slices of {gpu_milli} milli-GPU pay x{value} from {effective_from:%Y-%m-%d %H:%M} UTC",
+            data={"gpu_milli": gpu_milli, "multiplier": str(value)},
+        )
+    return row

@@ -2,8 +2,14 @@
 
 from celery import shared_task
 
+from billing_app.feeds import advance_spot_feeds as run_advance_spot_feeds
 from billing_app.resizing import offer_resizes as run_offer_resizes
 from billing_app.upkeep import metering_upkeep
+
+
+@shared_task(name="billing_app.advance_spot_feeds", ignore_result=True)
+def advance_spot_feeds() -> dict:
+    return run_advance_spot_feeds()
 
 
 @shared_task(name="billing_app.offer_resizes", ignore_result=True)

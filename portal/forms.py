@@ -14,6 +14,8 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from billing_app.choices import BudgetPolicy
+from billing_app.models import FeedKind
+from billing_app.spot_feeds import REPLAY_FILES
 from portal.share import Share
 from scheduler_app.choices import BillingMode, NodeStatus, TaskType
 from scheduler_app.constants import MILLI_PER_GPU
@@ -240,3 +242,65 @@ class BudgetForm(ServiceErrorsMixin, forms.Form):
         if "thresholds" in cleaned:
             cleaned["thresholds_percent"] = cleaned.pop("thresholds")
         return cleaned
+
+
+class QuoteForm(forms.Form):
+    """A request shape to compare on-demand against spot on one GPU model (the pricing page)."""
+
+    gpu_model = forms.ChoiceField(label="GPU model")
+    share = forms.TypedChoiceField(choices=Share.choices, coerce=int, initial=MILLI_PER_GPU, label="Share")
+    max_duration_h = forms.DecimalField(
+        min_value=Decimal("0.01"),
+        max_value=Decimal(24 * 365),
+        decimal_places=2,
+        initial=Decimal(8),
+        label="Max duration (h)",
+    )
+    checkpoint_interval_min = forms.IntegerField(
+        min_value=1,
+        max_value=24 * 60,
+        required=False,
+        initial=30,
+        label="Checkpoint every (min)",
+        help_text="Empty: the job does not checkpoint, so a reclaim loses everything so far.",
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        models = Pool.objects.order_by("gpu_model").values_list("gpu_model", flat=True).distinct()
+        self.fields["gpu_model"].choices = [(m, m) for m in models]
+
+    def shape(self) -> dict:
+        share = Share.parse(self.cleaned_data["share"])
+        interval = self.cleaned_data.get("checkpoint_interval_min")
+        return {
+            "gpu_model": self.cleaned_data["gpu_model"],
+            "gpu_milli": share.gpu_milli,
+            "num_gpus": share.num_gpus,
+            "max_duration_s": int(self.cleaned_data["max_duration_h"] * 3600),
+            "checkpoint_interval_s": interval * 60 if interval else None,
+        }
+
+
+class PriceUploadForm(forms.Form):
+    """Operators upload a spot price file: effective_from,usd_per_gpu_hour[,pool]."""
+
+    pool = forms.ModelChoiceField(
+        queryset=Pool.objects.filter(capacity_type="spot"),
+        required=False,
+        help_text="Empty: the file names the pool on each row (a pool column).",
+    )
+    file = forms.FileField(help_text="CSV, UTF-8: effective_from (ISO 8601 with timezone), usd_per_gpu_hour.")
+
+
+class SpotFeedForm(ServiceErrorsMixin, forms.Form):
+    """Operators choose what drives a spot pool's price; set_spot_feed checks the values."""
+
+    service_fields = {"replay_series": "replay_file"}
+
+    pool = forms.ModelChoiceField(queryset=Pool.objects.filter(capacity_type="spot"))
+    kind = forms.ChoiceField(choices=FeedKind.choices)
+    min_fraction = forms.DecimalField(initial=Decimal("0.30"), label="Idle price / on-demand")
+    max_fraction = forms.DecimalField(initial=Decimal("0.90"), label="Full price / on-demand")
+    replay_file = forms.ChoiceField(choices=[(f, f) for f in REPLAY_FILES], initial="gcp")
+    replay_speedup = forms.IntegerField(min_value=1, initial=1, label="Replay speed (x)")

@@ -154,6 +154,9 @@ CHECKPOINT_ROOT = env_str("CHECKPOINT_ROOT", str(VAR_DIR / "checkpoints"))
 # Telemetry (scheduler_app.rollups, scheduler_app.derived_metrics): how long raw samples, 1-minute and
 # 1-hour rollups are kept, and how often the rollup-and-checks task runs.
 TELEMETRY_INTERVAL_S = env_int("TELEMETRY_INTERVAL_S", 60, minimum=10)
+# How often the occupancy and replay spot feeds move their pools' prices (Celery beat; the embedded
+# worker advances them on each of its runs).
+SPOT_FEED_INTERVAL_S = env_int("SPOT_FEED_INTERVAL_S", 10, minimum=1)
 TELEMETRY_RAW_RETENTION_S = env_int("TELEMETRY_RAW_RETENTION_S", 3 * 3600, minimum=3600)
 TELEMETRY_MINUTE_RETENTION_S = env_int("TELEMETRY_MINUTE_RETENTION_S", 14 * 86400, minimum=86400)
 TELEMETRY_HOUR_RETENTION_S = env_int("TELEMETRY_HOUR_RETENTION_S", 400 * 86400, minimum=7 * 86400)
@@ -176,6 +179,7 @@ CELERY_BEAT_SCHEDULE = {
     "live-tick": {"task": "scheduler_app.live_tick", "schedule": 1.0, "options": {"expires": 1.0}},
     "telemetry-upkeep": {"task": "scheduler_app.telemetry_upkeep", "schedule": float(TELEMETRY_INTERVAL_S)},
     "resize-offers": {"task": "billing_app.offer_resizes", "schedule": float(TELEMETRY_INTERVAL_S)},
+    "spot-feeds": {"task": "billing_app.advance_spot_feeds", "schedule": float(SPOT_FEED_INTERVAL_S)},
 }
 
 AUTH_PASSWORD_VALIDATORS = [

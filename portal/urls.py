@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from portal.auth_forms import SignInForm
-from portal.views import billing, cluster, general, metrics, operator, requests, teams, tokens
+from portal.views import billing, cluster, general, metrics, operator, prices, requests, teams, tokens
 
 urlpatterns = [
     path("", general.home, name="home"),
@@ -27,6 +27,9 @@ urlpatterns = [
         name="request_resize_accept",
     ),
     path("cluster/", cluster.cluster, name="cluster"),
+    path("prices/", prices.pricing, name="prices"),
+    path("prices/upload/", prices.pricing_upload, name="prices_upload"),
+    path("prices/feed/", prices.pricing_feed, name="prices_feed"),
     path("cluster/nodes/", cluster.cluster_nodes, name="cluster_nodes"),
     path("teams/", teams.team_index, name="teams"),
     path("teams/<slug:slug>/", teams.team_detail, name="team_detail"),

@@ -9,9 +9,11 @@ from decimal import Decimal
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from billing_app.models import Budget
+from billing_app.feeds import set_spot_feed
+from billing_app.models import Budget, FeedKind
 from billing_app.public_prices import PriceFileError, read_public_prices
 from billing_app.services import default_public_prices_path, price_pools_from_public
 from scheduler_app.choices import BillingMode, CapacityType, RequestState, TaskType
@@ -29,6 +31,8 @@ DEMO_PASSWORD = "gpu-portal-demo"
 # What the demo's requests run: a stand-in workload the simulated GPUs see (agent/demo_job.py).
 DEMO_JOB = "python -m agent.demo_job"
 GIB = 1024
+# The demo spot pool replays a recorded day of spot prices every 10 seconds.
+DEMO_REPLAY_SPEEDUP = 24 * 3600 // 10
 
 DEMO_VISION_BUDGET_USD = Decimal("0.25")
 POOLS = [
@@ -107,6 +111,7 @@ def seed_demo(public_prices: Path | str | None = None) -> list[str]:
     if not GpuRequest.objects.exists():
         _seed_requests(users)
     _seed_prices(Path(public_prices) if public_prices else default_public_prices_path())
+    _seed_spot_feeds()
     return [username for username, _, _ in USERS]
 
 
@@ -122,6 +127,23 @@ def _seed_prices(path: Path) -> None:
         logger.warning("%s The demo pools stay unpriced.", error)
         return
     price_pools_from_public(public, only_unpriced=True, actor_name="seed_demo")
+
+
+def _seed_spot_feeds() -> None:
+    """Spot pools without a feed replay the recorded GCP spot history of their GPU model, a recorded
+    day every 10 s, so their prices visibly move; without that file, the occupancy feed."""
+    for pool in Pool.objects.filter(capacity_type=CapacityType.SPOT, spot_feed__isnull=True):
+        try:
+            set_spot_feed(
+                pool,
+                actor=None,
+                kind=FeedKind.REPLAY,
+                replay_file="gcp",
+                replay_speedup=DEMO_REPLAY_SPEEDUP,
+                actor_name="seed_demo",
+            )
+        except ValidationError:
+            set_spot_feed(pool, actor=None, kind=FeedKind.OCCUPANCY, actor_name="seed_demo")
 
 
 def _seed_requests(users) -> None:

@@ -77,7 +77,7 @@ def pass_ended(seconds: float) -> None:
 class EmbeddedWorker:
     """The embedded default's background worker: a thread that runs `work` when woken and every
     interval (what Celery beat and workers do in production). By default the heartbeat watchdog and
-    a scheduling pass, and the telemetry upkeep and the metering once each is due."""
+    a scheduling pass, the spot feeds, and the telemetry upkeep and the metering once each is due."""
 
     def __init__(
         self,
@@ -125,21 +125,31 @@ class EmbeddedWorker:
         connections.close_all()
 
     def _watchdog_pass_and_upkeep(self) -> None:
-        from billing_app.resizing import offer_resizes
-        from billing_app.upkeep import metering_upkeep
         from scheduler_app.node_health import check_heartbeats
         from scheduler_app.scheduling import run_scheduling_pass
-        from scheduler_app.upkeep import telemetry_upkeep
 
         try:
             check_heartbeats()
             run_scheduling_pass()
-        finally:  # a failed pass does not hold back the upkeeps
+        finally:  # a failed pass does not hold back the spot feeds or the upkeeps
+            self._feeds_and_upkeeps()
+
+    def _feeds_and_upkeeps(self) -> None:
+        """Every run: the spot feeds move their pools' prices (Celery beat's spot-feeds); once due:
+        the telemetry upkeep (then the resize offers, on the rollups it wrote) and the metering."""
+        from billing_app.feeds import advance_spot_feeds
+        from billing_app.resizing import offer_resizes
+        from billing_app.upkeep import metering_upkeep
+        from scheduler_app.upkeep import telemetry_upkeep
+
+        try:
+            advance_spot_feeds()
+        finally:  # a failed feed does not hold back the upkeeps
             try:
                 if time.monotonic() >= self._upkeep_due:
                     self._upkeep_due = time.monotonic() + self.upkeep_interval_s
                     telemetry_upkeep()
-                    offer_resizes()  # on the rollups the upkeep just wrote
+                    offer_resizes()
             finally:
                 if time.monotonic() >= self._metering_due:
                     self._metering_due = time.monotonic() + settings.METERING_INTERVAL_S

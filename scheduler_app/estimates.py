@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from django.utils import timezone
 
 from billing_app.budgets import budget_warning
+from billing_app.quotes import Quote, quote, quote_lines
 from billing_app.selectors import PlacementPrices, price_per_hour
 from scheduler_app.choices import BillingMode
 from scheduler_app.cluster_state import WORKLOAD_WINDOW, load_cluster_snapshot, request_spec
@@ -44,6 +45,7 @@ class Estimate:
     as_of: dt.datetime
     prices: PlacementPrices
     share_label: str
+    quote: Quote | None = None  # on-demand against spot with reclaims counted, on the compared model
     budget_warning: str = ""
 
     @property
@@ -60,7 +62,8 @@ class Estimate:
     @property
     def price_lines(self) -> list[str]:
         """The prices in words, as the form shows them."""
-        return price_lines(self.prices, self.share_label, self.pool)
+        lines = price_lines(self.prices, self.share_label, self.pool)
+        return lines + (quote_lines(self.quote) if self.quote else [])
 
 
 def price_lines(prices: PlacementPrices, label: str, pool: str = "") -> list[str]:
@@ -110,9 +113,25 @@ def estimate_request(
             placed_pool=placed_pool,
         )
 
+    def answer(starts_now, where, start, reason, pool, as_of) -> Estimate:
+        placed = prices(pool)
+        compared = placed.compared.gpu_model
+        shape = None
+        if compared:
+            shape = quote(
+                gpu_model=compared,
+                gpu_milli=request.gpu_milli,
+                num_gpus=request.num_gpus,
+                max_duration_s=request.max_duration_s,
+                checkpoint_interval_s=request.checkpoint_interval_s,
+                at=now,
+            )
+        return _with_budget(
+            Estimate(starts_now, where, start, reason, pool, as_of, placed, label, shape), request, now
+        )
+
     if not spec.pools:
-        reason = f"no {request.billing_mode} pool exists"
-        return _with_budget(Estimate(False, "", None, reason, "", now, prices(), label), request, now)
+        return answer(False, "", None, f"no {request.billing_mode} pool exists", "", now)
     with _NEXT_PASS_LOCK:
         planned = next_pass()
         if planned is not None:
@@ -123,15 +142,14 @@ def estimate_request(
     pool = _pool_of(decision.node)
     if decision.start is not None:
         where = ", ".join(f"{decision.node}/gpu{i}" for i in decision.start.placement.gpus)
-        return _with_budget(Estimate(True, where, now, "", pool, as_of, prices(pool), label), request, now)
+        return answer(True, where, now, "", pool, as_of)
     waiting = decision.waiting
     start = (
         None
         if waiting.estimated_start is None
         else dt.datetime.fromtimestamp(waiting.estimated_start, dt.UTC)
     )
-    estimate = Estimate(False, "", start, waiting.reason(format_utc), pool, as_of, prices(pool), label)
-    return _with_budget(estimate, request, now)
+    return answer(False, "", start, waiting.reason(format_utc), pool, as_of)
 
 
 def _with_budget(estimate: Estimate, request, now: dt.datetime) -> Estimate:

@@ -8,7 +8,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from audit.models import Event
-from billing_app.api.serializers import HourlyPriceSerializer, HourlyPricesSerializer
+from billing_app.api.serializers import HourlyPriceSerializer, HourlyPricesSerializer, QuoteSerializer
 from portal.api.fields import (
     AwareDateTimeField,
     StrictBooleanField,
@@ -207,6 +207,11 @@ class EstimateSerializer(serializers.Serializer):
     )
     price_lines = serializers.ListField(
         child=serializers.CharField(), help_text="The prices in words, one line each, as the form shows them."
+    )
+    quote = QuoteSerializer(
+        allow_null=True,
+        help_text="On-demand against spot on the compared model: totals over the max duration and the "
+        "effective spot cost with expected reclaims; null when no model is known.",
     )
 
 

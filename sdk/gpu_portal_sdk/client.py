@@ -30,6 +30,7 @@ from gpu_portal_sdk.models import (
     Health,
     NodeHealth,
     Price,
+    Quote,
     Recommendation,
     Resource,
     Statement,
@@ -283,6 +284,32 @@ class ResourceManager:
         return Statement.from_api(self._call("GET", f"teams/{team}/statement/", params=params))
 
     # HTTP
+
+    def quote(
+        self,
+        gpu_model: str,
+        min_gpu: float = 1.0,
+        num_gpus: int = 1,
+        max_duration_s: int | None = None,
+        checkpoint_interval_s: int | None = None,
+        restart_overhead_s: int | None = None,
+    ) -> Quote:
+        """On-demand against spot for this shape on gpu_model: per hour, over max_duration_s, and spot's
+        effective cost once the pool's expected reclaims are counted (each loses half the checkpoint
+        interval plus the restart overhead). Money is Decimal."""
+        if not 0 < min_gpu <= 1:
+            message = "min_gpu is the share of each card, above 0 and at most 1; use num_gpus for more."
+            raise ValidationError(message, code="validation_error", fields={"min_gpu": [message]})
+        params = {
+            "gpu_model": gpu_model,
+            "gpu_milli": round(min_gpu * MILLI_PER_GPU),
+            "num_gpus": num_gpus,
+            "max_duration_s": max_duration_s,
+            "checkpoint_interval_s": checkpoint_interval_s,
+            "restart_overhead_s": restart_overhead_s,
+        }
+        query = {k: v for k, v in params.items() if v is not None}
+        return Quote.from_api(self._call("GET", "prices/quote/", params=query))
 
     def _request_body(self, args: dict) -> dict:
         min_gpu, num_gpus = args["min_gpu"], args["num_gpus"]

@@ -164,6 +164,83 @@ class EstimatePrices:
         )
 
 
+def _decimal(value) -> Decimal | None:
+    return None if value is None else Decimal(str(value))
+
+
+@dataclass(frozen=True)
+class QuoteSide:
+    """One capacity type for the shape, in the cheapest priced pool of the model: USD per card-hour,
+    per hour for the whole request, and over the max duration (None without one)."""
+
+    pool: str
+    usd_per_gpu_hour: Decimal
+    usd_per_hour: Decimal
+    expected_total_usd: Decimal | None = None
+
+    @classmethod
+    def from_api(cls, data: dict | None) -> "QuoteSide | None":
+        if data is None:
+            return None
+        money = {k: _decimal(data.get(k)) for k in ("usd_per_gpu_hour", "usd_per_hour", "expected_total_usd")}
+        return cls(**_known(cls, data, **money))
+
+
+@dataclass(frozen=True)
+class SpotCost:
+    """Spot once expected reclaims are counted: the pool's reclaim rate per hour (and whether it comes
+    from history or the prior), the reclaims and paid hours expected, and the effective cost."""
+
+    reclaims_per_hour: Decimal
+    reclaim_source: str
+    expected_reclaims: Decimal | None
+    expected_hours: Decimal | None
+    effective_total_usd: Decimal | None
+    effective_usd_per_hour: Decimal | None
+    note: str = ""
+
+    @classmethod
+    def from_api(cls, data: dict | None) -> "SpotCost | None":
+        if data is None:
+            return None
+        keys = ("expected_reclaims", "expected_hours", "effective_total_usd", "effective_usd_per_hour")
+        return cls(
+            reclaims_per_hour=Decimal(str(data["reclaim"]["per_hour"])),
+            reclaim_source=data["reclaim"]["source"],
+            note=data.get("note", ""),
+            **{k: _decimal(data.get(k)) for k in keys},
+        )
+
+
+@dataclass(frozen=True)
+class Quote:
+    """On-demand against spot for one request shape on one GPU model (see ResourceManager.quote)."""
+
+    gpu_model: str
+    gpu_milli: int
+    num_gpus: int
+    hours: Decimal | None = None
+    on_demand: QuoteSide | None = None
+    spot: QuoteSide | None = None
+    spot_cost: SpotCost | None = None
+    cheaper: str = ""
+
+    @classmethod
+    def from_api(cls, data: dict | None) -> "Quote | None":
+        if data is None:
+            return None
+        return cls(
+            **_known(
+                cls,
+                data,
+                hours=_decimal(data.get("hours")),
+                on_demand=QuoteSide.from_api(data.get("on_demand")),
+                spot=QuoteSide.from_api(data.get("spot")),
+                spot_cost=SpotCost.from_api(data.get("spot_cost")),
+            )
+        )
+
+
 @dataclass(frozen=True)
 class Estimate:
     """Where a request would run if submitted now (`where`, "node/gpuN, ..."), or why it would wait;
@@ -174,6 +251,7 @@ class Estimate:
     estimated_start_at: dt.datetime | None
     reason: str
     prices: EstimatePrices = EstimatePrices()
+    quote: Quote | None = None
 
     @classmethod
     def from_api(cls, data: dict) -> "Estimate":
@@ -183,6 +261,7 @@ class Estimate:
                 data,
                 estimated_start_at=parse_time(data.get("estimated_start_at")),
                 prices=EstimatePrices.from_api(data.get("prices")),
+                quote=Quote.from_api(data.get("quote")),
             )
         )
 

@@ -74,3 +74,22 @@ def test_seeding_again_adds_no_price_and_keeps_what_operators_set(price_file, op
 
     assert (PoolPrice.objects.count(), Event.objects.count()) == (rows, events)
     assert price_of("a100-80gb") == Decimal("3.00")
+
+
+def test_the_demo_spot_pool_replays_recorded_spot_prices_so_they_move(price_file):
+    import datetime as dt
+
+    from billing_app.feeds import advance_spot_feeds
+    from billing_app.models import FeedKind, SpotFeed
+    from billing_app.prices import price_in_force as in_force
+
+    seed_demo(price_file([("A100-80GB", "4.0", "1.0")]))
+    spot = Pool.objects.get(name="a100-80gb-spot")
+    feed = SpotFeed.objects.get(pool=spot)
+    assert feed.kind == FeedKind.REPLAY
+    seen = set()
+    for seconds in range(0, 600, 10):  # ten minutes of the demo, a recorded day every 10 s
+        now = feed.started_at + dt.timedelta(seconds=seconds)
+        advance_spot_feeds(now)
+        seen.add(in_force(spot, "spot", now))
+    assert len(seen) >= 3
