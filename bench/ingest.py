@@ -3,7 +3,7 @@
     /work/quiet-wait && python -m bench.ingest [--database-url postgres://postgres@127.0.0.1:5432/gpu_portal_bench_ingest]
         [--nodes 1250] [--gpus-per-node 8] [--agents 4] [--moments 10] [--seconds 20]
 
-Builds a scratch database (created if missing, its cluster rebuilt each run) with `--nodes` nodes of
+Builds a scratch database (recreated each run) with `--nodes` nodes of
 `--gpus-per-node` cards (10,000 GPUs by default), then starts `--agents` processes. Each simulates
 its share of the nodes at 1 Hz and sends each node's readings `--moments` seconds at a time, through
 the ingest service the API calls (`scheduler_app.telemetry.record_sample_moments`: every reading
@@ -21,7 +21,7 @@ import random
 import resource
 import time
 
-from bench.scratch_db import migrated_django
+from bench.scratch_db import migrated_django, recreate_database
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/gpu_portal_bench_ingest"
 
@@ -38,6 +38,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20)
     args = parser.parse_args()
 
+    recreate_database(args.database_url)  # fresh: a database from older migrations would not migrate
     migrated_django(args.database_url)
     node_ids = _rebuild_cluster(args.nodes, args.gpus_per_node)
     # Simulated time starts 50 minutes back, so the agents can run ahead of the clock for a while
