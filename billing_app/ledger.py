@@ -120,7 +120,7 @@ def burn_usd_per_hour(team: Team, now: dt.datetime) -> Decimal:
     total = Decimal(0)
     running = Allocation.objects.committed().filter(request__team=team).select_related("gpu__node__pool")
     for allocation in running:
-        price = price_now(allocation.gpu.node.pool, allocation.billing_mode, now)
+        price = price_now(allocation.gpu.node.pool, allocation.billing_mode, allocation.milli, now)
         total += price * allocation.milli / MILLI_PER_GPU
     return total
 

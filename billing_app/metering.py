@@ -16,8 +16,8 @@ from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
-from billing_app.constants import AMOUNT_QUANTUM
-from billing_app.models import LedgerEntry, PoolPrice
+from billing_app.constants import AMOUNT_QUANTUM, PRICE_QUANTUM
+from billing_app.models import LedgerEntry, PoolPrice, SharePremium
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.models import Allocation, GpuRequest, Pool
 
@@ -27,13 +27,16 @@ METERING_SETTLE_S = 60
 SECONDS_PER_HOUR = 3600
 
 
-def _price_pieces(pool: Pool, capacity_type: str, start: dt.datetime, end: dt.datetime):
-    """THE seam to the price catalog: [(from, to, USD per GPU-hour)] covering [start, end).
+def _price_pieces(pool: Pool, capacity_type: str, gpu_milli: int, start: dt.datetime, end: dt.datetime):
+    """THE seam to the price catalog: [(from, to, USD per GPU-hour)] covering [start, end) for slices
+    of gpu_milli.
 
     The price of `capacity_type` capacity of the pool's GPU model: the pool's own price when the
     pool is of that type, else the cheapest pool of that model and type (spot billing on on-demand
     capacity pays the spot price); the pool's own price when no such pool is priced, 0 while
-    nothing is. Built on the PoolPrice history; the price catalog's price_in_force may replace it."""
+    nothing is. Times the operator's premium or discount on slices of that size (a SharePremium),
+    as the catalog's slice_usd_per_hour prices them, rounded to the catalog's PRICE_QUANTUM; a
+    premium that changes also splits the time."""
     pools = [pool.pk]
     if pool.capacity_type != capacity_type:
         same = Pool.objects.filter(gpu_model=pool.gpu_model, capacity_type=capacity_type)
@@ -44,15 +47,25 @@ def _price_pieces(pool: Pool, capacity_type: str, start: dt.datetime, end: dt.da
             "pool_id", "effective_from", "id"
         )
     )
+    premiums = list(
+        SharePremium.objects.filter(gpu_milli=gpu_milli, effective_from__lt=end).order_by(
+            "effective_from", "id"
+        )
+    )
 
     def price_at(at: dt.datetime) -> Decimal:
         in_force = {}
         for row in rows:
             if row.effective_from <= at:
                 in_force[row.pool_id] = row.usd_per_gpu_hour
-        return min(in_force.values(), default=Decimal(0))
+        multiplier = Decimal(1)
+        for premium in premiums:
+            if premium.effective_from <= at:
+                multiplier = premium.multiplier
+        return (min(in_force.values(), default=Decimal(0)) * multiplier).quantize(PRICE_QUANTUM)
 
-    instants = sorted({start} | {r.effective_from for r in rows if start < r.effective_from < end})
+    changes = {r.effective_from for r in rows} | {p.effective_from for p in premiums}
+    instants = sorted({start} | {at for at in changes if start < at < end})
     pieces = []
     for begin, finish in zip(instants, [*instants[1:], end], strict=True):
         price = price_at(begin)
@@ -63,9 +76,9 @@ def _price_pieces(pool: Pool, capacity_type: str, start: dt.datetime, end: dt.da
     return pieces
 
 
-def price_now(pool: Pool, capacity_type: str, at: dt.datetime) -> Decimal:
-    """USD per GPU-hour in force at `at` (what a running slice burns)."""
-    return _price_pieces(pool, capacity_type, at, at + dt.timedelta(seconds=1))[0][2]
+def price_now(pool: Pool, capacity_type: str, gpu_milli: int, at: dt.datetime) -> Decimal:
+    """USD per GPU-hour in force at `at` for a slice of gpu_milli (what a running slice burns)."""
+    return _price_pieces(pool, capacity_type, gpu_milli, at, at + dt.timedelta(seconds=1))[0][2]
 
 
 def amount_usd(usd_per_gpu_hour: Decimal, milli: int, seconds: Decimal) -> Decimal:
@@ -122,7 +135,9 @@ def meter_allocation(allocation_id: int, now: dt.datetime) -> list[LedgerEntry]:
         cuts = _month_cuts(watermark, until)
         spans = [
             (a, b, price)
-            for begin, finish, price in _price_pieces(pool, allocation.billing_mode, watermark, until)
+            for begin, finish, price in _price_pieces(
+                pool, allocation.billing_mode, allocation.milli, watermark, until
+            )
             for a, b in itertools.pairwise([begin, *(c for c in cuts if begin < c < finish), finish])
         ]
         written = []

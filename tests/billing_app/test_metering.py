@@ -9,7 +9,7 @@ from django.db.models import Sum
 
 from billing_app import metering
 from billing_app.metering import meter_usage
-from billing_app.models import LedgerEntry
+from billing_app.models import LedgerEntry, SharePremium
 from billing_app.switching import switch_billing_mode
 from scheduler_app.choices import BillingMode
 from tests.billing_app.conftest import T0, finish
@@ -54,6 +54,27 @@ def test_a_price_change_splits_the_segment_at_its_instant(pool, price_history, s
     ]
     # 4 * 0.5 * 3630 s / 3600, then 2 * 0.5 * 3570 s / 3600
     assert total() == Decimal("2.0166666667") + Decimal("0.9916666667")
+
+
+def test_a_slice_pays_its_sizes_premium_and_a_premium_change_splits_the_segment(
+    pool, price_history, start_running
+):
+    price_history(pool, (T0 - H, "4.00"))
+    SharePremium.objects.create(gpu_milli=500, multiplier=Decimal("1.2500"), effective_from=T0 - H)
+    SharePremium.objects.create(gpu_milli=500, multiplier=Decimal("0.9000"), effective_from=T0 + H)
+    SharePremium.objects.create(
+        gpu_milli=250, multiplier=Decimal("3.0000"), effective_from=T0 - H
+    )  # not ours
+    finish(start_running(milli=500), T0 + 2 * H)
+
+    meter_usage(T0 + 10 * H)
+
+    # As the catalog prices a half card: 4 USD * 1.25 for the first hour, then 4 USD * 0.90.
+    assert [(r[0], r[1], r[3]) for r in rows()] == [
+        (T0, T0 + H, Decimal("5.000000")),
+        (T0 + H, T0 + 2 * H, Decimal("3.600000")),
+    ]
+    assert total() == Decimal("2.5") + Decimal("1.8")
 
 
 def test_a_billing_switch_splits_the_segment_and_bills_spot_from_that_second(
