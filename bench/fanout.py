@@ -90,11 +90,7 @@ def _run(args, env: dict, logs: Path) -> int:
     _purge_broker(args.redis_url)
     cache.clear()
     port = production.free_port()
-    commands = {
-        "web": production.command("ASGI server", port),
-        "worker": production.command("Celery worker", port),
-        "beat": [*production.command("Celery beat", port), "--schedule", str(logs / "celerybeat-schedule")],
-    }
+    commands = production.portal_processes(port, logs)
     with Processes(env, logs) as processes:
         for name, command in commands.items():
             processes.start(name, command)

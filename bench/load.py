@@ -90,12 +90,7 @@ def _run(args, env: dict, database: str, logs: Path, stamp: str) -> int:
     connections.close_all()
     _purge_broker(args.redis_url)
     port = production.free_port()
-    commands = {
-        "web": production.command("ASGI server", port),
-        "worker": production.command("Celery worker", port),
-        # beat keeps its schedule file with the run's logs, not in the checkout
-        "beat": [*production.command("Celery beat", port), "--schedule", str(logs / "celerybeat-schedule")],
-    }
+    commands = production.portal_processes(port, logs)
     with Processes(env, logs) as processes:
         for name, command in commands.items():
             processes.start(name, command)

@@ -28,6 +28,16 @@ def command(process_prefix: str, port: int) -> list[str]:
     return argv
 
 
+def portal_processes(port: int, logs: Path) -> dict[str, list[str]]:
+    """The portal's processes as the benchmarks start them: web, worker and beat, beat keeping its
+    schedule file with the run's logs rather than in the checkout."""
+    return {
+        "web": command("ASGI server", port),
+        "worker": command("Celery worker", port),
+        "beat": [*command("Celery beat", port), "--schedule", str(logs / "celerybeat-schedule")],
+    }
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -61,10 +61,12 @@ def publish_events_after_commit(messages: Iterable[tuple[int | None, dict]]) -> 
 def _queue_after_commit(batch: list[tuple[str, dict]]) -> None:
     if batch:
         typed = [(group, {"type": "team.event", **message}) for group, message in batch]
-        transaction.on_commit(lambda: _deliver(typed))
+        transaction.on_commit(lambda: send_to_groups(typed))
 
 
-def _deliver(batch: list[tuple[str, dict]]) -> None:
+def send_to_groups(batch: list[tuple[str, dict]]) -> None:
+    """Send each (group, channel-layer message) now, in order, as the module docstring says: queued
+    to this process's loop where there is one, else at once."""
     loop = serving_loop() or (_background_loop() if settings.REDIS_URL else None)
     if loop is None:
         async_to_sync(_send_all)(batch)

@@ -14,8 +14,6 @@ import json
 import logging
 from collections import defaultdict
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.core.cache import cache
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
@@ -23,7 +21,7 @@ from redis.exceptions import RedisError
 
 from scheduler_app.choices import NodeStatus
 from scheduler_app.constants import LIVE_READING_MAX_AGE_S, MILLI_PER_GPU
-from scheduler_app.live import operator_group, team_group
+from scheduler_app.live import operator_group, send_to_groups, team_group
 from scheduler_app.models import Allocation, Gpu, GpuSample
 from teams.models import Team
 
@@ -167,13 +165,4 @@ def _tick_texts(delta: dict, previous: dict, at: str) -> list[tuple[str, str]]:
 
 
 def _send(texts: list[tuple[str, str]]) -> None:
-    layer = get_channel_layer()
-
-    async def send_all():
-        for group, text in texts:
-            await layer.group_send(group, {"type": "live.tick", "text": text})
-
-    try:
-        async_to_sync(send_all)()
-    except RedisError as error:
-        log.warning("cannot reach Redis to send the live tick: %s", error)
+    send_to_groups([(group, {"type": "live.tick", "text": text}) for group, text in texts])
