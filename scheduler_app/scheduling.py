@@ -47,9 +47,10 @@ def run_scheduling_pass(*, policy: str = DEFAULT_POLICY, now: dt.datetime | None
             policy,
             workload=snapshot.workload,
         )
-        result = _apply(plan, snapshot, now)
+        result, refused = _apply(plan, snapshot, now)
         store_pass_state(snapshot, plan, result, now, policy)
-        return result
+    _explain_waiting(plan, snapshot, refused)
+    return result
 
 
 def _one_pass_at_a_time() -> None:
@@ -60,24 +61,20 @@ def _one_pass_at_a_time() -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [PASS_LOCK_ID])
 
 
-def _apply(plan: PassPlan, snapshot: ClusterSnapshot, now: dt.datetime) -> PassResult:
-    """Requeue the victims, then place the starts, through the lifecycle owner's bulk forms.
+def _apply(plan: PassPlan, snapshot: ClusterSnapshot, now: dt.datetime) -> tuple[PassResult, dict[int, str]]:
+    """Requeue the victims, then place the starts, through the lifecycle owner's bulk forms; return
+    the result and the starts refused under the locks.
 
-    Every request row the pass touches is locked first, in one id-ordered statement, so the pass
-    cannot deadlock with a bulk cancel, node loss or any other writer that locks requests in id
-    order; `place` then finds them locked already.
+    The rows the pass changes (victims and starts) are locked first, in one id-ordered statement, so
+    the pass cannot deadlock with a bulk cancel, node loss or any other writer that locks requests in
+    id order; `place` then finds them locked already. Requests that only wait are not locked here: a
+    cancel of one need not wait for the pass to commit.
     """
     victims = {
         p.allocation.request.id: f"preempted: {p.reason}; checkpoint and requeue" for p in plan.preemptions
     }
-    touched = (
-        set(victims)
-        | {start.request.id for start in plan.starts}
-        | {waiting.request_id for waiting in plan.waiting}
-        | set(snapshot.unplaceable)
-    )
-    rows = GpuRequest.objects.select_for_update().filter(pk__in=touched).order_by("pk")
-    locked = {r.pk: r for r in rows.only("state", "pending_reason", "estimated_start_at")}
+    changing = set(victims) | {start.request.id for start in plan.starts}
+    list(GpuRequest.objects.select_for_update().filter(pk__in=changing).order_by("pk").values_list("pk"))
     preempted = len(requeue(list(victims), reasons=victims, actor_name=ACTOR, now=now)) if victims else 0
     placed = place(
         [
@@ -93,8 +90,8 @@ def _apply(plan: PassPlan, snapshot: ClusterSnapshot, now: dt.datetime) -> PassR
         actor_name=ACTOR,
         now=now,
     )
-    waiting = _explain_waiting(plan, snapshot, placed.refused, locked)
-    return PassResult(len(placed.started), preempted, waiting, len(placed.refused))
+    waiting = len(plan.waiting) + len(snapshot.unplaceable)
+    return PassResult(len(placed.started), preempted, waiting, len(placed.refused)), placed.refused
 
 
 def format_utc(timestamp: float) -> str:
@@ -113,12 +110,13 @@ def _billing_mode(start: Start, snapshot: ClusterSnapshot) -> str:
     return BillingMode.SPOT if capacity == CapacityType.SPOT else BillingMode.ON_DEMAND
 
 
-def _explain_waiting(
-    plan: PassPlan, snapshot: ClusterSnapshot, refused: dict[int, str], locked: dict[int, GpuRequest]
-) -> int:
+def _explain_waiting(plan: PassPlan, snapshot: ClusterSnapshot, refused: dict[int, str]) -> None:
     """Store each waiting request's reason and estimated start, where they changed; a start refused
     under the locks (a concurrent writer took the capacity) says so and is retried next pass.
-    `locked`: the rows as the pass locked them; one no longer pending (cancelled meanwhile) is left."""
+
+    Its own short transaction after the pass's: a row another writer holds (a cancel, a later pass
+    placing it) is skipped rather than waited for, and one no longer pending is left; the next pass
+    explains it again."""
     reasons: dict[int, tuple[str, dt.datetime | None]] = {}
     for waiting in plan.waiting:
         estimate = (
@@ -131,13 +129,17 @@ def _explain_waiting(
         reasons[request_id] = (f"placement refused under lock ({why}); retried next pass", None)
     for request_id, why in snapshot.unplaceable.items():
         reasons[request_id] = (why, None)
-    changed = []
-    for request_id, (reason, estimate) in reasons.items():
-        request = locked.get(request_id)
-        if request is None or request.state != RequestState.PENDING:
-            continue
-        if (request.pending_reason, request.estimated_start_at) != (reason[:300], estimate):
-            request.pending_reason, request.estimated_start_at = reason[:300], estimate
-            changed.append(request)
-    GpuRequest.objects.save_fields(changed, ["pending_reason", "estimated_start_at"])
-    return len(plan.waiting) + len(snapshot.unplaceable)
+    with transaction.atomic():
+        rows = (
+            GpuRequest.objects.select_for_update(skip_locked=True)
+            .filter(pk__in=reasons, state=RequestState.PENDING)
+            .order_by("pk")
+            .only("state", "pending_reason", "estimated_start_at")
+        )
+        changed = []
+        for request in rows:
+            reason, estimate = reasons[request.pk]
+            if (request.pending_reason, request.estimated_start_at) != (reason[:300], estimate):
+                request.pending_reason, request.estimated_start_at = reason[:300], estimate
+                changed.append(request)
+        GpuRequest.objects.save_fields(changed, ["pending_reason", "estimated_start_at"])
