@@ -1,0 +1,206 @@
+"""The what-if replay on a small hand-made history: three whole-card jobs of 10 minutes submitted 10 s
+apart to a one-card cluster, so each really waited for the one before."""
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+
+from billing_app.models import PoolPrice
+from scheduler_app import whatif
+from scheduler_app.choices import CapacityType, RequestState, WhatIfStatus
+from scheduler_app.models import GpuRequest, WhatIfRun
+from scheduler_app.services.inventory import create_pool
+from scheduler_app.services.placement import PlannedStart, Slice, place
+from scheduler_app.services.transitions import transition_requests
+from scheduler_app.services.whatif import run_queued_what_ifs, run_what_if, start_what_if
+
+T0 = (timezone.now() - dt.timedelta(days=1)).replace(microsecond=0)
+RUN_S = 600
+
+
+@pytest.fixture
+def history(team, member, make_node, pool):
+    """Three jobs run one after another on the only card: actual delays 0, 590 and 1180 s."""
+    card = make_node("a100-1", gpus=1).gpus.get()
+    PoolPrice.objects.create(
+        pool=pool, usd_per_gpu_hour=Decimal("4.00"), effective_from=T0 - dt.timedelta(days=1)
+    )
+    for i in range(3):
+        submitted = T0 + dt.timedelta(seconds=10 * i)
+        began, ended = T0 + dt.timedelta(seconds=RUN_S * i), T0 + dt.timedelta(seconds=RUN_S * (i + 1))
+        request = GpuRequest.objects.create(
+            team=team, user=member, name=f"job-{i}", gpu_milli=1000, created_at=submitted
+        )
+        placed = place([PlannedStart(request.pk, (Slice(card.pk, 1000, 81920),), "on-demand")], now=began)
+        assert placed.started == [request.pk]
+        transition_requests(
+            [request.pk], RequestState.RUNNING, from_states=[RequestState.SCHEDULED], now=began
+        )
+        transition_requests(
+            [request.pk], RequestState.SUCCEEDED, from_states=[RequestState.RUNNING], now=ended
+        )
+    return {
+        "start": (T0 - dt.timedelta(hours=1)).isoformat(),
+        "end": (T0 + dt.timedelta(hours=1)).isoformat(),
+    }
+
+
+def scenario(period, **changes):
+    return whatif.parse_scenario({**period, **changes})
+
+
+def test_the_actual_side_is_what_the_history_recorded(history):
+    result = whatif.run(scenario(history))
+
+    assert result["requests"] == 3
+    assert result["actual"]["teams"]["vision"]["mean_delay_s"] == pytest.approx((0 + 590 + 1180) / 3, abs=0.1)
+    # 1800 card-seconds allocated over a 2-hour period on one card
+    assert result["actual"]["utilization"] == pytest.approx(1800 / 7200, abs=1e-4)
+    assert result["actual"]["cost_usd"] == "8.00"  # 1 card x 4 USD x 2 h
+
+
+def test_a_replay_of_the_same_cluster_reproduces_the_recorded_delays(history):
+    result = whatif.run(scenario(history))
+
+    assert result["scenario"]["mean_delay_s"] == pytest.approx(result["actual"]["mean_delay_s"], abs=1)
+    assert result["scenario"]["p95_delay_s"] == pytest.approx(result["actual"]["p95_delay_s"], abs=1)
+
+
+def test_more_nodes_lower_the_delay_and_cost_more(history):
+    same = whatif.run(scenario(history))
+    more = whatif.run(scenario(history, nodes={"a100": 2}))
+
+    assert more["scenario"]["gpus"] == 3
+    assert more["scenario"]["p95_delay_s"] == 0 < same["scenario"]["p95_delay_s"]
+    assert Decimal(more["scenario"]["cost_usd"]) == 3 * Decimal(same["scenario"]["cost_usd"])
+
+
+def test_the_recommendation_is_the_cheapest_addition_that_meets_the_target(history, make_node):
+    cheap = create_pool(name="l4", gpu_model="L4", capacity_type=CapacityType.ON_DEMAND)
+    make_node("l4-1", gpus=1, pool=cheap, memory_mib=24576)
+    PoolPrice.objects.create(
+        pool=cheap, usd_per_gpu_hour=Decimal("1.00"), effective_from=T0 - dt.timedelta(days=1)
+    )
+
+    # Two cards for three jobs: the third waits ~590 s; a third card (either pool) brings it to 0.
+    result = whatif.run(scenario(history, target_p95_s=60))
+
+    assert result["scenario"]["p95_delay_s"] > 60
+    recommendation = result["recommendation"]
+    assert recommendation["meets"] is True
+    assert recommendation["change"] == {"pool": "l4", "nodes": 1, "gpus": 1}
+    assert recommendation["cost_usd"] == "2.00"  # 1 card x 1 USD x 2 h, not the a100's 8.00
+    assert recommendation["p95_delay_s"] <= 60
+
+
+def test_no_recommendation_is_needed_when_the_scenario_meets_the_target(history):
+    result = whatif.run(scenario(history, nodes={"a100": 2}, target_p95_s=60))
+
+    assert result["recommendation"]["meets"] is True
+    assert result["recommendation"]["change"] is None
+
+
+def test_removing_every_node_of_the_pool_leaves_the_jobs_unplaceable(history):
+    result = whatif.run(scenario(history, nodes={"a100": -1}))
+
+    assert result["unplaceable"] == 3
+    assert result["scenario"]["requests"] == 0
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"start": "yesterday"}, "start"),
+        ({"start": "2026-01-01T00:00:00"}, "start"),  # no time zone
+        ({"end": (T0 - dt.timedelta(hours=2)).isoformat()}, "end"),  # before the start
+        ({"policy": "random"}, "policy"),
+        ({"queue": "lifo"}, "queue"),
+        ({"quotas": [{"team": "nobody", "pool": "a100", "guaranteed_milli": 1000}]}, "quotas"),
+        ({"quotas": [{"team": "vision", "pool": "a100", "guaranteed_milli": -1}]}, "quotas"),
+        ({"nodes": {"a100": -2}}, "nodes"),
+        ({"nodes": {"h100": 1}}, "nodes"),
+        ({"target_p95_s": "fast"}, "target_p95_s"),
+    ],
+)
+def test_a_bad_scenario_names_its_field_and_queues_nothing(history, operator, changes, field):
+    with pytest.raises(ValidationError) as error:
+        start_what_if(actor=operator, data={**history, **changes})
+
+    assert field in error.value.message_dict
+    assert not WhatIfRun.objects.exists()
+
+
+def test_a_period_without_placed_requests_is_refused(history, operator):
+    empty = {
+        "start": (T0 - dt.timedelta(hours=5)).isoformat(),
+        "end": (T0 - dt.timedelta(hours=4)).isoformat(),
+    }
+
+    with pytest.raises(ValidationError) as error:
+        start_what_if(actor=operator, data=empty)
+
+    assert "start" in error.value.message_dict
+    assert not WhatIfRun.objects.exists()
+
+
+def test_a_queued_run_is_claimed_once_and_keeps_its_progress(
+    history, operator, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=False):
+        run = start_what_if(actor=operator, data={**history, "target_p95_s": 60})
+    assert run.status == WhatIfStatus.QUEUED and run.progress == 0
+
+    assert run_what_if(run.pk) is True
+    assert run_what_if(run.pk) is False  # a repeated task finds it claimed
+    run.refresh_from_db()
+    assert run.status == WhatIfStatus.SUCCEEDED and run.progress == 100
+    assert run.result["requests"] == 3 and run.started_at <= run.finished_at
+
+
+def test_progress_is_written_while_the_run_runs(
+    history, operator, monkeypatch, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=False):
+        run = start_what_if(actor=operator, data=history)
+    seen = []
+    real_run = whatif.run
+
+    def watched(scenario, progress):
+        def spy(fraction):
+            progress(fraction)
+            seen.append(WhatIfRun.objects.values_list("status", "progress").get(pk=run.pk))
+
+        return real_run(scenario, spy)
+
+    monkeypatch.setattr(whatif, "run", watched)
+
+    assert run_queued_what_ifs() == 1
+    assert seen and all(status == WhatIfStatus.RUNNING for status, _ in seen)
+    assert max(percent for _, percent in seen) > 0
+
+
+def test_a_failing_replay_ends_failed_with_its_error(
+    history, operator, monkeypatch, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=False):
+        run = start_what_if(actor=operator, data=history)
+
+    def broken(scenario, progress):
+        raise RuntimeError("simulator exploded")
+
+    monkeypatch.setattr(whatif, "run", broken)
+    run_what_if(run.pk)
+
+    run.refresh_from_db()
+    assert run.status == WhatIfStatus.FAILED and "simulator exploded" in run.error and run.result is None
+
+
+def test_only_operators_start_what_ifs(history, member):
+    from teams.permissions import NotAllowed
+
+    with pytest.raises(NotAllowed):
+        start_what_if(actor=member, data=history)
+    assert not WhatIfRun.objects.exists()
