@@ -1,51 +1,25 @@
-"""The what-if replay on a small hand-made history: three whole-card jobs of 10 minutes submitted 10 s
-apart to a one-card cluster, so each really waited for the one before."""
+"""The what-if replay and its runs on a small hand-made history (whatif_helpers: three 10-minute
+whole-card jobs that queued on one card)."""
 
 import datetime as dt
 from decimal import Decimal
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.utils import timezone
 
 from billing_app.models import PoolPrice
 from scheduler_app import whatif
-from scheduler_app.choices import CapacityType, RequestState, WhatIfStatus
-from scheduler_app.models import GpuRequest, WhatIfRun
+from scheduler_app.choices import CapacityType, WhatIfStatus
+from scheduler_app.models import WhatIfRun
 from scheduler_app.services.inventory import create_pool
-from scheduler_app.services.placement import PlannedStart, Slice, place
-from scheduler_app.services.transitions import transition_requests
 from scheduler_app.services.whatif import run_queued_what_ifs, run_what_if, start_what_if
-
-T0 = (timezone.now() - dt.timedelta(days=1)).replace(microsecond=0)
-RUN_S = 600
+from teams.permissions import NotAllowed
+from tests.scheduler_app.whatif_helpers import T0, record_history
 
 
 @pytest.fixture
 def history(team, member, make_node, pool):
-    """Three jobs run one after another on the only card: actual delays 0, 590 and 1180 s."""
-    card = make_node("a100-1", gpus=1).gpus.get()
-    PoolPrice.objects.create(
-        pool=pool, usd_per_gpu_hour=Decimal("4.00"), effective_from=T0 - dt.timedelta(days=1)
-    )
-    for i in range(3):
-        submitted = T0 + dt.timedelta(seconds=10 * i)
-        began, ended = T0 + dt.timedelta(seconds=RUN_S * i), T0 + dt.timedelta(seconds=RUN_S * (i + 1))
-        request = GpuRequest.objects.create(
-            team=team, user=member, name=f"job-{i}", gpu_milli=1000, created_at=submitted
-        )
-        placed = place([PlannedStart(request.pk, (Slice(card.pk, 1000, 81920),), "on-demand")], now=began)
-        assert placed.started == [request.pk]
-        transition_requests(
-            [request.pk], RequestState.RUNNING, from_states=[RequestState.SCHEDULED], now=began
-        )
-        transition_requests(
-            [request.pk], RequestState.SUCCEEDED, from_states=[RequestState.RUNNING], now=ended
-        )
-    return {
-        "start": (T0 - dt.timedelta(hours=1)).isoformat(),
-        "end": (T0 + dt.timedelta(hours=1)).isoformat(),
-    }
+    return record_history(team, member, make_node("a100-1", gpus=1), pool)
 
 
 def scenario(period, **changes):
@@ -199,8 +173,6 @@ def test_a_failing_replay_ends_failed_with_its_error(
 
 
 def test_only_operators_start_what_ifs(history, member):
-    from teams.permissions import NotAllowed
-
     with pytest.raises(NotAllowed):
         start_what_if(actor=member, data=history)
     assert not WhatIfRun.objects.exists()
