@@ -338,9 +338,10 @@ class WhatIfForm(ServiceErrorsMixin, forms.Form):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        now = timezone.now().replace(second=0, microsecond=0)
-        self.fields["start"].initial = now - dt.timedelta(days=7)
-        self.fields["end"].initial = now
+        # The next whole minute, so what was submitted this minute is in (the replay stops at now).
+        end = (timezone.now() + dt.timedelta(minutes=1)).replace(second=0, microsecond=0)
+        self.fields["start"].initial = end - dt.timedelta(days=7)
+        self.fields["end"].initial = end
         self.fields["policy"].choices = [(name, name) for name in POLICIES]
         self.fields["policy"].initial = DEFAULT_POLICY
         self.fields["queue"].choices = [(name, name) for name in QUEUE_MODES]

@@ -66,7 +66,7 @@
     if (!window.Plotly) return;
     const chart = document.getElementById("what-if-delays");
     Plotly.react(chart, delayTraces(result), Object.assign({}, LAYOUT, {
-      height: 340, title: { text: "Queueing delay per team (s)" }, yaxis: { rangemode: "tozero" },
+      height: 340, yaxis: { title: { text: "Queueing delay (s)" }, rangemode: "tozero" },
     }), { displayModeBar: false, responsive: true });
     Plotly.react(document.getElementById("what-if-cluster"), clusterTraces(result), Object.assign({}, LAYOUT, {
       height: 300, grid: { rows: 1, columns: 3, pattern: "independent" },
