@@ -8,7 +8,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from billing_app.models import PoolPrice
-from scheduler_app import whatif
+from scheduler_app import dispatch, tasks, whatif
 from scheduler_app.choices import CapacityType, WhatIfStatus
 from scheduler_app.models import WhatIfRun
 from scheduler_app.services.inventory import create_pool
@@ -176,3 +176,33 @@ def test_only_operators_start_what_ifs(history, member):
     with pytest.raises(NotAllowed):
         start_what_if(actor=member, data=history)
     assert not WhatIfRun.objects.exists()
+
+
+def test_in_the_embedded_default_a_started_run_wakes_the_what_if_thread_on_commit(
+    history, operator, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    settings.REDIS_URL = ""
+    woken = []
+    monkeypatch.setattr(dispatch.embedded_what_if, "wake", lambda: woken.append(True))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        start_what_if(actor=operator, data=history)
+
+    assert woken == [True]
+
+
+def test_in_production_a_started_run_is_queued_as_a_celery_task_on_commit(
+    history, operator, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    settings.REDIS_URL = "redis://127.0.0.1:6379/9"
+    sent = []
+    monkeypatch.setattr(tasks.what_if, "apply_async", lambda args, **options: sent.append(args))
+
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        run = start_what_if(actor=operator, data=history)
+    assert sent == []  # nothing before the commit
+    for callback in callbacks:
+        callback()
+
+    assert sent == [(run.pk,)]
+    assert tasks.what_if(run.pk) is True and tasks.what_if(run.pk) is False  # claimed once
