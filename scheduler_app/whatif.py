@@ -4,8 +4,10 @@ quotas or more or fewer nodes, side by side with what really happened; and the c
 nodes that brings the p95 queueing delay under a target.
 
 Reads only. A recorded request becomes a simulated job: its submit time, shape and team, and as its
-duration the time its slices really ran (all segments). Delays in seconds; cost is what the cluster's
-cards cost over the period at each pool's price in force at its end (USD, Decimal).
+duration the time its slices really ran (all segments; one still running: until now). Both sides count
+the same requests: delay is submit to first placement (s); utilization is their slices' milli-GPU-seconds
+inside the period over the cluster's; cost is what the cluster's cards cost over the period at each
+pool's price in force at its end (USD, Decimal; unpriced pools are named, not counted).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from decimal import Decimal
 from statistics import fmean
 
 from django.core.exceptions import ValidationError
-from django.db.models import Count, Q
+from django.db.models import Count
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -186,7 +188,8 @@ class History:
     jobs: list[Job]
     team_of: dict[int, str]
     actual_delay: dict[int, float]  # submit to first placement, s
-    actual_allocated_milli_s: float  # every slice's milli x its time inside the period
+    # The replayed requests' slices: milli x time inside the period (what the simulator counts too).
+    actual_allocated_milli_s: float
     nodes: list[NodeState]  # empty
     quotas: list[QuotaSpec]
     prices: dict[str, Decimal] = field(default_factory=dict)  # pool -> USD per GPU-hour, priced pools only
@@ -202,10 +205,14 @@ def load_history(scenario: Scenario, now: dt.datetime | None = None) -> History:
     pools = list(Pool.objects.all())
     requests = placed_in(scenario)
     segments: dict[int, set[tuple]] = defaultdict(set)
-    for rid, started, ended in Allocation.objects.filter(request__in=requests).values_list(
-        "request_id", "started_at", "ended_at"
+    allocated_milli_s = 0.0
+    for rid, milli, started, ended in Allocation.objects.filter(request__in=requests).values_list(
+        "request_id", "milli", "started_at", "ended_at"
     ):
-        segments[rid].add((started, ended or now))  # a gang's cards share one segment
+        ended = ended or now
+        segments[rid].add((started, ended))  # a gang's cards share one segment
+        inside = min(ended, scenario.end) - max(started, scenario.start)
+        allocated_milli_s += milli * max(0.0, inside.total_seconds())
     jobs, team_of, actual_delay = [], {}, {}
     for spec in request_specs(requests, pools):
         ran = sum((end - start).total_seconds() for start, end in segments[spec.id])
@@ -218,7 +225,7 @@ def load_history(scenario: Scenario, now: dt.datetime | None = None) -> History:
         jobs,
         team_of,
         actual_delay,
-        _allocated_milli_s(scenario.start, scenario.end),
+        allocated_milli_s,
         _nodes(),
         [
             QuotaSpec(q.team.slug, q.pool.name, q.guaranteed_milli)
@@ -226,14 +233,6 @@ def load_history(scenario: Scenario, now: dt.datetime | None = None) -> History:
         ],
         _prices(pools, scenario.end),
     )
-
-
-def _allocated_milli_s(start: dt.datetime, end: dt.datetime) -> float:
-    rows = Allocation.objects.filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start), started_at__lt=end)
-    total = 0.0
-    for milli, began, ended in rows.values_list("milli", "started_at", "ended_at"):
-        total += milli * max(0.0, (min(ended or end, end) - max(began, start)).total_seconds())
-    return total
 
 
 def _nodes() -> list[NodeState]:

@@ -1,6 +1,7 @@
 """What-if runs: an operator starts one (checked, queued, handed to the background); a worker claims it
 once and runs it (scheduler_app.whatif), keeping its progress (0..100) on the row as it goes."""
 
+import datetime as dt
 import logging
 
 from django.core.exceptions import ValidationError
@@ -15,6 +16,9 @@ from scheduler_app.permissions import can_operate
 from teams.permissions import require
 
 log = logging.getLogger(__name__)
+
+# A running what-if that wrote no progress for this long lost its worker (a crash, a restart).
+STALE_AFTER = dt.timedelta(minutes=15)
 
 
 def start_what_if(*, actor, data: dict) -> WhatIfRun:
@@ -35,7 +39,7 @@ def run_what_if(run_id: int) -> bool:
     worker claimed it, or it already ran), so a repeated task does nothing."""
     now = timezone.now()
     claimed = WhatIfRun.objects.filter(pk=run_id, status=WhatIfStatus.QUEUED).update(
-        status=WhatIfStatus.RUNNING, started_at=now
+        status=WhatIfStatus.RUNNING, started_at=now, heartbeat_at=now
     )
     if not claimed:
         return False
@@ -53,7 +57,15 @@ def run_what_if(run_id: int) -> bool:
 
 
 def run_queued_what_ifs() -> int:
-    """Run every queued what-if, oldest first (the embedded worker's and Celery beat's sweep)."""
+    """Fail the runs whose worker died, then run every queued what-if, oldest first (the embedded
+    worker's and Celery beat's sweep)."""
+    WhatIfRun.objects.filter(
+        status=WhatIfStatus.RUNNING, heartbeat_at__lt=timezone.now() - STALE_AFTER
+    ).update(
+        status=WhatIfStatus.FAILED,
+        error="The worker running this what-if stopped; start it again.",
+        finished_at=timezone.now(),
+    )
     queued = WhatIfRun.objects.filter(status=WhatIfStatus.QUEUED).order_by("created_at", "id")
     return sum(run_what_if(pk) for pk in queued.values_list("pk", flat=True))
 
@@ -66,7 +78,9 @@ def _keeper(run_id: int):
         percent = min(99, int(fraction * 100))
         if percent > last[0]:
             last[0] = percent
-            WhatIfRun.objects.filter(pk=run_id, status=WhatIfStatus.RUNNING).update(progress=percent)
+            WhatIfRun.objects.filter(pk=run_id, status=WhatIfStatus.RUNNING).update(
+                progress=percent, heartbeat_at=timezone.now()
+            )
 
     return keep
 

@@ -1,6 +1,8 @@
 """POST/GET /api/v1/what-if/: operators only; a bad scenario gets the error envelope and writes nothing."""
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from scheduler_app.choices import WhatIfStatus
 from scheduler_app.models import WhatIfRun
@@ -71,3 +73,21 @@ def test_a_missing_run_is_a_404_in_the_envelope(operator, api_client):
     answer = api_client(operator).get(f"{URL}999/")
 
     assert answer.status_code == 404 and answer.json()["error"]["code"] == "not_found"
+
+
+def test_listing_runs_costs_the_same_queries_however_many_there_are(
+    period, operator, api_client, django_assert_num_queries, django_capture_on_commit_callbacks
+):
+    client = api_client(operator)
+    with django_capture_on_commit_callbacks(execute=False):
+        client.post(URL, period, format="json")
+    client.get(URL)  # warm the token lookup's caches
+    with CaptureQueriesContext(connection) as one:
+        assert len(client.get(URL).json()) == 1
+    queries_for_one = len(one.captured_queries)  # read now: the next request resets the log
+    with django_capture_on_commit_callbacks(execute=False):
+        for _ in range(3):
+            client.post(URL, period, format="json")
+
+    with django_assert_num_queries(queries_for_one):
+        assert len(client.get(URL).json()) == 4

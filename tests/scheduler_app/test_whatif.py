@@ -6,13 +6,15 @@ from decimal import Decimal
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 
 from billing_app.models import PoolPrice
 from scheduler_app import dispatch, tasks, whatif
 from scheduler_app.choices import CapacityType, WhatIfStatus
+from scheduler_app.demo import seed_demo
 from scheduler_app.models import WhatIfRun
 from scheduler_app.services.inventory import create_pool
-from scheduler_app.services.whatif import run_queued_what_ifs, run_what_if, start_what_if
+from scheduler_app.services.whatif import STALE_AFTER, run_queued_what_ifs, run_what_if, start_what_if
 from teams.permissions import NotAllowed
 from tests.scheduler_app.whatif_helpers import T0, record_history
 
@@ -34,6 +36,17 @@ def test_the_actual_side_is_what_the_history_recorded(history):
     # 1800 card-seconds allocated over a 2-hour period on one card
     assert result["actual"]["utilization"] == pytest.approx(1800 / 7200, abs=1e-4)
     assert result["actual"]["cost_usd"] == "8.00"  # 1 card x 4 USD x 2 h
+
+
+def test_work_of_requests_submitted_before_the_period_is_on_neither_side(history):
+    after_the_first = {**history, "start": (T0 + dt.timedelta(seconds=5)).isoformat()}
+
+    result = whatif.run(whatif.parse_scenario(after_the_first))
+
+    assert result["requests"] == 2
+    # job-0 still ran 595 s inside the period, but only the two replayed jobs' 1200 s count
+    assert result["actual"]["utilization"] == pytest.approx(1200 / 3595, abs=1e-4)
+    assert result["scenario"]["utilization"] == pytest.approx(1200 / 3595, abs=1e-4)
 
 
 def test_a_replay_of_the_same_cluster_reproduces_the_recorded_delays(history):
@@ -206,3 +219,37 @@ def test_in_production_a_started_run_is_queued_as_a_celery_task_on_commit(
 
     assert sent == [(run.pk,)]
     assert tasks.what_if(run.pk) is True and tasks.what_if(run.pk) is False  # claimed once
+
+
+def test_the_sweep_fails_a_run_whose_worker_went_silent_and_leaves_a_live_one(
+    history, operator, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=False):
+        silent = start_what_if(actor=operator, data=history)
+        live = start_what_if(actor=operator, data=history)
+    long_ago = timezone.now() - STALE_AFTER - dt.timedelta(minutes=1)
+    WhatIfRun.objects.filter(pk=silent.pk).update(status=WhatIfStatus.RUNNING, heartbeat_at=long_ago)
+    WhatIfRun.objects.filter(pk=live.pk).update(status=WhatIfStatus.RUNNING, heartbeat_at=timezone.now())
+
+    assert run_queued_what_ifs() == 0
+
+    silent.refresh_from_db(), live.refresh_from_db()
+    assert silent.status == WhatIfStatus.FAILED and "stopped" in silent.error
+    assert live.status == WhatIfStatus.RUNNING
+
+
+def test_the_demos_own_history_replays_on_its_cluster(db):
+    seed_demo()
+    now = timezone.now()
+    period = {
+        "start": (now - dt.timedelta(hours=1)).isoformat(),
+        "end": (now + dt.timedelta(minutes=1)).isoformat(),
+    }
+
+    result = whatif.run(whatif.parse_scenario({**period, "nodes": {"rtx4090": 1}, "target_p95_s": 60}))
+
+    # resnet50-imagenet, bert-serving and tokenizer-eval were placed by the seed
+    assert result["requests"] == 3 and result["unplaceable"] == 0
+    assert result["actual"]["gpus"] == 48 and result["scenario"]["gpus"] == 52  # 3x8 + 2x8 + 2x4, +4
+    assert set(result["scenario"]["teams"]) == {"vision", "language"}
+    assert result["recommendation"]["meets"] is True
