@@ -284,7 +284,7 @@ def run(scenario: Scenario, progress: Progress = lambda fraction: None) -> dict:
         raise ValidationError({"start": ["No request was placed in this period: nothing to replay."]})
     nodes = cluster_for(history.nodes, scenario.node_changes)
     jobs = [job for job in history.jobs if fits_somewhere(job, nodes)]
-    candidates = _candidates(history) if scenario.target_p95_s is not None else []
+    candidates = _candidates(history, jobs) if scenario.target_p95_s is not None else []
     steps = 1 + len(candidates)
     scenario_delays = {}
     if jobs:
@@ -349,11 +349,14 @@ def _cost(history: History, nodes: Sequence[NodeState]) -> Decimal:
     return (total * hours).quantize(CENT)
 
 
-def _candidates(history: History) -> list[tuple[Decimal, int, str, int]]:
-    """(extra cost, extra GPUs, pool, nodes added): 1..MAX_ADDED_NODES nodes of each priced pool, cheapest
-    first."""
+def _candidates(history: History, jobs: list[Job]) -> list[tuple[Decimal, int, str, int]]:
+    """(extra cost, extra GPUs, pool, nodes added): 1..MAX_ADDED_NODES nodes of each priced pool that some
+    job may run in (nodes no job may use cannot lower a delay), cheapest first."""
+    usable = {n.pool for n in history.nodes} & set(history.prices)
+    if all(job.request.pools for job in jobs):
+        usable &= {pool for job in jobs for pool in job.request.pools}
     out = []
-    for pool in sorted({n.pool for n in history.nodes} & set(history.prices)):
+    for pool in sorted(usable):
         template = next(n for n in history.nodes if n.pool == pool)
         for count in range(1, MAX_ADDED_NODES + 1):
             added = [template] * count

@@ -83,6 +83,30 @@ def test_the_recommendation_is_the_cheapest_addition_that_meets_the_target(histo
     assert recommendation["p95_delay_s"] <= 60
 
 
+def test_the_search_never_replays_nodes_no_job_may_use(history, make_node, monkeypatch):
+    spot = create_pool(name="a100-spot", gpu_model="A100-80GB", capacity_type=CapacityType.SPOT)
+    make_node("spot-1", gpus=1, pool=spot)
+    PoolPrice.objects.create(
+        pool=spot, usd_per_gpu_hour=Decimal("0.50"), effective_from=T0 - dt.timedelta(days=1)
+    )
+    replayed_pools = []
+    real_simulate = whatif.simulate
+
+    def counting(jobs, nodes, *args, **kwargs):
+        replayed_pools.append(sorted(n.pool for n in nodes))
+        return real_simulate(jobs, nodes, *args, **kwargs)
+
+    monkeypatch.setattr(whatif, "simulate", counting)
+
+    result = whatif.run(scenario(history, target_p95_s=60))
+
+    # The on-demand jobs may not run on spot: its cheaper nodes are never tried; two more a100 cards
+    # (three for three jobs) are the first that meet the target.
+    assert result["recommendation"]["change"] == {"pool": "a100", "nodes": 2, "gpus": 2}
+    assert [pools.count("a100-spot") for pools in replayed_pools] == [1, 1, 1]
+    assert [pools.count("a100") for pools in replayed_pools] == [1, 2, 3]
+
+
 def test_no_recommendation_is_needed_when_the_scenario_meets_the_target(history):
     result = whatif.run(scenario(history, nodes={"a100": 2}, target_p95_s=60))
 
