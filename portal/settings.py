@@ -182,6 +182,8 @@ CELERY_BEAT_SCHEDULE = {
     "telemetry-upkeep": {"task": "scheduler_app.telemetry_upkeep", "schedule": float(TELEMETRY_INTERVAL_S)},
     "resize-offers": {"task": "billing_app.offer_resizes", "schedule": float(TELEMETRY_INTERVAL_S)},
     "spot-feeds": {"task": "billing_app.advance_spot_feeds", "schedule": float(SPOT_FEED_INTERVAL_S)},
+    # What-ifs whose task message was lost (each is claimed once, so a repeat does nothing).
+    "queued-what-ifs": {"task": "scheduler_app.queued_what_ifs", "schedule": 60.0},
 }
 
 AUTH_PASSWORD_VALIDATORS = [
