@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from gpu_portal_sdk.checkpoint import CHECKPOINTED_FILE
+
 log = logging.getLogger(__name__)
 
 MANIFEST = "MANIFEST.json"
-CHECKPOINTED_MARKER = ".checkpointed"  # the file a job touches when its checkpoint is written
 KEY_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*")
 BUCKET_PATTERN = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 CHUNK = 1024 * 1024
@@ -311,7 +312,7 @@ def _digests(local: Path) -> dict[str, tuple[str, int, int]]:
 
 
 def _checkpoint_time(local: Path) -> dt.datetime:
-    marker = local / CHECKPOINTED_MARKER
+    marker = local / CHECKPOINTED_FILE
     if marker.exists():
         return dt.datetime.fromtimestamp(marker.stat().st_mtime, dt.UTC)
     return dt.datetime.now(dt.UTC)
