@@ -258,3 +258,13 @@ def test_an_unreachable_object_store_falls_back_to_the_backup(fs_store, tmp_path
     pulled = sync.pull("request-7", tmp_path / "resumed")
 
     assert pushed == pulled and pulled.url.startswith("file://")
+
+
+def test_an_s3_compatible_endpoint_can_come_from_the_environment(s3_endpoint, monkeypatch, tmp_path):
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_endpoint)  # what the agent's README tells operators
+    store = store_from_url("s3://ckpt-env/portal", **CREDENTIALS)
+    store.client.create_bucket(Bucket="ckpt-env")
+
+    pushed = CheckpointSync(store).push(write_checkpoint(tmp_path / "job", step=2, checkpointed_at=T1), "r")
+
+    assert CheckpointSync(store).latest("r") == pushed
