@@ -5,18 +5,21 @@ Each provider answers differently:
 - AWS (IMDSv2): a session token from `PUT /latest/api/token`, then
   `GET /latest/meta-data/spot/instance-action`: "If Amazon EC2 is not stopping or terminating the
   instance ... spot/instance-action is not present in the instance metadata" (404); otherwise
-  `{"action": "terminate"|"stop"|"hibernate", "time": "2026-12-01T07:00:00Z"}`, issued "two minutes
-  before Amazon EC2 stops or terminates your Spot Instance" (AWS EC2 user guide, "Spot Instance
-  interruption notices"). A rebalance recommendation (`events/recommendations/rebalance`) is only
-  an early hint, logged.
-- GCP: `GET /computeMetadata/v1/instance/preempted` with `Metadata-Flavor: Google` answers `TRUE` or
-  `FALSE` (cloud.google.com/compute/docs, "Detect if a VM was preempted"); the VM then has about
-  30 seconds, so the deadline is the time the agent first saw TRUE plus 30 s.
+  `{"action": "terminate"|"stop"|"hibernate", "time": "2026-12-01T07:00:00Z"}`. "A Spot Instance
+  interruption notice is a warning that is issued two minutes before Amazon EC2 stops or terminates
+  your Spot Instance ... We recommend that you check for these interruption notices every 5
+  seconds." (docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html).
+  A rebalance recommendation (`events/recommendations/rebalance`) is an early hint only: logged.
+- GCP: `curl "http://metadata.google.internal/computeMetadata/v1/instance/preempted"
+  -H "Metadata-Flavor: Google"` answers `TRUE` or `FALSE` (cloud.google.com/compute/docs/instances/
+  preemptible, "Detecting if an instance was preempted"); the VM then has about 30 seconds, so the
+  deadline is when the agent first saw TRUE plus 30 s.
 - Azure: Scheduled Events, `GET /metadata/scheduledevents?api-version=2020-07-01` with
   `Metadata: true`: `{"DocumentIncarnation": n, "Events": [{"EventId", "EventType": "Preempt",
-  "NotBefore": "Mon, 19 Sep 2016 18:29:47 GMT", ...}]}`; a spot eviction is the `Preempt` event
-  type, and an empty NotBefore means the event has started (learn.microsoft.com, "Azure Metadata
-  Service: Scheduled Events").
+  "NotBefore": "Mon, 19 Sep 2016 18:29:47 GMT", ...}]}`, a Spot eviction being "| Preempt | 30 seconds |"
+  of minimum notice; an event "will move into the started state after ... the not before time
+  passes" (its NotBefore then empty), and "You should expect a delayed response in your first call
+  of up to two minutes" (learn.microsoft.com/azure/virtual-machines/linux/scheduled-events).
 
 The watcher never raises into the agent: a network error or a malformed answer is logged and read
 as "no notice".
@@ -42,6 +45,7 @@ DEFAULT_BASE_URLS = {
 AWS_TOKEN_TTL_S = 21600  # the most IMDSv2 grants
 AWS_ACTIONS = ("terminate", "stop", "hibernate")
 GCP_GRACE = dt.timedelta(seconds=30)
+REPROBE = dt.timedelta(minutes=5)  # "auto" with no answer: a few seconds of timeouts this often
 
 
 @dataclass(frozen=True)
@@ -59,8 +63,9 @@ class NoAnswer(Exception):
 
 
 class CloudNoticeWatcher:
-    """Polls one provider's notice endpoint; "auto" probes each provider once, on the first check,
-    and keeps the first that answers (none answering: not a cloud VM, notices stay off)."""
+    """Polls one provider's notice endpoint. "auto" probes each provider on the first check and keeps
+    the first that answers; while none does (not a cloud VM, or Azure's Scheduled Events still
+    starting), it probes again every REPROBE and reports no notice meanwhile."""
 
     def __init__(
         self,
@@ -82,13 +87,12 @@ class CloudNoticeWatcher:
         self._rebalance_seen: str | None = None
         self._first_deadlines: dict[str, dt.datetime] = {}
         self._failing = False
+        self._next_probe_at: dt.datetime | None = None
 
     def check(self) -> ReclaimNotice | None:
         """The pending reclaim notice, or None (also on any error, which is logged)."""
         if self.provider == "auto":
             return self._probe()
-        if self.provider is None:
-            return None
         try:
             notice = self._poll(self.provider)
         except NoAnswer as error:
@@ -100,6 +104,9 @@ class CloudNoticeWatcher:
         return notice
 
     def _probe(self) -> ReclaimNotice | None:
+        now = self.clock()
+        if self._next_probe_at is not None and now < self._next_probe_at:
+            return None
         for provider in PROVIDERS:
             try:
                 notice = self._poll(provider)
@@ -109,8 +116,10 @@ class CloudNoticeWatcher:
             log.info("watching %s reclaim notices", provider)
             self.provider = provider
             return notice
-        log.warning("no cloud metadata endpoint answered: reclaim notices are off")
-        self.provider = None
+        if self._next_probe_at is None:
+            log.warning("no cloud metadata endpoint answered: probing again every %d s", REPROBE.seconds)
+        # Not given up for good: Azure's first Scheduled Events call may take up to two minutes.
+        self._next_probe_at = now + REPROBE
         return None
 
     def _poll(self, provider: str) -> ReclaimNotice | None:

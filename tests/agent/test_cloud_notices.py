@@ -294,14 +294,20 @@ def test_auto_keeps_the_provider_that_answers(metadata, route, body, provider):
     assert auto.provider == provider
 
 
-def test_auto_with_no_answer_turns_notices_off_without_probing_again(metadata):
-    auto = watcher(metadata, "auto")
+def test_auto_with_no_answer_probes_again_only_after_five_minutes(metadata):
+    now = [NOW]
+    auto = CloudNoticeWatcher("auto", base_url=metadata.url, timeout_s=0.5, clock=lambda: now[0])
     assert auto.check() is None
     probes = len(metadata.seen)
-
+    now[0] += dt.timedelta(minutes=4)
     assert auto.check() is None
+    assert len(metadata.seen) == probes  # too soon: no probe
+    metadata.routes[("GET", AZURE_EVENTS)] = (200, azure_events(azure_event("E-9")))  # it has started
+    now[0] += dt.timedelta(minutes=1)
 
-    assert auto.provider is None and len(metadata.seen) == probes
+    notice = auto.check()
+
+    assert auto.provider == "azure" and notice.notice_id == "azure:E-9"
 
 
 def test_an_unknown_provider_is_refused():
