@@ -359,6 +359,10 @@ def _fetch(store, manifest: dict, local: Path) -> bool:
         for path in manifest["files"]:
             (local / path).parent.mkdir(parents=True, exist_ok=True)
             os.replace(staged / path, local / path)
+    if CHECKPOINTED_FILE in manifest["files"]:
+        # The marker's time is the job's last checkpoint, not when this copy arrived.
+        moment = dt.datetime.fromisoformat(manifest["checkpointed_at"]).timestamp()
+        os.utime(local / CHECKPOINTED_FILE, (moment, moment))
     return True
 
 

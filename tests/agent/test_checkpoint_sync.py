@@ -86,6 +86,7 @@ def test_a_pushed_checkpoint_is_pulled_back_whole_on_another_node(store, tmp_pat
     assert pulled == pushed
     assert pulled.checkpointed_at == T1  # when the job touched .checkpointed
     assert contents(tmp_path / "node-b") == contents(job_dir)
+    assert (tmp_path / "node-b" / ".checkpointed").stat().st_mtime == T1.timestamp()  # not the pull's time
     assert pulled.url == f"{store.url}/team-a/request-42/{pushed.snapshot}"
     assert set(pulled.files) == {".checkpointed", "model.pt", "shards/optimizer.bin"}
 
