@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 MANIFEST = "MANIFEST.json"
 KEY_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*")
+SNAPSHOT_PATTERN = re.compile(r"\d{8}T\d{6}\.\d{6}Z-[0-9a-f]{8}")  # checkpoint time, then random
 BUCKET_PATTERN = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 CHUNK = 1024 * 1024
 
@@ -248,7 +249,10 @@ class CheckpointSync:
                 log.warning("checkpoint %s not copied to %s: %s", key, store.url, error)
                 continue
             copies.append(_copy(manifest, store))
-            self._prune(store, key)
+            try:
+                self._prune(store, key)
+            except StoreUnavailable as error:  # the copy stands; older ones go after the next push
+                log.warning("checkpoint %s: old copies in %s not removed: %s", key, store.url, error)
         if not copies:
             raise CheckpointSyncError(f"checkpoint {key} was copied nowhere: every store failed")
         return copies[0]
@@ -319,8 +323,10 @@ def _checkpoint_time(local: Path) -> dt.datetime:
 
 
 def _snapshots(store, key: str) -> list[str]:
-    """Snapshot ids under `key`, newest first (ids start with the checkpoint time)."""
-    return sorted({name[len(key) + 1 :].split("/", 1)[0] for name in store.names(key)}, reverse=True)
+    """Snapshot ids under `key`, newest first (ids start with the checkpoint time); the objects of
+    a longer key (`key/more`) are not snapshots of this one."""
+    ids = {name[len(key) + 1 :].split("/", 1)[0] for name in store.names(key)}
+    return sorted((id_ for id_ in ids if SNAPSHOT_PATTERN.fullmatch(id_)), reverse=True)
 
 
 def _complete_manifests(store, key: str):

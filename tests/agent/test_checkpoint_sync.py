@@ -269,3 +269,13 @@ def test_an_s3_compatible_endpoint_can_come_from_the_environment(s3_endpoint, mo
     pushed = CheckpointSync(store).push(write_checkpoint(tmp_path / "job", step=2, checkpointed_at=T1), "r")
 
     assert CheckpointSync(store).latest("r") == pushed
+
+
+def test_a_longer_key_is_not_mistaken_for_a_copy_of_a_shorter_one(fs_store, tmp_path):
+    sync = CheckpointSync(fs_store, keep=1)
+    nested = sync.push(write_checkpoint(tmp_path / "nested", step=9, checkpointed_at=T2), "team-a/r1/0")
+    sync.push(write_checkpoint(tmp_path / "job", step=1, checkpointed_at=T1), "team-a/r1")
+    own = sync.push(write_checkpoint(tmp_path / "job", step=2, checkpointed_at=T1), "team-a/r1")
+
+    assert sync.latest("team-a/r1") == own
+    assert sync.latest("team-a/r1/0") == nested  # not pruned as an old copy of team-a/r1
