@@ -91,6 +91,13 @@ class CloudNoticeWatcher:
 
     def check(self) -> ReclaimNotice | None:
         """The pending reclaim notice, or None (also on any error, which is logged)."""
+        try:
+            return self._check()
+        except Exception:  # a bug here must not stop the agent's rounds
+            log.exception("reading the %s reclaim notice", self.provider)
+            return None
+
+    def _check(self) -> ReclaimNotice | None:
         if self.provider == "auto":
             return self._probe()
         try:

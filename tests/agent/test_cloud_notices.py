@@ -310,6 +310,16 @@ def test_auto_with_no_answer_probes_again_only_after_five_minutes(metadata):
     assert auto.provider == "azure" and notice.notice_id == "azure:E-9"
 
 
+def test_an_unexpected_error_is_logged_not_raised(metadata, caplog):
+    metadata.routes[("GET", GCP_PREEMPTED)] = (200, "TRUE")
+    gcp = CloudNoticeWatcher("gcp", base_url=metadata.url, clock=lambda: None)  # a broken clock
+
+    with caplog.at_level(logging.ERROR, logger="agent.cloud_notices"):
+        assert gcp.check() is None
+
+    assert "reading the gcp reclaim notice" in caplog.text and "TypeError" in caplog.text
+
+
 def test_an_unknown_provider_is_refused():
     with pytest.raises(ValueError, match="unknown cloud provider 'ibm'"):
         CloudNoticeWatcher("ibm")
