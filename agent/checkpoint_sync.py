@@ -18,6 +18,7 @@ import re
 import secrets
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -28,7 +29,8 @@ log = logging.getLogger(__name__)
 
 MANIFEST = "MANIFEST.json"
 KEY_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*")
-SNAPSHOT_PATTERN = re.compile(r"\d{8}T\d{6}\.\d{6}Z-[0-9a-f]{8}")  # checkpoint time, then random
+# The checkpoint time, then the push's (ns, hex) for two pushes of one checkpoint, then a random tag.
+SNAPSHOT_PATTERN = re.compile(r"\d{8}T\d{6}\.\d{6}Z-[0-9a-f]{16}-[0-9a-f]{4}")
 BUCKET_PATTERN = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 CHUNK = 1024 * 1024
 
@@ -230,7 +232,7 @@ class CheckpointSync:
         local = Path(local_dir)
         files = _digests(local)
         when = checkpointed_at or _checkpoint_time(local)
-        snapshot = f"{when:%Y%m%dT%H%M%S.%fZ}-{secrets.token_hex(4)}"
+        snapshot = f"{when:%Y%m%dT%H%M%S.%fZ}-{time.time_ns():016x}-{secrets.token_hex(2)}"
         manifest = {
             "key": key,
             "snapshot": snapshot,

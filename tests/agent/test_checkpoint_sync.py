@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,14 @@ def test_a_pushed_checkpoint_is_pulled_back_whole_on_another_node(store, tmp_pat
     assert set(pulled.files) == {".checkpointed", "model.pt", "shards/optimizer.bin"}
 
 
+def test_a_second_push_of_the_same_checkpoint_time_is_the_newer_copy(fs_store, tmp_path):
+    sync = CheckpointSync(fs_store, keep=5)
+    for step in range(5):
+        last = sync.push(write_checkpoint(tmp_path / "job", step=step, checkpointed_at=T1), "r")
+
+    assert sync.latest("r") == last
+
+
 def test_the_newest_complete_copy_wins(store, tmp_path):
     sync = CheckpointSync(store)
     sync.push(write_checkpoint(tmp_path / "job", step=1, checkpointed_at=T1), "request-1")
@@ -105,7 +114,7 @@ def test_a_torn_upload_without_its_manifest_is_ignored(store, tmp_path):
     sync = CheckpointSync(store)
     complete = sync.push(write_checkpoint(tmp_path / "job", step=1, checkpointed_at=T1), "request-1")
     # The node died after uploading a newer snapshot's files, before its manifest.
-    torn = f"request-1/{T2:%Y%m%dT%H%M%S.%fZ}-deadbeef/files"
+    torn = f"request-1/{T2:%Y%m%dT%H%M%S.%fZ}-{time.time_ns():016x}-dead/files"
     store.put_bytes(f"{torn}/model.pt", b"half a checkpoint")
 
     assert sync.latest("request-1") == complete
