@@ -30,6 +30,9 @@ class NodeAgent:
     The cards are read every `sample_period_s` (the live pages' 1 Hz) and their readings sent together,
     one request for several moments, every `send_samples_every_s` (by default every round): at
     thousands of nodes, per-request costs dominate the portal's ingest.
+
+    `cloud_notices` (an agent.cloud_notices.CloudNoticeWatcher) and `checkpoint_sync` (an
+    agent.checkpoint_sync.CheckpointSync) are off when None.
     """
 
     def __init__(
@@ -43,6 +46,8 @@ class NodeAgent:
         workdir: str | None = None,
         sample_period_s: float = 1.0,
         send_samples_every_s: float | None = None,
+        cloud_notices=None,
+        checkpoint_sync=None,
     ):
         self.client = client
         self.nvml = nvml
@@ -52,6 +57,8 @@ class NodeAgent:
         self.workdir = workdir
         self.sample_period_s = sample_period_s
         self.send_samples_every_s = interval_s if send_samples_every_s is None else send_samples_every_s
+        self.cloud_notices = cloud_notices
+        self.checkpoint_sync = checkpoint_sync
         self.unsent: deque[tuple[dt.datetime, list[dict]]] = deque(maxlen=MAX_UNSENT_MOMENTS)
         self._read_at = self._sent_at = float("-inf")
         self.jobs: dict[int, Job] = {}
