@@ -1,0 +1,92 @@
+"""Fixtures of the fault-injection tests: the after-fault check, and real agents in processes of their own."""
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from contextlib import suppress
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.utils import timezone
+
+from agent.jobs import running_requests
+from billing_app.metering import METERING_SETTLE_S, meter_usage
+from scheduler_app.invariants import after_fault
+from scheduler_app.services.inventory import issue_agent_credential
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def running_here() -> dict[int, set[str]]:
+    """What this host runs for this test's portal (its checkpoints live under the test's folder)."""
+    return running_requests(settings.CHECKPOINT_ROOT)
+
+
+def settle_and_check(*, accepted=()) -> None:
+    """After the fault: meter everything as a metering run after the last slice settled would, then
+    every rule of scheduler_app.invariants.after_fault must hold for what the host runs now."""
+    later = timezone.now() + dt.timedelta(seconds=METERING_SETTLE_S + 1)
+    meter_usage(later)
+    broken = after_fault(accepted=accepted, running=running_here(), now=later)
+    assert not broken, "after the fault:\n" + "\n".join(broken)
+
+
+def wait_until(condition, timeout_s=30.0, what="the condition", step_s=0.1) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(step_s)
+    pytest.fail(f"{what} not reached within {timeout_s} s")
+
+
+@pytest.fixture
+def agent_process(live_server, agent_files, tmp_path):
+    """agent_process(node) -> a `python -m agent run` process for the node on simulated cards of its
+    UUIDs, in a process group of its own; whatever is left of it is killed at the end of the test."""
+    started = []
+
+    def start(node):
+        cards = tmp_path / f"{node.name}-cards.json"
+        cards.write_text(
+            json.dumps(
+                [{"uuid": g.uuid, "name": g.model, "memory_mib": g.memory_mib} for g in node.gpus.all()]
+            )
+        )
+        secret = tmp_path / f"{node.name}-credential"
+        if not secret.exists():  # a restarted agent keeps the node's credential
+            secret.write_text(issue_agent_credential(node))
+        env = os.environ | {"SIMNVML_CLAIMS_DIR": str(tmp_path / "claims")}
+        argv = [
+            sys.executable, "-m", "agent", "run", "--portal", live_server.url,
+            "--credential-file", str(secret),
+            "--simulate-cards", str(cards), "--interval-s", "0.2", "--grace-s", "1", "--mps", "off",
+            "--workdir", str(REPO),
+        ]  # fmt: skip
+        log = (tmp_path / f"{node.name}-agent.log").open("a")
+        process = subprocess.Popen(
+            argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        with suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+@pytest.fixture(autouse=True)
+def _no_job_outlives_the_test(agent_files):
+    """Jobs run in sessions of their own, so a killed agent leaves them running: kill what is left."""
+    yield
+    for sessions in running_here().values():
+        for session in sessions:
+            with suppress(ProcessLookupError):
+                os.killpg(int(session.split()[-1]), signal.SIGKILL)
