@@ -6,12 +6,15 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
+import urllib.parse
 from contextlib import suppress
 from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from agent.jobs import running_requests
@@ -43,6 +46,35 @@ def wait_until(condition, timeout_s=30.0, what="the condition", step_s=0.1) -> N
             return
         time.sleep(step_s)
     pytest.fail(f"{what} not reached within {timeout_s} s")
+
+
+def killed_mid(code: str, *, timeout_s: float = 60) -> str:
+    """Run `code` (Django set up, on this test's database) in a process of its own until it prints
+    MID, then SIGKILL it: a real kill, its open transaction left for PostgreSQL to roll back. Returns
+    what it printed."""
+    database = urllib.parse.urlsplit(os.environ["DATABASE_URL"])._replace(
+        path=f"/{connection.settings_dict['NAME']}"
+    )
+    env = os.environ | {"DATABASE_URL": database.geturl(), "DJANGO_SETTINGS_MODULE": "portal.settings"}
+    script = f"import django\ndjango.setup()\n{textwrap.dedent(code)}"
+    process = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    seen = []
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and (line := process.stdout.readline()):
+            seen.append(line)
+            if line.strip() == "MID":
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait()
+                return "".join(seen)
+        pytest.fail(f"the process never reached MID:\n{''.join(seen)}")
+    finally:
+        with suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 @pytest.fixture
