@@ -199,8 +199,8 @@ class Job:
 
 def running_requests(checkpoint_root: str) -> dict[int, set[str]]:
     """What this host runs for the portal whose checkpoints live under `checkpoint_root`: request id ->
-    the sessions (one per started job) of its live processes. A job's children share its session and
-    environment, so two sessions for one request are two runs of it."""
+    its runs ("session <id> on <card UUIDs>", one session per started job) among the live processes.
+    A job's children share its session and environment, so two sessions for one request are two runs."""
     root = checkpoint_root.rstrip("/") + "/"
     running: dict[int, set[str]] = {}
     for process in psutil.process_iter(["pid", "status"]):
@@ -212,7 +212,8 @@ def running_requests(checkpoint_root: str) -> dict[int, set[str]]:
         except (psutil.Error, ProcessLookupError, PermissionError):
             continue
         if env.get("GPU_PORTAL_CHECKPOINT_DIR", "").startswith(root) and "GPU_PORTAL_REQUEST_ID" in env:
-            running.setdefault(int(env["GPU_PORTAL_REQUEST_ID"]), set()).add(f"session {session}")
+            run = f"session {session} on {env.get('CUDA_VISIBLE_DEVICES', '')}"
+            running.setdefault(int(env["GPU_PORTAL_REQUEST_ID"]), set()).add(run)
     return running
 
 

@@ -121,4 +121,4 @@ def _no_job_outlives_the_test(agent_files):
     for sessions in running_here().values():
         for session in sessions:
             with suppress(ProcessLookupError):
-                os.killpg(int(session.split()[-1]), signal.SIGKILL)
+                os.killpg(int(session.split()[1]), signal.SIGKILL)
