@@ -101,12 +101,24 @@ def billing_error_seconds(now: dt.datetime | None = None) -> Decimal:
     return sum((abs(error) for _, error in _billing_gaps(now)), start=Decimal(0))
 
 
+def settled_by(at: dt.datetime | None = None) -> dt.datetime:
+    """The first moment at which metering bills every slice closed by `at` (now) to its end."""
+    return (at or timezone.now()) + _metering_settle() + dt.timedelta(seconds=1)
+
+
+def _metering_settle() -> dt.timedelta:
+    """How far behind its clock a metering run bills open slices."""
+    from billing_app.metering import METERING_SETTLE_S
+
+    return dt.timedelta(seconds=METERING_SETTLE_S)
+
+
 def _billing_gaps(now: dt.datetime | None):
     """(problem, seconds billed too many or too few) for each slice the ledger gets wrong."""
-    from billing_app.metering import METERING_SETTLE_S, exact_seconds
+    from billing_app.metering import exact_seconds
     from billing_app.models import LedgerEntry
 
-    settled = (now or timezone.now()) - dt.timedelta(seconds=METERING_SETTLE_S)
+    settled = (now or timezone.now()) - _metering_settle()
     entries: dict[int, list] = {}
     for entry in LedgerEntry.objects.order_by("allocation_id", "start").only(
         "allocation_id", "start", "end", "seconds"

@@ -1,6 +1,5 @@
 """Fixtures of the fault-injection tests: the after-fault check, and real agents in processes of their own."""
 
-import datetime as dt
 import json
 import os
 import signal
@@ -15,11 +14,10 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.db import connection
-from django.utils import timezone
 
 from agent.jobs import running_requests
-from billing_app.metering import METERING_SETTLE_S, meter_usage
-from scheduler_app.invariants import after_fault
+from billing_app.metering import meter_usage
+from scheduler_app.invariants import after_fault, settled_by
 from scheduler_app.services.inventory import issue_agent_credential
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,7 +31,7 @@ def running_here() -> dict[int, set[str]]:
 def settle_and_check(*, accepted=()) -> None:
     """After the fault: meter everything as a metering run after the last slice settled would, then
     every rule of scheduler_app.invariants.after_fault must hold for what the host runs now."""
-    later = timezone.now() + dt.timedelta(seconds=METERING_SETTLE_S + 1)
+    later = settled_by()
     meter_usage(later)
     broken = after_fault(accepted=accepted, running=running_here(), now=later)
     assert not broken, "after the fault:\n" + "\n".join(broken)

@@ -44,6 +44,7 @@ def test_dropped_database_connections_under_load_lose_no_accepted_request(make_n
         "SECRET_KEY": secrets.token_urlsafe(50),
         "ALLOWED_HOSTS": "127.0.0.1",
         "SECURE_SSL_REDIRECT": "0",
+        "API_THROTTLE_RATE": "1000000/min",  # the clients submit as fast as they can
     }
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -84,12 +85,11 @@ def test_dropped_database_connections_under_load_lose_no_accepted_request(make_n
         after = call(base, "/api/v1/requests/", token, {"name": "after", "gpu_milli": 125})
 
     statuses = Counter(status for status, _ in answers)
-    print(f"{statuses} answers; connections cut: {kills}")
-    assert len(kills) >= 3 and min(kills) > 0  # the fault happened, several times
+    assert len(kills) >= 3 and min(kills) > 0, kills  # the fault happened, several times
     assert after[0] == 201, after  # the portal recovers as soon as the cuts stop
     failed = sum(n for status, n in statuses.items() if status != 201)
     # No storm: at most the requests in flight at each cut fail, not one per pooled connection cut.
-    assert failed <= CLIENTS * len(kills), f"{statuses}\n{logs(tmp_path)}"
+    assert failed <= CLIENTS * len(kills), f"{statuses}, cuts {kills}\n{logs(tmp_path)}"
     accepted = [body["id"] for status, body in answers if status == 201] + [after[1]["id"]]
     run_scheduling_pass()
     settle_and_check(accepted=accepted)

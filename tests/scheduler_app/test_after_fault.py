@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from billing_app.metering import METERING_SETTLE_S, meter_usage
+from billing_app.metering import meter_usage
 from billing_app.models import LedgerEntry
 from scheduler_app.choices import BillingMode
 from scheduler_app.invariants import (
@@ -17,6 +17,7 @@ from scheduler_app.invariants import (
     double_runs,
     lost_requests,
     requests_on_two_nodes,
+    settled_by,
 )
 from scheduler_app.models import Allocation
 from scheduler_app.services.placement import Slice, allocate
@@ -37,7 +38,7 @@ def running(team, member, make_node):
 
 
 def later() -> dt.datetime:
-    return timezone.now() + dt.timedelta(seconds=METERING_SETTLE_S + 1)
+    return settled_by()
 
 
 def test_a_healthy_cluster_passes_every_after_fault_rule(running):
