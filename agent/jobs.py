@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 READ_BYTES = 16 * 1024
 MAX_UNSHIPPED_CHARS = 2 * 1024 * 1024  # more than the portal keeps of a log (1 MiB)
 MPS_PIPE_DEFAULT = "/tmp/nvidia-mps"
+OWNER_VARIABLE = "GPU_PORTAL_NODE_AGENT"  # in each job's environment: "<node> at <portal URL>"
 
 
 @dataclass(frozen=True)
@@ -39,10 +40,15 @@ def mps_available(pipe_dir: str | None = None) -> bool:
     return shutil.which("nvidia-cuda-mps-control") is not None and (pipe / "control").exists()
 
 
-def job_environment(work: dict, slices: list[Slice], *, mps: bool, base: dict | None = None) -> dict:
-    """The process's environment: its cards by UUID, its share, its checkpoint directory; with MPS,
-    the limits the MPS server enforces (thread percentage from the share, pinned memory per card)."""
+def job_environment(
+    work: dict, slices: list[Slice], *, mps: bool, base: dict | None = None, owner: str = ""
+) -> dict:
+    """The process's environment: its cards by UUID, its share, its checkpoint directory, the agent that
+    started it (`owner`: node and portal, see stop_stale_jobs); with MPS, the limits the MPS server
+    enforces (thread percentage from the share, pinned memory per card)."""
     env = dict(os.environ if base is None else base)
+    if owner:
+        env[OWNER_VARIABLE] = owner
     milli = min(s.milli for s in slices)
     memory = min(s.memory_mib for s in slices)
     env.update(
@@ -88,7 +94,7 @@ def argv(command: str) -> list[str]:
 class Job:
     """A running command. Its output (stdout and stderr together) collects in memory until shipped."""
 
-    def __init__(self, work: dict, *, mps: bool, workdir: str | None = None):
+    def __init__(self, work: dict, *, mps: bool, workdir: str | None = None, owner: str = ""):
         self.request_id: int = work["request_id"]
         self.slices = [Slice(g["uuid"], g["milli"], g["memory_mib"]) for g in work["gpus"]]
         self.stop_deadline: float | None = None
@@ -108,7 +114,7 @@ class Job:
         self.process = subprocess.Popen(
             argv(command) if command else HOLD,
             cwd=workdir,
-            env=job_environment(work, self.slices, mps=mps),
+            env=job_environment(work, self.slices, mps=mps, owner=owner),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -189,3 +195,57 @@ class Job:
     def _signal(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError):  # already gone
             os.killpg(self.process.pid, signum)
+
+
+def running_requests(checkpoint_root: str) -> dict[int, set[str]]:
+    """What this host runs for the portal whose checkpoints live under `checkpoint_root`: request id ->
+    its runs ("session <id> on <card UUIDs>", one session per started job) among the live processes.
+    A job's children share its session and environment, so two sessions for one request are two runs."""
+    root = checkpoint_root.rstrip("/") + "/"
+    running: dict[int, set[str]] = {}
+    for process in psutil.process_iter(["pid", "status"]):
+        try:
+            if process.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            env = process.environ()
+            session = os.getsid(process.info["pid"])
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            continue
+        if env.get("GPU_PORTAL_CHECKPOINT_DIR", "").startswith(root) and "GPU_PORTAL_REQUEST_ID" in env:
+            run = f"session {session} on {env.get('CUDA_VISIBLE_DEVICES', '')}"
+            running.setdefault(int(env["GPU_PORTAL_REQUEST_ID"]), set()).add(run)
+    return running
+
+
+def stop_stale_jobs(owner: str, grace_s: float) -> int:
+    """Stop the jobs an earlier agent of this node and portal (`owner`, as job_environment writes it)
+    started and left running (it was killed or crashed; its jobs, in sessions of their own, ran on):
+    SIGTERM, SIGKILL after `grace_s`. Returns how many.
+
+    Called before this agent starts anything, so every job found is stale: the portal may have moved
+    its work elsewhere, and work still placed here is started again from its checkpoint."""
+    groups = set()
+    for process in psutil.process_iter():
+        try:
+            if process.environ().get(OWNER_VARIABLE) == owner:
+                groups.add(os.getpgid(process.pid))
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            continue
+    for signum, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 0)):
+        for group in groups:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signum)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and any(_group_exists(g) for g in groups):
+            time.sleep(0.1)
+    if groups:
+        log.warning("stopped %d job(s) left running by an earlier agent: %s", len(groups), sorted(groups))
+    return len(groups)
+
+
+def _group_exists(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True

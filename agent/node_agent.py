@@ -14,7 +14,7 @@ from collections import deque
 from gpu_portal_sdk.errors import AuthenticationError, NotFoundError, PortalError, ValidationError
 
 from agent.host import host_meter
-from agent.jobs import Job, mps_available
+from agent.jobs import Job, mps_available, stop_stale_jobs
 from agent.nvml import read_cards, read_processes, read_samples
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,7 @@ class NodeAgent:
         self.unreported_starts: set[int] = set()
         self.unreported_exits: dict[int, int] = {}
         self.registered = False
+        self.owner = ""  # "<node> at <portal>" once registered: marks the jobs this node's agents start
         self.refused = False  # the portal refused the credential
         self.overuse: dict[int, dict] = {}  # watchdog stops not yet reported
         self.placed: set[int] = set()  # the requests the portal's last work list placed here
@@ -151,6 +152,10 @@ class NodeAgent:
             len(answer["updated"]),
             ", ".join(answer["missing"]) or "none",
         )
+        # Fencing: jobs an earlier agent of this node left running are not ours to keep (the portal may
+        # have moved their work); what is still placed here starts again from its checkpoint.
+        self.owner = f"{answer['node']} at {self.client.api_url}"
+        stop_stale_jobs(self.owner, self.grace_s)
         self.registered = True
 
     def _follow_work(self) -> None:
@@ -172,7 +177,7 @@ class NodeAgent:
 
     def _start(self, item: dict) -> None:
         try:
-            job = Job(item, mps=self.mps, workdir=self.workdir)
+            job = Job(item, mps=self.mps, workdir=self.workdir, owner=self.owner)
         except OSError as error:
             log.error("request %s: cannot start %r: %s", item["request_id"], item["command"], error)
             self.unreported_exits[item["request_id"]] = 127

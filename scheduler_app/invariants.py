@@ -3,7 +3,12 @@
 Each function returns human-readable violations (empty when the rule holds).
 """
 
+import datetime as dt
+from collections.abc import Iterable, Mapping, Set
+from decimal import Decimal
+
 from django.db.models import Count, F, Q, Sum
+from django.utils import timezone
 
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.lifecycle import ACTIVE_STATES, TERMINAL_STATES
@@ -52,4 +57,117 @@ def violations() -> list[str]:
         *slices_of_inactive_requests(),
         *active_requests_without_their_slices(),
         *terminal_requests_without_end(),
+    ]
+
+
+def requests_on_two_nodes() -> list[str]:
+    """A request's open slices all lie on one node (a gang runs on one node): slices on two run it twice."""
+    spread = (
+        GpuRequest.objects.annotate(
+            nodes=Count("allocations__gpu__node", filter=Q(allocations__ended_at__isnull=True), distinct=True)
+        )
+        .filter(nodes__gt=1)
+        .order_by("pk")
+    )
+    return [f"{r.name} (#{r.pk}) holds open slices on {r.nodes} nodes" for r in spread]
+
+
+def double_runs(running: Mapping[int, Set[str]]) -> list[str]:
+    """`running`: request id -> the process groups running it (as the agents, or the host's process
+    table, report them). A request runs at most once, and only while it holds a slice."""
+    held = set(Allocation.objects.committed().values_list("request_id", flat=True))
+    problems = [
+        f"request #{pk} runs {len(groups)} times: {sorted(groups)}"
+        for pk, groups in sorted(running.items())
+        if len(groups) > 1
+    ]
+    problems += [
+        f"request #{pk} runs ({sorted(groups)}) without holding a slice"
+        for pk, groups in sorted(running.items())
+        if groups and pk not in held
+    ]
+    return problems
+
+
+def billing_errors(now: dt.datetime | None = None) -> list[str]:
+    """The ledger equals the slices to the second: each slice's entries follow each other from its start
+    without gap or overlap, and a slice closed more than the metering settle time ago is billed exactly
+    to its end. Meter first (billing_app.metering.meter_usage) for the check to mean anything."""
+    return [problem for problem, _ in _billing_gaps(now)]
+
+
+def billing_error_seconds(now: dt.datetime | None = None) -> Decimal:
+    """Seconds billed wrongly, too many or too few, over every slice (see billing_errors)."""
+    return sum((abs(error) for _, error in _billing_gaps(now)), start=Decimal(0))
+
+
+def settled_by(at: dt.datetime | None = None) -> dt.datetime:
+    """The first moment at which metering bills every slice closed by `at` (now) to its end."""
+    return (at or timezone.now()) + _metering_settle() + dt.timedelta(seconds=1)
+
+
+def _metering_settle() -> dt.timedelta:
+    """How far behind its clock a metering run bills open slices."""
+    from billing_app.metering import METERING_SETTLE_S
+
+    return dt.timedelta(seconds=METERING_SETTLE_S)
+
+
+def _billing_gaps(now: dt.datetime | None):
+    """(problem, seconds billed too many or too few) for each slice the ledger gets wrong."""
+    from billing_app.metering import exact_seconds
+    from billing_app.models import LedgerEntry
+
+    settled = (now or timezone.now()) - _metering_settle()
+    entries: dict[int, list] = {}
+    for entry in LedgerEntry.objects.order_by("allocation_id", "start").only(
+        "allocation_id", "start", "end", "seconds"
+    ):
+        entries.setdefault(entry.allocation_id, []).append(entry)
+    for allocation in Allocation.objects.filter(started_at__lt=settled).order_by("pk"):
+        billed = entries.get(allocation.pk, [])
+        edge = allocation.started_at
+        for entry in billed:
+            if entry.start != edge or entry.seconds != exact_seconds(entry.start, entry.end):
+                error = (
+                    exact_seconds(edge, entry.start)
+                    if entry.start < edge
+                    else exact_seconds(entry.start, edge)
+                )
+                yield (
+                    f"slice #{allocation.pk}: entry {entry.start}..{entry.end} does not follow {edge}",
+                    error,
+                )
+            edge = entry.end
+        end = allocation.ended_at
+        if end is not None and end <= settled:
+            billed_s = sum((e.seconds for e in billed), start=Decimal(0))
+            used_s = exact_seconds(allocation.started_at, end)
+            if billed_s != used_s:
+                yield f"slice #{allocation.pk}: billed {billed_s} s of {used_s} s", billed_s - used_s
+        elif end is not None and edge > end:
+            yield f"slice #{allocation.pk}: billed to {edge}, past its end {end}", exact_seconds(end, edge)
+
+
+def lost_requests(accepted: Iterable[int]) -> list[str]:
+    """Every request the portal accepted (answered 201) is still there, in one state (one row, one column)."""
+    wanted = set(accepted)
+    missing = wanted - set(GpuRequest.objects.filter(pk__in=wanted).values_list("pk", flat=True))
+    return [f"accepted request #{pk} is gone" for pk in sorted(missing)]
+
+
+def after_fault(
+    *,
+    accepted: Iterable[int] = (),
+    running: Mapping[int, Set[str]] | None = None,
+    now: dt.datetime | None = None,
+) -> list[str]:
+    """What must hold once a fault has been dealt with: no accepted request lost, every capacity rule, no
+    request on two nodes or run twice (`running`, see double_runs), the ledger equal to the slices."""
+    return [
+        *lost_requests(accepted),
+        *violations(),
+        *requests_on_two_nodes(),
+        *double_runs(running or {}),
+        *billing_errors(now),
     ]

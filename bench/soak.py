@@ -1,0 +1,368 @@
+"""Soak: a simulated cluster under a stream of requests for 30 simulated hours, with random node
+failures, checked all along by the after-fault rules (scheduler_app.invariants).
+
+    /work/quiet-wait && python -m bench.soak [--database-url postgres://postgres@127.0.0.1:5432/gpu_portal_bench_soak]
+        [--nodes 25] [--gpus-per-node 8] [--hours 30] [--speedup 400] [--failures-per-hour 2] [--seed 1]
+
+The cluster: `--nodes` nodes of `--gpus-per-node` cards (200 GPUs by default), each run by the real
+node agent (agent.node_agent.NodeAgent) on simulated NVML, starting and stopping real processes.
+The agents talk to the portal through the SDK and the portal's own API views, in this process
+(InProcessTransport: no sockets, so 25 agents fit on two cores). One loop runs every agent's round,
+the heartbeat watchdog, a scheduling pass and, now and then, metering, until the simulated hours
+have passed.
+
+Time is accelerated by `--speedup`: one real second stands for that many simulated seconds. Every
+duration of the simulated world is divided by it: job lengths (30 min to 4 h: a `sleep` of 4.5 to
+36 s at 400x), request arrivals (a Poisson stream asking for about 60 % of the cluster), failures and
+the time a failed node stays away (2 to 8 h). The watchdog's thresholds stay in real seconds (suspect
+after 20, lost after 40: 2.2 and 4.4 simulated hours at 400x), as the agents' rounds come a few real
+seconds apart whatever the speedup. The portal's clock itself is not touched: its timestamps, and so
+the ledger's seconds, are real seconds; billing is checked in them.
+
+Failures, chosen at random (`--failures-per-hour`, simulated):
+- crash: the node loses power: its jobs die, its agent is gone until the node is back;
+- partition: the node drops off the network: its agent and jobs run on, unheard, until it is back;
+- agent crash: the agent process dies and is restarted at once; its jobs ran on, orphaned.
+A node the watchdog declared lost is returned to service by the operator when it is back.
+
+Reports: requests lost, double runs (a request running twice where the portal can reach both
+runs; runs on a partitioned node are counted apart: only the node itself could stop them before
+it is heard again), over-committed GPUs, billing error in seconds (ledger against the slices),
+and the reclaim figures once the reclaim service exists (RECLAIM HOOK below).
+"""
+
+import argparse
+import json
+import logging
+import os
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from contextlib import suppress
+
+import requests
+
+from bench.scratch_db import migrated_django, recreate_database
+
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/gpu_portal_bench_soak"
+PORTAL = "http://soak.invalid"
+UTILIZATION = 0.6  # the share of the cluster's GPU-hours the request stream asks for
+SHARES = (250, 500, 1000)
+JOB_HOURS = (0.5, 4.0)
+DOWN_MINUTES = (120, 480)
+# The watchdog's thresholds in real seconds: the loop runs every agent's round in turn, a few seconds
+# apart at 200 GPUs on two cores, so a heartbeat can be that late without any failure.
+SUSPECT_AFTER_S, LOST_AFTER_S = 20, 40
+METER_EVERY_S = 60.0  # real seconds: a run meters every open slice, the loop's dearest step
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--database-url", default=DEFAULT_URL)
+    parser.add_argument("--nodes", type=int, default=25)
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--hours", type=float, default=30.0, help="simulated hours of requests")
+    parser.add_argument("--speedup", type=float, default=400.0, help="simulated seconds per real second")
+    parser.add_argument(
+        "--failures-per-hour", type=float, default=2.0, help="node failures per simulated hour"
+    )
+    parser.add_argument("--reclaims-per-hour", type=float, default=0.0, help="spot reclaims (RECLAIM HOOK)")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    if args.reclaims_per_hour:
+        parser.error(
+            "--reclaims-per-hour needs the reclaim service (issue 10): see RECLAIM HOOK in bench/soak.py"
+        )
+
+    began = time.monotonic()
+    recreate_database(args.database_url)
+    migrated_django(args.database_url)
+    soak = Soak(args)
+    print(f"set up {args.nodes * args.gpus_per_node} GPUs in {time.monotonic() - began:.0f} s", flush=True)
+    try:
+        soak.run()
+        report = soak.finish()
+    finally:
+        soak.stop_everything()
+    report["wall_s"] = round(time.monotonic() - began)
+    print(json.dumps(report, indent=2))
+
+
+class Soak:
+    def __init__(self, args):
+        from django.conf import settings
+
+        self.args = args
+        self.rng = random.Random(args.seed)
+        self.speedup = args.speedup
+        self.checkpoints = tempfile.mkdtemp(prefix="soak-checkpoints-")
+        settings.CHECKPOINT_ROOT = self.checkpoints
+        settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "soak.invalid"]
+        settings.NODE_SUSPECT_AFTER_S, settings.NODE_LOST_AFTER_S = SUSPECT_AFTER_S, LOST_AFTER_S
+        logging.getLogger("agent").setLevel(logging.WARNING)
+        settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_CLASSES": []}
+        os.environ["SIMNVML_CLAIMS_DIR"] = os.path.join(self.checkpoints, ".claims")
+        self.user, self.team, self.nodes = _cluster(args.nodes, args.gpus_per_node)
+        self.agents = {node.pk: self._agent(node) for node in self.nodes}
+        self.down: dict[int, tuple[str, float]] = {}  # node -> (failure, real time it is back)
+        self.accepted: list[int] = []
+        self.failures: Counter = Counter()
+        self.double_runs: set[int] = set()
+        self.partition_runs: set[int] = set()
+        self.over_commits = 0
+        self.samples = 0
+        self.rounds = 0
+
+    def _agent(self, node):
+        from gpu_portal_sdk.node import NodeClient
+
+        from agent.node_agent import NodeAgent
+        from agent.nvml import load_nvml
+        from scheduler_app.demo_agents import simulated_cards
+        from scheduler_app.services.inventory import issue_agent_credential
+
+        client = NodeClient(PORTAL, issue_agent_credential(node), max_retries=0)
+        client._http.session.mount(PORTAL, InProcessTransport())
+        return NodeAgent(
+            client,
+            load_nvml(simulated_cards(node), seed=node.pk),
+            interval_s=1.0,
+            grace_s=0.5,
+            mps=False,
+            send_samples_every_s=5.0,
+        )
+
+    def sim_hours(self, real_s: float) -> float:
+        return real_s * self.speedup / 3600
+
+    def real_s(self, sim_hours: float) -> float:
+        return sim_hours * 3600 / self.speedup
+
+    def run(self) -> None:
+        from billing_app.metering import meter_usage
+        from scheduler_app.node_health import check_heartbeats
+        from scheduler_app.scheduling import run_scheduling_pass
+
+        start = time.monotonic()
+        end = start + self.real_s(self.args.hours)
+        gpus = self.args.nodes * self.args.gpus_per_node
+        mean_gpu_hours = sum(SHARES) / len(SHARES) / 1000 * sum(JOB_HOURS) / 2
+        arrivals_per_hour = gpus * UTILIZATION / mean_gpu_hours
+        next_arrival = start + self.rng.expovariate(arrivals_per_hour) * 3600 / self.speedup
+        next_failure = start + self.rng.expovariate(self.args.failures_per_hour) * 3600 / self.speedup
+        metered_at = start
+        while (now := time.monotonic()) < end:
+            while next_arrival <= now:
+                self._submit()
+                next_arrival += self.rng.expovariate(arrivals_per_hour) * 3600 / self.speedup
+            if next_failure <= now:
+                self._fail(self.rng.choice(self.nodes))
+                next_failure += self.rng.expovariate(self.args.failures_per_hour) * 3600 / self.speedup
+            self._bring_back(now)
+            for node_pk, agent in self.agents.items():
+                if node_pk not in self.down:
+                    agent.round()
+            self.rounds += 1
+            check_heartbeats()
+            run_scheduling_pass()
+            self._sample()
+            if now - metered_at >= METER_EVERY_S:
+                meter_usage()
+                metered_at = now
+            if self.rounds % 20 == 0:
+                print(
+                    f"{self.sim_hours(now - start):5.1f} h simulated: {len(self.accepted)} requests, "
+                    f"failures {dict(self.failures)}, down {len(self.down)}",
+                    flush=True,
+                )
+
+    def _submit(self) -> None:
+        from scheduler_app.services.requests import submit_request
+
+        hours = self.rng.uniform(*JOB_HOURS)
+        request = submit_request(
+            user=self.user,
+            team=self.team,
+            name=f"soak-{len(self.accepted)}",
+            gpu_milli=self.rng.choice(SHARES),
+            task_type=self.rng.choice(("training", "inference")),
+            command=f"sleep {self.real_s(hours):.1f}",
+        )
+        self.accepted.append(request.pk)
+
+    def _fail(self, node) -> None:
+        if node.pk in self.down:
+            return
+        kind = self.rng.choice(("crash", "partition", "agent crash"))
+        self.failures[kind] += 1
+        agent = self.agents[node.pk]
+        if kind == "agent crash":  # its jobs run on, orphaned; the restarted agent must deal with them
+            self.agents[node.pk] = self._agent(node)
+            return
+        if kind == "crash":
+            for job in agent.jobs.values():
+                with suppress(ProcessLookupError):
+                    os.killpg(job.process.pid, signal.SIGKILL)
+        away = self.real_s(self.rng.uniform(*DOWN_MINUTES) / 60)
+        self.down[node.pk] = (kind, time.monotonic() + away)
+
+    def _bring_back(self, now: float) -> None:
+        """Nodes whose time away is over come back (a crashed one with a fresh agent); one the watchdog
+        declared lost is returned to service by the operator."""
+        from scheduler_app.choices import NodeStatus
+        from scheduler_app.services.inventory import set_node_status
+
+        for node in self.nodes:
+            kind, back_at = self.down.get(node.pk, ("", 0.0))
+            if kind and back_at <= now:
+                del self.down[node.pk]
+                if kind == "crash":
+                    self.agents[node.pk] = self._agent(node)
+            node.refresh_from_db(fields=["status"])
+            if node.status == NodeStatus.LOST and node.pk not in self.down:
+                set_node_status(node, NodeStatus.READY, actor_name="soak operator", reason="node back")
+
+    def _sample(self) -> None:
+        """Over-committed cards, and requests running twice: on two reachable nodes (a double run), or
+        also on a partitioned one (a stale run only the node itself could stop)."""
+        from agent.jobs import running_requests
+        from scheduler_app.invariants import over_committed_gpus
+
+        self.samples += 1
+        self.over_commits = max(self.over_commits, len(over_committed_gpus()))
+        away = {uuid for node in self.nodes if node.pk in self.down for uuid in self.uuids[node.pk]}
+        for request_id, runs in running_requests(self.checkpoints).items():
+            reachable = [run for run in runs if run.rsplit(" ", 1)[-1].split(",")[0] not in away]
+            if len(reachable) > 1:
+                self.double_runs.add(request_id)
+            elif len(runs) > 1:
+                self.partition_runs.add(request_id)
+
+    @property
+    def uuids(self) -> dict[int, set[str]]:
+        if not hasattr(self, "_uuids"):
+            self._uuids = {node.pk: set(node.gpus.values_list("uuid", flat=True)) for node in self.nodes}
+        return self._uuids
+
+    def finish(self) -> dict:
+        """Stop the stream, bill everything up to now, and count what the after-fault rules find."""
+
+        from audit.models import Event
+        from billing_app.metering import meter_usage
+        from scheduler_app.choices import RequestState
+        from scheduler_app.invariants import after_fault, billing_error_seconds, settled_by
+        from scheduler_app.models import GpuRequest
+
+        for agent in self.agents.values():
+            agent.grace_s = 0.2
+            agent.shutdown()
+        later = settled_by()
+        meter_usage(later)
+        broken = after_fault(accepted=self.accepted, now=later)
+        states = Counter(GpuRequest.objects.filter(pk__in=self.accepted).values_list("state", flat=True))
+        # RECLAIM HOOK: once the reclaim service lands, reclaim random spot nodes in run() (as _fail
+        # does failures) and report here: the mean work lost per reclaim (time since the job's last
+        # checkpoint when its segment closed) against half the checkpoint interval, and the share of
+        # reclaims whose requests were requeued before the notice's deadline.
+        return {
+            "gpus": self.args.nodes * self.args.gpus_per_node,
+            "simulated_hours": self.args.hours,
+            "speedup": self.speedup,
+            "rounds": self.rounds,
+            "real_s_per_round": round(self.real_s(self.args.hours) / max(1, self.rounds), 1),
+            "requeued_by_node_loss": Event.objects.filter(
+                to_state=RequestState.PENDING, reason__startswith="node ", reason__contains=" lost: "
+            ).count(),
+            "requests": len(self.accepted),
+            "states": dict(states),
+            "failures": dict(self.failures),
+            "requests_lost": sum("is gone" in problem for problem in broken),
+            "double_runs": len(self.double_runs),
+            "stale_runs_on_partitioned_nodes": len(self.partition_runs),
+            "over_committed_gpus_max": self.over_commits,
+            "billing_error_s": str(billing_error_seconds(later)),
+            "after_fault_violations": broken[:20],
+            "finished": states.get(RequestState.SUCCEEDED, 0),
+            "mean_work_lost_per_reclaim": "n/a: no reclaims (RECLAIM HOOK)",
+            "reclaims_before_deadline": "n/a: no reclaims (RECLAIM HOOK)",
+        }
+
+    def stop_everything(self) -> None:
+        from agent.jobs import running_requests
+
+        for runs in running_requests(self.checkpoints).values():
+            for run in runs:
+                with suppress(ProcessLookupError):
+                    os.killpg(int(run.split()[1]), signal.SIGKILL)
+        shutil.rmtree(self.checkpoints, ignore_errors=True)
+
+
+def _cluster(nodes: int, gpus_per_node: int):
+    from django.contrib.auth import get_user_model
+
+    from scheduler_app.choices import CapacityType
+    from scheduler_app.services.inventory import create_pool, register_node
+    from teams.choices import Role
+    from teams.models import Membership, Team
+
+    user = get_user_model().objects.create_user("soak")
+    team = Team.objects.create(name="Soak", slug="soak")
+    Membership.objects.create(team=team, user=user, role=Role.TEAM_ADMIN)
+    pool = create_pool(name="a100", gpu_model="A100-80GB", capacity_type=CapacityType.ON_DEMAND)
+    made = []
+    for n in range(nodes):
+        gpus = [
+            {"uuid": f"GPU-soak-{n}-{i}", "model": "A100-80GB", "memory_mib": 81920}
+            for i in range(gpus_per_node)
+        ]
+        node, _ = register_node(
+            pool=pool, name=f"soak-{n:03d}", cpu_milli=64_000, memory_mib=512 * 1024, gpus=gpus
+        )
+        made.append(node)
+    return user, team, made
+
+
+class InProcessTransport(requests.adapters.BaseAdapter):
+    """A `requests` transport adapter that hands each call to the portal's Django stack in this process
+    (django.test.Client: the same URLs, authentication, views and serializers as over HTTP)."""
+
+    def __init__(self):
+        from django.test import Client
+
+        super().__init__()
+        self.client = Client(raise_request_exception=False)
+
+    def send(self, request, **kwargs):
+        from requests.structures import CaseInsensitiveDict
+
+        path = request.path_url
+        headers = {"Authorization": request.headers.get("Authorization", "")}
+        answer = self.client.generic(
+            request.method,
+            path,
+            request.body or b"",
+            content_type="application/json",
+            headers=headers,
+            HTTP_HOST="soak.invalid",
+        )
+        response = requests.Response()
+        response.status_code = answer.status_code
+        response._content = answer.content
+        response.headers = CaseInsensitiveDict(answer.headers)
+        response.url = request.url
+        response.reason = answer.reason_phrase
+        response.request = request
+        return response
+
+    def close(self):
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
