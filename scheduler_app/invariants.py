@@ -7,6 +7,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping, Set
 from decimal import Decimal
 
+from django.conf import settings
 from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
@@ -108,9 +109,7 @@ def settled_by(at: dt.datetime | None = None) -> dt.datetime:
 
 def _metering_settle() -> dt.timedelta:
     """How far behind its clock a metering run bills open slices."""
-    from billing_app.metering import METERING_SETTLE_S
-
-    return dt.timedelta(seconds=METERING_SETTLE_S)
+    return dt.timedelta(seconds=settings.METERING_SETTLE_S)
 
 
 def _billing_gaps(now: dt.datetime | None):
