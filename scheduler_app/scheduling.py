@@ -9,6 +9,7 @@ gone and leaves that request pending for the next pass.
 import datetime as dt
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -16,10 +17,10 @@ from scheduler_app.choices import BillingMode, CapacityType, RequestState
 from scheduler_app.cluster_state import ClusterSnapshot, load_cluster_snapshot
 from scheduler_app.core.placement import DEFAULT_POLICY
 from scheduler_app.core.queueing import PassPlan, Start, plan_pass
-from scheduler_app.models import GpuRequest
+from scheduler_app.models import Allocation, GpuRequest
 from scheduler_app.pass_state import store_pass_state
 from scheduler_app.services.placement import PlannedStart, Slice, place
-from scheduler_app.services.transitions import requeue
+from scheduler_app.services.transitions import stop_gracefully
 
 ACTOR = "scheduler"
 PASS_LOCK_ID = 7_0001  # the advisory lock key of scheduling passes
@@ -61,15 +62,15 @@ def _one_pass_at_a_time() -> None:
 
 
 def _apply(plan: PassPlan, snapshot: ClusterSnapshot, now: dt.datetime) -> PassResult:
-    """Requeue the victims, then place the starts, through the lifecycle owner's bulk forms.
+    """Stop the victims (checkpoint, then move: their slices close when they stopped), then place the
+    starts, through the lifecycle owner's bulk forms. A start on cards that stopping work still holds
+    waits for it, with that reason.
 
     Every request row the pass touches is locked first, in one id-ordered statement, so the pass
     cannot deadlock with a bulk cancel, node loss or any other writer that locks requests in id
     order; `place` then finds them locked already.
     """
-    victims = {
-        p.allocation.request.id: f"preempted: {p.reason}; checkpoint and requeue" for p in plan.preemptions
-    }
+    victims = {p.allocation.request.id: f"preempted: {p.reason}" for p in plan.preemptions}
     touched = (
         set(victims)
         | {start.request.id for start in plan.starts}
@@ -78,23 +79,42 @@ def _apply(plan: PassPlan, snapshot: ClusterSnapshot, now: dt.datetime) -> PassR
     )
     rows = GpuRequest.objects.select_for_update().filter(pk__in=touched).order_by("pk")
     locked = {r.pk: r for r in rows.only("state", "pending_reason", "estimated_start_at")}
-    preempted = len(requeue(list(victims), reasons=victims, actor_name=ACTOR, now=now)) if victims else 0
-    placed = place(
-        [
+    preempted = 0
+    if victims:
+        grace = dt.timedelta(seconds=settings.PREEMPTION_GRACE_S)
+        stopped = stop_gracefully(
+            list(victims), deadline=now + grace, reasons=victims, actor_name=ACTOR, now=now
+        )
+        preempted = len(stopped)
+        for request in stopped:
+            if request.stop_by is not None:
+                snapshot.stopping.update(dict.fromkeys(_held_cards(request.pk), request.stop_by))
+    starts, held_back = [], {}
+    for start in plan.starts:
+        pieces = _pieces(start, snapshot)
+        deadlines = [snapshot.stopping[gpu_id] for gpu_id, _, _ in pieces if gpu_id in snapshot.stopping]
+        if deadlines:
+            held_back[start.request.id] = (
+                "waits for preempted or reclaimed work on its cards to checkpoint and stop "
+                f"(by {max(deadlines):%H:%M:%S} UTC)"
+            )
+            continue
+        starts.append(
             PlannedStart(
                 start.request.id,
-                tuple(Slice(*piece) for piece in _pieces(start, snapshot)),
+                tuple(Slice(*piece) for piece in pieces),
                 _billing_mode(start, snapshot),
                 start.borrowed,
                 " (borrowed capacity above quota: preemptible)" if start.borrowed else "",
             )
-            for start in plan.starts
-        ],
-        actor_name=ACTOR,
-        now=now,
-    )
-    waiting = _explain_waiting(plan, snapshot, placed.refused, locked)
-    return PassResult(len(placed.started), preempted, waiting, len(placed.refused))
+        )
+    placed = place(starts, actor_name=ACTOR, now=now)
+    waiting = _explain_waiting(plan, snapshot, placed.refused, locked, held_back)
+    return PassResult(len(placed.started), preempted, waiting, len(placed.refused) + len(held_back))
+
+
+def _held_cards(request_id: int) -> list[int]:
+    return list(Allocation.objects.committed().filter(request_id=request_id).values_list("gpu_id", flat=True))
 
 
 def format_utc(timestamp: float) -> str:
@@ -114,7 +134,11 @@ def _billing_mode(start: Start, snapshot: ClusterSnapshot) -> str:
 
 
 def _explain_waiting(
-    plan: PassPlan, snapshot: ClusterSnapshot, refused: dict[int, str], locked: dict[int, GpuRequest]
+    plan: PassPlan,
+    snapshot: ClusterSnapshot,
+    refused: dict[int, str],
+    locked: dict[int, GpuRequest],
+    held_back: dict[int, str],
 ) -> int:
     """Store each waiting request's reason and estimated start, where they changed; a start refused
     under the locks (a concurrent writer took the capacity) says so and is retried next pass.
@@ -129,6 +153,8 @@ def _explain_waiting(
         reasons[waiting.request_id] = (waiting.reason(format_utc), estimate)
     for request_id, why in refused.items():
         reasons[request_id] = (f"placement refused under lock ({why}); retried next pass", None)
+    for request_id, why in held_back.items():
+        reasons[request_id] = (why, None)
     for request_id, why in snapshot.unplaceable.items():
         reasons[request_id] = (why, None)
     changed = []

@@ -63,10 +63,43 @@ class WorkSerializer(serializers.Serializer):
     task_type = serializers.CharField()
     command = serializers.CharField(allow_blank=True)
     checkpoint_dir = serializers.CharField()
+    last_checkpoint_at = serializers.DateTimeField(allow_null=True, help_text="The last checkpoint reported.")
+    stop_by = serializers.DateTimeField(
+        allow_null=True,
+        help_text="Set while the request is being moved: SIGTERM the job now, SIGKILL it at this time.",
+    )
     log_offset = serializers.IntegerField(
         help_text="Where the stored log ends: a restarted job's output goes on there."
     )
     gpus = WorkCardSerializer(many=True)
+
+
+class CheckpointedSerializer(serializers.Serializer):
+    at = AwareDateTimeField(help_text="When the job checkpointed (the marker file's mtime, with timezone).")
+    ref = StrictCharField(
+        max_length=500,
+        required=False,
+        default="",
+        help_text="Where the data is; default: the checkpoint dir.",
+    )
+
+
+class CheckpointAnswerSerializer(serializers.Serializer):
+    request_id = serializers.IntegerField()
+    state = serializers.CharField()
+    last_checkpoint_at = serializers.DateTimeField(allow_null=True)
+
+
+class ReclaimNoticeSerializer(serializers.Serializer):
+    deadline = AwareDateTimeField(help_text="When the provider takes the node back.")
+    source = StrictCharField(max_length=32, help_text="Who sent the notice: aws, gcp, azure, ...")
+    notice_id = StrictCharField(max_length=200, required=False, default="", help_text="The provider's id.")
+
+
+class ReclaimAnswerSerializer(serializers.Serializer):
+    node = serializers.CharField()
+    node_status = serializers.CharField()
+    stopping = serializers.IntegerField(help_text="Requests told to checkpoint and stop by this notice.")
 
 
 class FinishedSerializer(serializers.Serializer):

@@ -26,10 +26,12 @@ from scheduler_app.constants import (
     MAX_GPUS_PER_NODE,
 )
 from scheduler_app.models import Allocation, AllocationSample, Gpu, GpuRequest, LogChunk, Node, NodeSample
-from scheduler_app.services.transitions import transition_request
+from scheduler_app.services.migration import move_reasons, requeue_from_checkpoint
+from scheduler_app.services.transitions import stop_gracefully, transition_request
 from scheduler_app.telemetry import record_heartbeat, sampled_at_error
 
 AGENT = "node agent"
+MAX_CLOCK_SKEW_S = 60  # a report's time further ahead of the portal's clock is refused
 MIG_MODES = ("enabled", "disabled", "unsupported")
 
 
@@ -155,7 +157,55 @@ def report_finished(node: Node, request_id: int, exit_code: int) -> GpuRequest:
     if isinstance(exit_code, bool) or not isinstance(exit_code, int) or not low <= exit_code <= high:
         raise ValidationError({"exit_code": f"Give the exit status as a whole number from {low} to {high}."})
     outcome = RequestState.SUCCEEDED if exit_code == 0 else RequestState.FAILED
+    if stopped := _stopped_for_move(node, request_id):
+        return stopped
     return _end_here(node, request_id, outcome, exit_reason(exit_code), exit_code=exit_code)
+
+
+def _stopped_for_move(node: Node, request_id: int) -> GpuRequest | None:
+    """A job that ends while it is being moved (migrating, on this node) stopped for the move, whatever
+    its status: requeued now, from its checkpoint. None when the request is not being moved from here."""
+    request = _own_request(node, request_id)
+    with transaction.atomic():
+        locked = GpuRequest.objects.select_for_update().get(pk=request.pk)
+        if locked.state != RequestState.MIGRATING or not _runs_here(node, locked):
+            return None
+        requeue_from_checkpoint([locked.pk], stopped_at=timezone.now(), actor_name=AGENT)
+    locked.refresh_from_db()
+    return locked
+
+
+def record_checkpoint(
+    node: Node, request_id: int, at: dt.datetime, *, ref: str = "", now: dt.datetime | None = None
+) -> GpuRequest:
+    """The job on `node` checkpointed at `at` (its agent saw the marker file change): the request keeps
+    the time and where the data is (`ref`, default its checkpoint directory). An older or repeated
+    report changes nothing. Work due to move at its next checkpoint starts moving now."""
+    now = now or timezone.now()
+    if at > now + dt.timedelta(seconds=MAX_CLOCK_SKEW_S):
+        raise ValidationError({"at": "The checkpoint time is in the future; check the node's clock."})
+    request = _own_request(node, request_id)
+    with transaction.atomic():
+        locked = GpuRequest.objects.select_for_update().select_related("team").get(pk=request.pk)
+        if not _runs_here(node, locked):
+            raise NotOnThisNode(f"Request {request_id} no longer runs on node {node.name}.")
+        if locked.last_checkpoint_at and at <= locked.last_checkpoint_at:
+            return locked
+        locked.last_checkpoint_at, locked.checkpoint_ref = at, ref or checkpoint_dir(locked)
+        locked.save(update_fields=["last_checkpoint_at", "checkpoint_ref"])
+        log_event(
+            locked,
+            "checkpoint",
+            from_state=locked.state,
+            actor_name=AGENT,
+            reason=f"checkpointed at {at:%H:%M:%S} UTC to {locked.checkpoint_ref}",
+            data={"at": at.isoformat(), "ref": locked.checkpoint_ref},
+        )
+        if locked.state == RequestState.RUNNING and (why := move_reasons([locked.pk]).get(locked.pk)):
+            deadline = now + dt.timedelta(seconds=settings.MOVE_AT_CHECKPOINT_GRACE_S)
+            stop_gracefully([locked.pk], deadline=deadline, reason=why, actor_name=AGENT, now=now)
+            locked.refresh_from_db()
+    return locked
 
 
 def _end_here(node: Node, request_id: int, outcome: str, reason: str, *, exit_code: int | None = None):
