@@ -59,20 +59,24 @@ def requeue_from_checkpoint(
     *,
     stopped_at: dt.datetime,
     reason: str = "",
+    stopping_by: dt.datetime | None = None,
     actor=None,
     actor_name: str = WATCHDOG,
 ) -> list[GpuRequest]:
     """Requeue active work that stopped at `stopped_at` (its agent reported it, its deadline passed, its
     node was lost): its slices close then, it keeps its checkpoint reference to resume from, and the
-    event records the work lost. `reason` defaults to why it was being stopped. A pending move to
+    event records the work lost. `reason` defaults to why it was being stopped. With `stopping_by`, only
+    work still migrating with a deadline no later than that is requeued (what the watchdog saw may
+    have changed since it looked). A pending move to
     on-demand capacity is done by the requeue (the request is billed on-demand: it waits for on-demand
     capacity)."""
     with transaction.atomic():
-        locked = list(
-            GpuRequest.objects.select_for_update(of=("self",))
-            .filter(pk__in=list(request_ids), state__in=ACTIVE_STATES)
-            .order_by("pk")
+        rows = GpuRequest.objects.select_for_update(of=("self",)).filter(
+            pk__in=list(request_ids), state__in=ACTIVE_STATES
         )
+        if stopping_by is not None:
+            rows = rows.filter(state=RequestState.MIGRATING, stop_by__lte=stopping_by)
+        locked = list(rows.order_by("pk"))
         starts = run_starts(r.pk for r in locked)
         reasons, data = {}, {}
         for request in locked:
@@ -166,14 +170,11 @@ def reclaim_node(
 def expire_stops(now: dt.datetime | None = None) -> int:
     """Work still migrating past its deadline (and the agent's time to report it) stopped at the
     deadline: the agent SIGKILLed it then. Requeued from its checkpoint; returns how many."""
-    now = now or timezone.now()
-    overdue = GpuRequest.objects.filter(
-        state=RequestState.MIGRATING,
-        stop_by__lte=now - dt.timedelta(seconds=settings.STOP_REPORT_SLACK_S),
-    ).values_list("pk", "stop_by")
+    cutoff = (now or timezone.now()) - dt.timedelta(seconds=settings.STOP_REPORT_SLACK_S)
+    overdue = GpuRequest.objects.filter(state=RequestState.MIGRATING, stop_by__lte=cutoff)
     done = 0
-    for request_id, stop_by in overdue:
-        done += len(requeue_from_checkpoint([request_id], stopped_at=stop_by))
+    for request_id, stop_by in overdue.values_list("pk", "stop_by"):
+        done += len(requeue_from_checkpoint([request_id], stopped_at=stop_by, stopping_by=cutoff))
     return done
 
 
