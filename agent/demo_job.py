@@ -1,7 +1,9 @@
-"""A stand-in workload for the demo and the tests: prints progress, holds simulated GPU memory, and
-on SIGTERM writes a checkpoint and exits (or, with --ignore-term, keeps going until killed).
+"""A stand-in workload for the demo and the tests: prints progress, holds simulated GPU memory,
+checkpoints every few seconds (its step, then a touch of the marker its agent watches), resumes from its
+last checkpoint, and on SIGTERM checkpoints and exits (or, with --ignore-term, keeps going until killed).
 
 python -m agent.demo_job --seconds 60 [--gpu-memory-mib N] [--exit-code N] [--ignore-term]
+    [--checkpoint-every S]
 """
 
 import argparse
@@ -11,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from agent.jobs import CHECKPOINT_MARKER
 from agent.simnvml import claim_memory
 
 
@@ -24,14 +27,25 @@ def main() -> int:
     parser.add_argument(
         "--ignore-term", action="store_true", help="Keep working after SIGTERM (until SIGKILL)."
     )
+    parser.add_argument(
+        "--checkpoint-every",
+        type=float,
+        default=5.0,
+        help="Seconds between checkpoints (0: only on SIGTERM).",
+    )
     args = parser.parse_args()
 
-    checkpoint = Path(os.environ.get("GPU_PORTAL_CHECKPOINT_DIR", ".")) / "demo_job.step"
+    directory = Path(os.environ.get("GPU_PORTAL_CHECKPOINT_DIR", "."))
+    checkpoint = directory / "demo_job.step"
     step = int(checkpoint.read_text()) if checkpoint.exists() else 0
+
+    def save() -> None:
+        checkpoint.write_text(str(step))
+        (directory / CHECKPOINT_MARKER).touch()
 
     def on_term(signum, frame):
         print(f"SIGTERM received at step {step}: writing a checkpoint", flush=True)
-        checkpoint.write_text(str(step))
+        save()
         if not args.ignore_term:
             sys.exit(143)
 
@@ -45,13 +59,16 @@ def main() -> int:
         f"starting at step {step}",
         flush=True,
     )
-    started = time.monotonic()
+    started = saved = time.monotonic()
     while time.monotonic() - started < args.seconds:
         time.sleep(0.5)
         step += 1
         if step % 4 == 0:
             print(f"step {step}: loss {2.5 / (1 + step / 20):.4f}", flush=True)
-    checkpoint.write_text(str(step))
+        if args.checkpoint_every and time.monotonic() - saved >= args.checkpoint_every:
+            save()
+            saved = time.monotonic()
+    save()
     print(f"done after {step} steps", flush=True)
     return args.exit_code
 

@@ -98,7 +98,14 @@ class NodeAgent:
     def round(self) -> None:
         """One pass over everything; each step's failure is logged and retried next round, except a
         refused credential (another was issued, or the node was removed): the agent stops."""
-        steps = [self._follow_work, self._watch_usage, self._reap, self._ship_logs, self._sample]
+        steps = [
+            self._follow_work,
+            self._watch_checkpoints,
+            self._watch_usage,
+            self._reap,
+            self._ship_logs,
+            self._sample,
+        ]
         for step in steps if self.registered else [self._register]:
             try:
                 step()
@@ -159,6 +166,9 @@ class NodeAgent:
         for request_id, job in self.jobs.items():
             if request_id not in work:
                 job.stop(self.grace_s, "released, cancelled or moved by the portal")
+            elif work[request_id]["stop_by"]:
+                deadline = dt.datetime.fromisoformat(work[request_id]["stop_by"])
+                job.stop_by(deadline, f"being moved: checkpoint and stop by {deadline:%H:%M:%S} UTC")
         for request_id in list(self.unreported_starts):
             self.client.started(request_id)
             self.unreported_starts.discard(request_id)
@@ -173,6 +183,22 @@ class NodeAgent:
         log.info("request %s: started pid %s: %s", item["request_id"], job.process.pid, item["command"])
         self.jobs[item["request_id"]] = job
         self.unreported_starts.add(item["request_id"])
+
+    def _watch_checkpoints(self) -> None:
+        """Report each job's new checkpoints (its marker file's mtime) to the portal."""
+        for job in list(self.jobs.values()):
+            if job.request_id in self.placed:
+                self._report_checkpoint(job)
+
+    def _report_checkpoint(self, job: Job) -> None:
+        at = job.last_checkpoint()
+        if at is None or (job.checkpoint_reported is not None and at <= job.checkpoint_reported):
+            return
+        try:
+            self.client.checkpointed(job.request_id, at)
+        except NotFoundError:
+            log.warning("request %s: no longer placed here; its checkpoint is not reported", job.request_id)
+        job.checkpoint_reported = at
 
     def _watch_usage(self) -> None:
         """Attribute NVML's processes to the jobs that started them: report each job's memory and SM
@@ -216,6 +242,8 @@ class NodeAgent:
             job.enforce_stop()
             if job.finished():
                 log.info("request %s: exited %s", request_id, job.exit_code)
+                if request_id in self.placed:  # its last checkpoint (written on SIGTERM) before its exit
+                    self._report_checkpoint(job)
                 self._ship(job)
                 del self.jobs[request_id]
                 self.unreported_exits[request_id] = job.exit_code

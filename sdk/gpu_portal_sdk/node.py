@@ -36,6 +36,16 @@ class NodeClient:
     def finished(self, request_id: int, exit_code: int) -> dict:
         return self._post(f"agent/requests/{int(request_id)}/finished/", {"exit_code": exit_code})
 
+    def checkpointed(self, request_id: int, at: dt.datetime, ref: str = "") -> dict:
+        """The job checkpointed at `at` (aware); `ref`: where its data is (default: its checkpoint dir)."""
+        body = {"at": at.isoformat(), **({"ref": ref} if ref else {})}
+        return self._post(f"agent/requests/{int(request_id)}/checkpointed/", body)
+
+    def reclaim_notice(self, deadline: dt.datetime, source: str, notice_id: str = "") -> dict:
+        """The cloud provider takes this node back at `deadline` (aware): its work checkpoints and moves."""
+        body = {"deadline": deadline.isoformat(), "source": source, "notice_id": notice_id}
+        return self._post("agent/reclaim-notice/", body)
+
     def log(self, request_id: int, offset: int, text: str) -> dict:
         return self._post(f"agent/requests/{int(request_id)}/log/", {"offset": offset, "text": text})
 

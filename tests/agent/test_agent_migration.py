@@ -1,0 +1,55 @@
+"""The agent's side of "checkpoint, then move", live against the portal: it reports the job's checkpoints,
+stops it by the deadline of a reclaim with the time left, and the job resumes from its checkpoint."""
+
+import datetime as dt
+
+from django.utils import timezone
+
+from scheduler_app.choices import CapacityType
+from scheduler_app.selectors import request_log
+from scheduler_app.services.inventory import create_pool
+from scheduler_app.services.migration import reclaim_node
+from scheduler_app.services.placement import Slice, allocate
+from tests.agent_fixtures import DEMO_JOB, rounds_until
+
+
+def refreshed(request):
+    request.refresh_from_db()
+    return request
+
+
+def test_the_agent_reports_checkpoints_as_the_job_touches_its_marker(start_agent, place):
+    agent = start_agent()
+    request = place(f"{DEMO_JOB} --seconds 30 --checkpoint-every 0.5")
+
+    rounds_until(agent, lambda: refreshed(request).last_checkpoint_at is not None, what="a checkpoint")
+
+    assert request.checkpoint_ref.endswith(f"request-{request.pk}")
+    assert (timezone.now() - request.last_checkpoint_at).total_seconds() < 30
+
+
+def test_a_reclaimed_job_checkpoints_stops_by_the_deadline_is_requeued_and_resumes(
+    start_agent, place, make_node
+):
+    spot = create_pool(name="spot-a100", gpu_model="A100-80GB", capacity_type=CapacityType.SPOT)
+    spot_node = make_node("spot-1", gpus=1, pool=spot)
+    agent = start_agent(for_node=spot_node)
+    request = place(f"{DEMO_JOB} --seconds 60 --checkpoint-every 0", on=spot_node)
+    rounds_until(agent, lambda: refreshed(request).state == "running", what="running")
+    rounds_until(agent, lambda: "step 4:" in request_log(request).text, what="some steps")
+    deadline = timezone.now() + dt.timedelta(seconds=20)
+
+    reclaim_node(spot_node, deadline=deadline, source="test", notice_id="n-1")
+    rounds_until(agent, lambda: refreshed(request).state == "pending", what="requeued")
+
+    assert request.last_checkpoint_at is not None  # written on SIGTERM, reported before the exit
+    assert timezone.now() < deadline  # it stopped in its grace, not at the SIGKILL
+    assert "SIGTERM received" in request_log(request).text
+    segment = request.allocations.get()
+    assert segment.ended_at is not None
+
+    again = make_node("spot-2", gpus=1, pool=spot)
+    allocate(request, [Slice(again.gpus.get().pk, 250, 20480)])
+    resumed = start_agent(for_node=again)
+    rounds_until(resumed, lambda: "starting at step" in request_log(request).text.split("SIGTERM")[-1])
+    assert "starting at step 0" not in request_log(request).text.split("SIGTERM")[-1]
