@@ -224,14 +224,18 @@ class GpuSampleIngestView(APIView):
 
 
 class NodeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
-    """Operators: every node with its load; drain (no new work) and undrain, each logged with a reason."""
+    """Operators: every node with its load (?name= for one); drain (no new work), undrain and reclaim
+    (spot: its work checkpoints and moves), each logged."""
 
     serializer_class = OperatorNodeSerializer
     permission_classes = [IsOperator]
     lookup_value_converter = "int"
 
     def get_queryset(self):
-        return nodes_for_operators().order_by("name")
+        nodes = nodes_for_operators().order_by("name")
+        if name := self.request.query_params.get("name"):
+            nodes = nodes.filter(name=name)
+        return nodes
 
     @extend_schema(request=ReasonSerializer, responses=OperatorNodeSerializer)
     @action(detail=True, methods=["post"])
