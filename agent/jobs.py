@@ -95,6 +95,7 @@ class Job:
 
     def __init__(self, work: dict, *, mps: bool, workdir: str | None = None):
         self.request_id: int = work["request_id"]
+        self.generation: int | None = work.get("generation")  # which run of the request this is
         self.slices = [Slice(g["uuid"], g["milli"], g["memory_mib"]) for g in work["gpus"]]
         self.checkpoint_dir = Path(work["checkpoint_dir"])
         self.checkpoint_reported: dt.datetime | None = None  # the last checkpoint time the portal took

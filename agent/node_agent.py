@@ -55,12 +55,14 @@ class NodeAgent:
         self.unsent: deque[tuple[dt.datetime, list[dict]]] = deque(maxlen=MAX_UNSENT_MOMENTS)
         self._read_at = self._sent_at = float("-inf")
         self.jobs: dict[int, Job] = {}
-        self.unreported_starts: set[int] = set()
-        self.unreported_exits: dict[int, int] = {}
+        # Reports not sent yet, with their run's generation: {request: generation} and
+        # {request: (exit status, generation)}.
+        self.unreported_starts: dict[int, int | None] = {}
+        self.unreported_exits: dict[int, tuple[int, int | None]] = {}
         self.registered = False
         self.refused = False  # the portal refused the credential
         self.overuse: dict[int, dict] = {}  # watchdog stops not yet reported
-        self.placed: set[int] = set()  # the requests the portal's last work list placed here
+        self.placed: dict[int, int | None] = {}  # the last work list's requests here: {request: generation}
         self.host = host_meter(nvml)
         self.stopping = threading.Event()
 
@@ -156,7 +158,7 @@ class NodeAgent:
     def _follow_work(self) -> None:
         """Start what the node should run and does not; stop what it runs and should not."""
         work = {item["request_id"]: item for item in self.client.work()}
-        self.placed = set(work)
+        self.placed = {request_id: item.get("generation") for request_id, item in work.items()}
         for request_id, item in work.items():
             known = request_id in self.jobs or request_id in self.unreported_exits
             # A running request without a process here (the agent restarted) runs again, from its
@@ -166,36 +168,44 @@ class NodeAgent:
         for request_id, job in self.jobs.items():
             if request_id not in work:
                 job.stop(self.grace_s, "released, cancelled or moved by the portal")
+            elif job.generation != work[request_id].get("generation"):
+                # Placed again since this process started (the node was lost and came back): the old run
+                # stops; the new one starts once it is gone, so the two never run at once.
+                job.stop(self.grace_s, "a stale run: the portal placed the request again")
             elif work[request_id]["stop_by"]:
                 deadline = dt.datetime.fromisoformat(work[request_id]["stop_by"])
                 job.stop_by(deadline, f"being moved: checkpoint and stop by {deadline:%H:%M:%S} UTC")
-        for request_id in list(self.unreported_starts):
-            self.client.started(request_id)
-            self.unreported_starts.discard(request_id)
+        for request_id, generation in list(self.unreported_starts.items()):
+            self.client.started(request_id, generation)
+            del self.unreported_starts[request_id]
 
     def _start(self, item: dict) -> None:
         try:
             job = Job(item, mps=self.mps, workdir=self.workdir)
         except OSError as error:
             log.error("request %s: cannot start %r: %s", item["request_id"], item["command"], error)
-            self.unreported_exits[item["request_id"]] = 127
+            self.unreported_exits[item["request_id"]] = (127, item.get("generation"))
             return
         log.info("request %s: started pid %s: %s", item["request_id"], job.process.pid, item["command"])
         self.jobs[item["request_id"]] = job
-        self.unreported_starts.add(item["request_id"])
+        self.unreported_starts[item["request_id"]] = job.generation
 
     def _watch_checkpoints(self) -> None:
         """Report each job's new checkpoints (its marker file's mtime) to the portal."""
         for job in list(self.jobs.values()):
-            if job.request_id in self.placed:
+            if self._current(job):
                 self._report_checkpoint(job)
+
+    def _current(self, job: Job) -> bool:
+        """The job is the run the portal placed here (not one it has moved or placed again since)."""
+        return job.request_id in self.placed and self.placed[job.request_id] == job.generation
 
     def _report_checkpoint(self, job: Job) -> None:
         at = job.last_checkpoint()
         if at is None or (job.checkpoint_reported is not None and at <= job.checkpoint_reported):
             return
         try:
-            self.client.checkpointed(job.request_id, at)
+            self.client.checkpointed(job.request_id, at, generation=job.generation)
         except NotFoundError:
             log.warning("request %s: no longer placed here; its checkpoint is not reported", job.request_id)
         job.checkpoint_reported = at
@@ -228,8 +238,10 @@ class NodeAgent:
                         "limit_mib": piece.memory_mib,
                     }
         self._report_overuse()
-        # Only slices of the last work list: one released since has no open slice left to report on.
-        placed = [s for s in slices if s["request_id"] in self.placed]
+        # Only slices of the runs the last work list placed here: one released, moved or placed again
+        # since has no open slice left to report on.
+        current = {request_id for request_id, job in self.jobs.items() if self._current(job)}
+        placed = [s for s in slices if s["request_id"] in current]
         self.client.usage(dt.datetime.now(dt.UTC), self.host.read(), placed)
 
     def _report_overuse(self) -> None:
@@ -242,16 +254,16 @@ class NodeAgent:
             job.enforce_stop()
             if job.finished():
                 log.info("request %s: exited %s", request_id, job.exit_code)
-                if request_id in self.placed:  # its last checkpoint (written on SIGTERM) before its exit
+                if self._current(job):  # its last checkpoint (written on SIGTERM) before its exit
                     self._report_checkpoint(job)
                 self._ship(job)
                 del self.jobs[request_id]
-                self.unreported_exits[request_id] = job.exit_code
-        for request_id, exit_code in list(self.unreported_exits.items()):
+                self.unreported_exits[request_id] = (job.exit_code, job.generation)
+        for request_id, (exit_code, generation) in list(self.unreported_exits.items()):
             if request_id in self.unreported_starts or request_id in self.overuse:
                 continue  # in the order it happened: started, stopped by the watchdog, exited
             try:
-                self.client.finished(request_id, exit_code)
+                self.client.finished(request_id, exit_code, generation)
             except NotFoundError:
                 log.warning("request %s: the portal has no such request on this node", request_id)
             del self.unreported_exits[request_id]

@@ -217,6 +217,10 @@ class GpuRequest(models.Model):
         null=True, blank=True, help_text="Migrating: the job checkpoints and stops by then (SIGKILL at it)."
     )
     stop_reason = models.CharField(max_length=300, blank=True, help_text="Why it is being stopped and moved.")
+    placements = models.PositiveIntegerField(
+        default=0,
+        help_text="Times placed: the generation of its current run, which fences stale agent reports.",
+    )
 
     objects = GpuRequestQuerySet.as_manager()
 

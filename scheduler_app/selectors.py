@@ -363,6 +363,7 @@ def node_work(node: Node) -> list[dict]:
                 "name": request.name,
                 "team": request.team.slug,
                 "state": request.state,
+                "generation": request.placements,
                 "task_type": request.task_type,
                 "command": request.command,
                 "checkpoint_dir": checkpoint_dir(request),

@@ -60,6 +60,9 @@ class WorkSerializer(serializers.Serializer):
     name = serializers.CharField()
     team = serializers.CharField()
     state = serializers.CharField()
+    generation = serializers.IntegerField(
+        help_text="The run's fencing generation: report it back; a report of another run changes nothing."
+    )
     task_type = serializers.CharField()
     command = serializers.CharField(allow_blank=True)
     checkpoint_dir = serializers.CharField()
@@ -74,6 +77,15 @@ class WorkSerializer(serializers.Serializer):
     gpus = WorkCardSerializer(many=True)
 
 
+GENERATION_HELP = "The run's generation from the work list; omitted: whatever run is placed here."
+
+
+class StartedSerializer(serializers.Serializer):
+    generation = StrictIntegerField(
+        min_value=0, required=False, allow_null=True, default=None, help_text=GENERATION_HELP
+    )
+
+
 class CheckpointedSerializer(serializers.Serializer):
     at = AwareDateTimeField(help_text="When the job checkpointed (the marker file's mtime, with timezone).")
     ref = StrictCharField(
@@ -81,6 +93,9 @@ class CheckpointedSerializer(serializers.Serializer):
         required=False,
         default="",
         help_text="Where the data is; default: the checkpoint dir.",
+    )
+    generation = StrictIntegerField(
+        min_value=0, required=False, allow_null=True, default=None, help_text=GENERATION_HELP
     )
 
 
@@ -104,6 +119,9 @@ class ReclaimAnswerSerializer(serializers.Serializer):
 
 class FinishedSerializer(serializers.Serializer):
     exit_code = StrictIntegerField(help_text="The exit status; negative: killed by that signal.")
+    generation = StrictIntegerField(
+        min_value=0, required=False, allow_null=True, default=None, help_text=GENERATION_HELP
+    )
 
 
 class LogChunkSerializer(serializers.Serializer):

@@ -21,6 +21,7 @@ from scheduler_app.api.agent_serializers import (
     RegisteredSerializer,
     RegisterSerializer,
     ReportAnswerSerializer,
+    StartedSerializer,
     UsageAcceptedSerializer,
     UsageSerializer,
     WorkSerializer,
@@ -80,15 +81,15 @@ def _answer(gpu_request) -> Response:
 
 
 class StartedView(AgentView):
-    @extend_schema(request=None, responses=ReportAnswerSerializer, tags=["agent"])
+    @extend_schema(request=StartedSerializer, responses=ReportAnswerSerializer, tags=["agent"])
     def post(self, request, pk):
-        return _answer(report_started(request.auth, pk))
+        return _answer(report_started(request.auth, pk, **self.parsed(StartedSerializer)))
 
 
 class FinishedView(AgentView):
     @extend_schema(request=FinishedSerializer, responses=ReportAnswerSerializer, tags=["agent"])
     def post(self, request, pk):
-        return _answer(report_finished(request.auth, pk, self.parsed(FinishedSerializer)["exit_code"]))
+        return _answer(report_finished(request.auth, pk, **self.parsed(FinishedSerializer)))
 
 
 class LogView(AgentView):
@@ -124,7 +125,7 @@ class CheckpointedView(AgentView):
     @extend_schema(request=CheckpointedSerializer, responses=CheckpointAnswerSerializer, tags=["agent"])
     def post(self, request, pk):
         report = self.parsed(CheckpointedSerializer)
-        gpu_request = record_checkpoint(request.auth, pk, report["at"], ref=report["ref"])
+        gpu_request = record_checkpoint(request.auth, pk, **report)
         answer = {
             "request_id": gpu_request.pk,
             "state": gpu_request.state,

@@ -25,6 +25,7 @@ MOVED_FIELDS = [
     "estimated_start_at",
     "stop_by",
     "stop_reason",
+    "placements",
 ]
 
 
@@ -194,6 +195,8 @@ def _move(
         request.estimated_start_at = None
         if to_state != RequestState.MIGRATING:
             request.stop_by, request.stop_reason = None, ""
+        if to_state == RequestState.SCHEDULED:
+            request.placements += 1  # a new run: reports about an earlier one no longer touch it
         events.append(
             build_event(
                 request,

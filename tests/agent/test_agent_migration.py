@@ -10,6 +10,7 @@ from scheduler_app.selectors import request_log
 from scheduler_app.services.inventory import create_pool
 from scheduler_app.services.migration import reclaim_node
 from scheduler_app.services.placement import Slice, allocate
+from scheduler_app.services.transitions import requeue
 from tests.agent_fixtures import DEMO_JOB, rounds_until
 
 
@@ -53,3 +54,20 @@ def test_a_reclaimed_job_checkpoints_stops_by_the_deadline_is_requeued_and_resum
     resumed = start_agent(for_node=again)
     rounds_until(resumed, lambda: "starting at step" in request_log(request).text.split("SIGTERM")[-1])
     assert "starting at step 0" not in request_log(request).text.split("SIGTERM")[-1]
+
+
+def test_a_node_that_comes_back_stops_its_stale_run_before_the_new_one_starts(start_agent, place, node):
+    agent = start_agent()
+    request = place(f"{DEMO_JOB} --seconds 60", card=0)
+    rounds_until(agent, lambda: refreshed(request).state == "running", what="running")
+    stale = agent.jobs[request.pk]
+
+    # Meanwhile the portal lost the node, requeued the work and placed it again here, on the other card.
+    requeue([request.pk], reason="node lost")
+    allocate(refreshed(request), [Slice(node.gpus.get(index=1).pk, 250, 20480)])
+    rounds_until(agent, lambda: refreshed(request).state == "running", what="the new run")
+
+    assert stale.finished()  # the old process was stopped first
+    fresh = agent.jobs[request.pk]
+    assert fresh is not stale and fresh.generation == 2 == request.placements
+    assert [piece.uuid for piece in fresh.slices] == ["GPU-node-1-1"]

@@ -429,3 +429,49 @@ def test_a_lost_node_requeues_its_work_carrying_the_checkpoint_and_the_work_lost
     assert event.data["checkpoint_ref"] == "/shared/ckpt/x"
     assert event.data["work_lost_s"] >= 0
     assert GpuRequest.objects.get(pk=request.pk).last_checkpoint_at == checkpoint
+
+
+# Fencing
+
+
+def test_reports_of_an_earlier_run_do_not_touch_the_run_placed_since(
+    spot_node, make_node, spot_pool, member, team
+):
+    from scheduler_app.node_health import handle_node_loss
+
+    request = running_on(spot_node, user=member, team=team)
+    assert request.placements == 1
+    handle_node_loss(spot_node, reason="no heartbeat")
+    elsewhere = make_node("spot-2", gpus=1, pool=spot_pool)
+    request.refresh_from_db()
+    allocate(request, [Slice(elsewhere.gpus.get().pk, 500, 1024)])
+    request.refresh_from_db()
+    assert (request.state, request.placements) == (RequestState.SCHEDULED, 2)
+
+    # The lost node comes back and reports its stale process: started, checkpointed, finished.
+    report_started(spot_node, request.pk, generation=1)
+    with pytest.raises(Exception, match="no longer runs"):
+        record_checkpoint(spot_node, request.pk, timezone.now(), generation=1)
+    report_finished(spot_node, request.pk, 0, generation=1)
+
+    request.refresh_from_db()
+    assert request.state == RequestState.SCHEDULED
+    assert request.last_checkpoint_at is None
+    assert report_started(elsewhere, request.pk, generation=2).state == RequestState.RUNNING
+
+
+def test_a_stale_finished_from_the_same_node_does_not_end_the_new_run_there(spot_node, member, team):
+    request = running_on(spot_node, user=member, team=team, gpu_index=0)
+    stop_gracefully([request.pk], deadline=timezone.now(), reason="moved")
+    report_finished(spot_node, request.pk, -15, generation=1)
+    request.refresh_from_db()
+    allocate(request, [Slice(spot_node.gpus.get(index=1).pk, 500, 1024)])
+    report_started(spot_node, request.pk, generation=2)
+
+    report_finished(spot_node, request.pk, 0, generation=1)  # sent again late, from the first run
+
+    request.refresh_from_db()
+    assert (request.state, request.placements) == (RequestState.RUNNING, 2)
+    report_finished(spot_node, request.pk, 0, generation=2)
+    request.refresh_from_db()
+    assert request.state == RequestState.SUCCEEDED
