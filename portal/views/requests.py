@@ -12,6 +12,7 @@ from billing_app.selectors import price_per_hour
 from portal.forms import RequestForm
 from portal.live_streams import stream_paths
 from portal.share import Share
+from scheduler_app.choices import RequestState
 from scheduler_app.estimates import price_lines
 from scheduler_app.filters import GpuRequestFilter
 from scheduler_app.lifecycle import IllegalTransition
@@ -92,7 +93,8 @@ def _request_and_timeline(request, pk, tries: int = 3):
     for _ in range(tries):
         gpu_request = _visible_request(request, pk)
         events = list(request_events(gpu_request))
-        if not events or events[-1].to_state == gpu_request.state:
+        moves = [e for e in events if e.to_state in RequestState.values]  # not checkpoints or notices
+        if not moves or moves[-1].to_state == gpu_request.state:
             break
     return gpu_request, events
 

@@ -1,15 +1,20 @@
 """Paths to a reclaim (all reach reclaim_node): the operator page and the fault-injection command; the CLI's
 is in tests/sdk/test_cli_reclaim.py, the API's and the agent's in test_migration.py."""
 
+import datetime as dt
 import io
 
 import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
+from django.utils import timezone
 
+from billing_app.metering import meter_usage
+from billing_app.services import set_pool_price
 from scheduler_app.choices import BillingMode, CapacityType, NodeStatus, RequestState
-from scheduler_app.services.agents import report_started
+from scheduler_app.services.agents import record_checkpoint, report_finished, report_started
 from scheduler_app.services.inventory import create_pool
+from scheduler_app.services.migration import reclaim_node
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import submit_request
 
@@ -91,3 +96,21 @@ def test_inject_fault_names_an_unknown_node_and_an_on_demand_one(make_node, db):
         call_command("inject_fault", "reclaim", "nowhere")
     with pytest.raises(CommandError, match=r"od-1: .*drain it instead"):
         call_command("inject_fault", "reclaim", "od-1")
+
+
+def test_the_request_page_shows_each_move_with_its_work_lost_and_each_segment_billed(
+    client, member, spot_node, job
+):
+    set_pool_price(spot_node.pool, "1.00", actor=None)
+    checkpoint = timezone.now()
+    record_checkpoint(spot_node, job.pk, checkpoint)
+    reclaim_node(spot_node, deadline=timezone.now() + dt.timedelta(minutes=2), source="operator")
+    report_finished(spot_node, job.pk, -15)
+    meter_usage(timezone.now() + dt.timedelta(minutes=5))
+    client.force_login(member)
+
+    page = client.get(reverse("request_detail", args=[job.pk])).text
+
+    assert "checkpointed at" in page
+    assert "Work lost:" in page and f"since the checkpoint of {checkpoint:%H:%M:%S} UTC" in page
+    assert page.count('class="segment-cost">$') == 1
