@@ -79,13 +79,8 @@ def request_events(request: GpuRequest) -> QuerySet[Event]:
 
 
 def request_segments(request: GpuRequest) -> QuerySet[Allocation]:
-    """Every allocation segment of the request, oldest first, with its card, node and pool, and what
-    metering has billed of it so far (`billed_usd`, Decimal; None before its first entry)."""
-    return (
-        request.allocations.select_related("gpu__node__pool")
-        .annotate(billed_usd=Sum("ledger_entries__amount_usd"))
-        .order_by("started_at", "id")
-    )
+    """Every allocation segment of the request, oldest first, with its card, node and pool."""
+    return request.allocations.select_related("gpu__node__pool").order_by("started_at", "id")
 
 
 @dataclass

@@ -5,8 +5,10 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from billing_app.metering import segment_cost_usd
 from billing_app.resizing import accept_resize, open_resize_offer
 from billing_app.selectors import price_per_hour
 from portal.forms import RequestForm
@@ -76,6 +78,9 @@ def _visible_request(request, pk):
 def request_detail(request, pk):
     gpu_request, events = _request_and_timeline(request, pk)
     segments = list(request_segments(gpu_request))
+    now = timezone.now()
+    for segment in segments:
+        segment.cost_usd = segment_cost_usd(segment, now)
     context = {
         "r": gpu_request,
         "events": events,

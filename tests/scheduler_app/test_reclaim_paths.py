@@ -9,7 +9,6 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 from django.utils import timezone
 
-from billing_app.metering import meter_usage
 from billing_app.services import set_pool_price
 from scheduler_app.choices import BillingMode, CapacityType, NodeStatus, RequestState
 from scheduler_app.services.agents import record_checkpoint, report_finished, report_started
@@ -98,19 +97,26 @@ def test_inject_fault_names_an_unknown_node_and_an_on_demand_one(make_node, db):
         call_command("inject_fault", "reclaim", "od-1")
 
 
-def test_the_request_page_shows_each_move_with_its_work_lost_and_each_segment_billed(
-    client, member, spot_node, job
+@pytest.fixture
+def priced(spot_node):
+    """$1 per GPU-hour on the spot pool from now (before the job is placed)."""
+    return set_pool_price(spot_node.pool, "1.00", actor=None)
+
+
+def test_the_request_page_shows_each_move_with_its_work_lost_and_each_segments_cost(
+    client, member, spot_node, priced, job
 ):
-    set_pool_price(spot_node.pool, "1.00", actor=None)
     checkpoint = timezone.now()
     record_checkpoint(spot_node, job.pk, checkpoint)
     reclaim_node(spot_node, deadline=timezone.now() + dt.timedelta(minutes=2), source="operator")
     report_finished(spot_node, job.pk, -15)
-    meter_usage(timezone.now() + dt.timedelta(minutes=5))
     client.force_login(member)
 
     page = client.get(reverse("request_detail", args=[job.pk])).text
 
     assert "checkpointed at" in page
     assert "Work lost:" in page and f"since the checkpoint of {checkpoint:%H:%M:%S} UTC" in page
-    assert page.count('class="segment-cost">$') == 1
+    segment = job.allocations.get()
+    assert segment.ended_at is not None
+    seconds = (segment.ended_at - segment.started_at).total_seconds()
+    assert f'class="segment-cost">${0.5 * seconds / 3600:.4f}<' in page  # half a card at $1 per GPU-hour
