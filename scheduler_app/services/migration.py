@@ -18,6 +18,7 @@ from django.utils import timezone
 from audit.choices import NoticeKind
 from audit.notices import Finding, raise_notices
 from billing_app.models import CapacityMove
+from billing_app.resizing import mark_resize_applied, resizes_to_apply
 from scheduler_app.choices import NodeStatus, RequestState
 from scheduler_app.lifecycle import ACTIVE_STATES, StateConflict
 from scheduler_app.models import Allocation, GpuRequest, Node
@@ -69,7 +70,7 @@ def requeue_from_checkpoint(
     work still migrating with a deadline no later than that is requeued (what the watchdog saw may
     have changed since it looked). A pending move to
     on-demand capacity is done by the requeue (the request is billed on-demand: it waits for on-demand
-    capacity)."""
+    capacity), and an accepted resize is applied (it is placed again at its new share)."""
     with transaction.atomic():
         rows = GpuRequest.objects.select_for_update(of=("self",)).filter(
             pk__in=list(request_ids), state__in=ACTIVE_STATES
@@ -78,6 +79,7 @@ def requeue_from_checkpoint(
             rows = rows.filter(state=RequestState.MIGRATING, stop_by__lte=stopping_by)
         locked = list(rows.order_by("pk"))
         starts = run_starts(r.pk for r in locked)
+        resizes = {offer.request_id: offer for offer in resizes_to_apply().filter(request__in=locked)}
         reasons, data = {}, {}
         for request in locked:
             lost = work_lost_s(request, stopped_at, starts.get(request.pk))
@@ -87,6 +89,11 @@ def requeue_from_checkpoint(
             else:
                 resume = "no checkpoint reported: restarts from the beginning"
             reasons[request.pk] = f"{why}; {resume} ({lost} s of work lost)"
+            if offer := resizes.get(request.pk):
+                GpuRequest.objects.filter(pk=request.pk).update(gpu_milli=offer.to_milli)
+                reasons[request.pk] += (
+                    f"; resized from {offer.from_milli} to {offer.to_milli} milli-GPU, as accepted"
+                )
             data[request.pk] = {
                 "work_lost_s": lost,
                 "stopped_at": stopped_at.isoformat(),
@@ -108,12 +115,14 @@ def requeue_from_checkpoint(
         CapacityMove.objects.filter(request_id__in=[r.pk for r in moved], done_at__isnull=True).update(
             done_at=stopped_at
         )
+        for offer in resizes.values():
+            mark_resize_applied(offer, now=stopped_at)
     return moved
 
 
 def move_reasons(request_ids: Iterable[int]) -> dict[int, str]:
     """Per request due to move at its next checkpoint: why (its node drains; it asked to move to
-    on-demand capacity)."""
+    on-demand capacity; it accepted a resize)."""
     ids = list(request_ids)
     why: dict[int, str] = {}
     for request_id, node in (
@@ -126,6 +135,10 @@ def move_reasons(request_ids: Iterable[int]) -> dict[int, str]:
         "request_id", flat=True
     ):
         why.setdefault(request_id, "moved to on-demand capacity at its checkpoint, as asked")
+    for request_id, to_milli in (
+        resizes_to_apply().filter(request_id__in=ids).values_list("request_id", "to_milli")
+    ):
+        why.setdefault(request_id, f"resized to {to_milli} milli-GPU at its checkpoint, as accepted")
     return why
 
 

@@ -9,10 +9,13 @@ from rest_framework.test import APIClient
 
 from audit.choices import NoticeKind
 from audit.models import Event, Notice
-from billing_app.models import CapacityMove
+from billing_app.choices import ResizeState
+from billing_app.models import CapacityMove, ResizeOffer
+from billing_app.resizing import accept_resize
 from billing_app.switching import switch_billing_mode
 from scheduler_app.choices import BillingMode, CapacityType, NodeStatus, RequestState
 from scheduler_app.models import Allocation, GpuRequest, TeamQuota
+from scheduler_app.node_health import handle_node_loss
 from scheduler_app.scheduling import run_scheduling_pass
 from scheduler_app.services.agents import record_checkpoint, report_finished, report_started
 from scheduler_app.services.inventory import create_pool, issue_agent_credential, set_node_status
@@ -415,8 +418,6 @@ def test_a_move_to_on_demand_is_applied_at_the_next_checkpoint(spot_node, make_n
 
 
 def test_a_lost_node_requeues_its_work_carrying_the_checkpoint_and_the_work_lost(spot_node, member, team):
-    from scheduler_app.node_health import handle_node_loss
-
     request = running_on(spot_node, user=member, team=team)
     checkpoint = timezone.now()
     record_checkpoint(spot_node, request.pk, checkpoint, ref="/shared/ckpt/x")
@@ -437,8 +438,6 @@ def test_a_lost_node_requeues_its_work_carrying_the_checkpoint_and_the_work_lost
 def test_reports_of_an_earlier_run_do_not_touch_the_run_placed_since(
     spot_node, make_node, spot_pool, member, team
 ):
-    from scheduler_app.node_health import handle_node_loss
-
     request = running_on(spot_node, user=member, team=team)
     assert request.placements == 1
     handle_node_loss(spot_node, reason="no heartbeat")
@@ -475,3 +474,32 @@ def test_a_stale_finished_from_the_same_node_does_not_end_the_new_run_there(spot
     report_finished(spot_node, request.pk, 0, generation=2)
     request.refresh_from_db()
     assert request.state == RequestState.SUCCEEDED
+
+
+def test_an_accepted_resize_is_applied_at_the_next_checkpoint(spot_node, member, team):
+    request = running_on(spot_node, user=member, team=team)
+    offer = ResizeOffer.objects.create(
+        request=request,
+        from_milli=500,
+        to_milli=250,
+        busy_percent=20,
+        slowdown_percent=5,
+        saving_percent=45,
+        reason="It keeps a quarter card busy.",
+        offered_at=timezone.now(),
+    )
+    accept_resize(offer, user=member)
+    request.refresh_from_db()
+    assert request.state == RequestState.RUNNING  # nothing moves before the checkpoint
+
+    record_checkpoint(spot_node, request.pk, timezone.now())
+    request.refresh_from_db()
+    assert request.state == RequestState.MIGRATING and "resized to 250" in request.stop_reason
+    report_finished(spot_node, request.pk, -15)
+    run_scheduling_pass()
+
+    request.refresh_from_db()
+    offer.refresh_from_db()
+    assert (request.state, request.gpu_milli) == (RequestState.SCHEDULED, 250)
+    assert Allocation.objects.committed().get(request=request).milli == 250
+    assert offer.state == ResizeState.APPLIED
