@@ -23,6 +23,7 @@ from scheduler_app.services.migration import check_checkpoints, expire_stops, re
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import submit_request
 from scheduler_app.services.transitions import stop_gracefully
+from scheduler_app.tasks import migration_watchdog
 
 AGENT = "/api/v1/agent/"
 T0 = dt.datetime(2026, 3, 2, 9, 0, tzinfo=dt.UTC)
@@ -503,3 +504,21 @@ def test_an_accepted_resize_is_applied_at_the_next_checkpoint(spot_node, member,
     assert (request.state, request.gpu_milli) == (RequestState.SCHEDULED, 250)
     assert Allocation.objects.committed().get(request=request).milli == 250
     assert offer.state == ResizeState.APPLIED
+
+
+# The watchdog as Celery runs it
+
+
+def test_beat_schedules_the_migration_watchdog_and_the_task_requeues_expired_stops(
+    spot_node, member, team, settings
+):
+    entry = settings.CELERY_BEAT_SCHEDULE["migration-watchdog"]
+    assert entry == {"task": migration_watchdog.name, "schedule": float(settings.SCHEDULER_INTERVAL_S)}
+    settings.STOP_REPORT_SLACK_S = 0
+    request = running_on(spot_node, user=member, team=team)
+    stop_gracefully([request.pk], deadline=timezone.now() - dt.timedelta(seconds=1), reason="gone")
+
+    assert migration_watchdog() == {"expired": 1, "missed": 0, "moving": 0}
+
+    request.refresh_from_db()
+    assert request.state == RequestState.PENDING
