@@ -21,7 +21,7 @@ from scheduler_app.services.agents import record_checkpoint, report_finished, re
 from scheduler_app.services.inventory import create_pool, issue_agent_credential, set_node_status
 from scheduler_app.services.migration import check_checkpoints, expire_stops, reclaim_node
 from scheduler_app.services.placement import Slice, allocate
-from scheduler_app.services.requests import submit_request
+from scheduler_app.services.requests import release_request, submit_request
 from scheduler_app.services.transitions import stop_gracefully
 from scheduler_app.tasks import migration_watchdog
 
@@ -522,3 +522,15 @@ def test_beat_schedules_the_migration_watchdog_and_the_task_requeues_expired_sto
 
     request.refresh_from_db()
     assert request.state == RequestState.PENDING
+
+
+def test_work_released_while_it_is_being_moved_ends_succeeded_and_is_not_requeued(spot_node, member, team):
+    request = running_on(spot_node, user=member, team=team)
+    stop_gracefully([request.pk], deadline=timezone.now() + dt.timedelta(minutes=2), reason="reclaimed")
+
+    release_request(request, user=member)
+    report_finished(spot_node, request.pk, -15)  # its agent stopped it meanwhile
+
+    request.refresh_from_db()
+    assert (request.state, request.stop_by) == (RequestState.SUCCEEDED, None)
+    assert request.allocations.get().ended_at is not None
