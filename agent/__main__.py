@@ -68,6 +68,13 @@ def _parser(command: str) -> argparse.ArgumentParser:
             default="auto",
             help="Set NVIDIA MPS limits: auto when a daemon runs here.",
         )
+        parser.add_argument(
+            "--fence-after-s",
+            type=float,
+            default=240.0,
+            help="Cut off from the portal this long, stop the jobs (they will run elsewhere); keep it plus "
+            "--grace-s under the portal's NODE_LOST_AFTER_S (default 240; 0: never).",
+        )
         parser.add_argument("--workdir", help="Where jobs run (default: the current directory).")
         parser.add_argument(
             "--sample-period-s", type=float, default=1.0, help="Seconds between card readings (default 1)."
@@ -149,6 +156,7 @@ def run(args, nvml) -> int:
         workdir=args.workdir,
         sample_period_s=args.sample_period_s,
         send_samples_every_s=args.send_samples_every_s,
+        fence_after_s=args.fence_after_s or None,
     )
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: agent.stop())

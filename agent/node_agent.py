@@ -30,6 +30,11 @@ class NodeAgent:
     The cards are read every `sample_period_s` (the live pages' 1 Hz) and their readings sent together,
     one request for several moments, every `send_samples_every_s` (by default every round): at
     thousands of nodes, per-request costs dominate the portal's ingest.
+
+    `fence_after_s`: cut off from the portal this long (no work list), the agent stops its jobs, so
+    they are not still running when the portal declares the node lost and runs them elsewhere (keep
+    it plus `grace_s` under the portal's NODE_LOST_AFTER_S). Their exits are not reported: if the
+    portal did not move them meanwhile, they start again from their checkpoints once it answers.
     """
 
     def __init__(
@@ -43,6 +48,7 @@ class NodeAgent:
         workdir: str | None = None,
         sample_period_s: float = 1.0,
         send_samples_every_s: float | None = None,
+        fence_after_s: float | None = None,
     ):
         self.client = client
         self.nvml = nvml
@@ -65,6 +71,9 @@ class NodeAgent:
         self.placed: dict[int, int | None] = {}  # the last work list's requests here: {request: generation}
         self.host = host_meter(nvml)
         self.stopping = threading.Event()
+        self.fence_after_s = fence_after_s
+        self.fenced: set[int] = set()  # jobs stopped while cut off: their exits are not reported
+        self._heard_at = time.monotonic()  # the last work list from the portal
 
     def run(self) -> None:
         """Rounds until stop() is called; then the jobs are stopped with their grace period."""
@@ -120,6 +129,15 @@ class NodeAgent:
                 log.warning("%s: %s (%s)", step.__name__.strip("_"), error.message, error.code)
             except self.nvml.NVMLError as error:
                 log.error("%s: NVML: %s", step.__name__.strip("_"), error)
+        self._fence_if_cut_off()
+
+    def _fence_if_cut_off(self) -> None:
+        if self.fence_after_s is None or time.monotonic() - self._heard_at < self.fence_after_s:
+            return
+        for request_id, job in self.jobs.items():
+            if request_id not in self.fenced:
+                job.stop(self.grace_s, f"no word from the portal for {self.fence_after_s:g} s: fenced")
+                self.fenced.add(request_id)
 
     def shutdown(self) -> None:
         """The agent is going away (the node is going down): stop every job with its grace period and
@@ -158,6 +176,7 @@ class NodeAgent:
     def _follow_work(self) -> None:
         """Start what the node should run and does not; stop what it runs and should not."""
         work = {item["request_id"]: item for item in self.client.work()}
+        self._heard_at = time.monotonic()
         self.placed = {request_id: item.get("generation") for request_id, item in work.items()}
         for request_id, item in work.items():
             known = request_id in self.jobs or request_id in self.unreported_exits
@@ -258,6 +277,9 @@ class NodeAgent:
                     self._report_checkpoint(job)
                 self._ship(job)
                 del self.jobs[request_id]
+                if request_id in self.fenced:
+                    self.fenced.discard(request_id)
+                    continue  # stopped for being cut off: the portal decides whether it runs again
                 self.unreported_exits[request_id] = (job.exit_code, job.generation)
         for request_id, (exit_code, generation) in list(self.unreported_exits.items()):
             if request_id in self.unreported_starts or request_id in self.overuse:

@@ -4,6 +4,7 @@ stops it by the deadline of a reclaim with the time left, and the job resumes fr
 import datetime as dt
 
 from django.utils import timezone
+from gpu_portal_sdk.errors import ConnectionFailedError
 
 from scheduler_app.choices import CapacityType
 from scheduler_app.selectors import request_log
@@ -71,3 +72,29 @@ def test_a_node_that_comes_back_stops_its_stale_run_before_the_new_one_starts(st
     fresh = agent.jobs[request.pk]
     assert fresh is not stale and fresh.generation == 2 == request.placements
     assert [piece.uuid for piece in fresh.slices] == ["GPU-node-1-1"]
+
+
+def test_an_agent_cut_off_from_the_portal_fences_its_jobs_and_runs_them_again_when_it_answers(
+    start_agent, place, monkeypatch
+):
+    agent = start_agent(fence_after_s=3.0, grace_s=5.0)  # far above a round, even on a busy machine
+    request = place(f"{DEMO_JOB} --seconds 60 --checkpoint-every 0.5")
+    rounds_until(agent, lambda: refreshed(request).state == "running", what="running")
+    rounds_until(agent, lambda: refreshed(request).last_checkpoint_at is not None, what="a checkpoint")
+    first = agent.jobs[request.pk]
+    work = agent.client.work
+
+    def unreachable():
+        raise ConnectionFailedError("the portal is unreachable")
+
+    monkeypatch.setattr(agent.client, "work", unreachable)
+    rounds_until(agent, first.finished, what="the job fenced")
+    assert refreshed(request).state == "running"  # no exit reported: the portal decides
+
+    monkeypatch.setattr(agent.client, "work", work)
+    rounds_until(
+        agent, lambda: request.pk in agent.jobs and agent.jobs[request.pk] is not first, what="restart"
+    )
+    rounds_until(agent, lambda: request_log(request).text.count("starting at step") == 2, what="resumed")
+    assert "starting at step 0" not in request_log(request).text.split("SIGTERM")[-1]
+    assert refreshed(request).state == "running"
