@@ -2,8 +2,9 @@
 python -m agent probe                                       print what NVML reports here
 
 Settings also come from the environment: GPU_PORTAL_URL, GPU_PORTAL_NODE_CREDENTIAL or
-GPU_PORTAL_NODE_CREDENTIAL_FILE, and GPU_PORTAL_SIMULATE (a number of simulated GPUs) for
-machines without GPUs.
+GPU_PORTAL_NODE_CREDENTIAL_FILE, GPU_PORTAL_SIMULATE (a number of simulated GPUs) for
+machines without GPUs, GPU_PORTAL_CLOUD_NOTICES, GPU_PORTAL_CHECKPOINT_STORE and
+GPU_PORTAL_CHECKPOINT_BACKUP.
 """
 
 import argparse
@@ -16,6 +17,8 @@ import sys
 import uuid
 from pathlib import Path
 
+from agent.checkpoint_sync import CheckpointSync, store_from_url
+from agent.cloud_notices import PROVIDERS, CloudNoticeWatcher
 from agent.nvml import load_nvml, read_cards, read_processes, read_samples
 from agent.simnvml import SimCard
 
@@ -85,6 +88,31 @@ def _parser(command: str) -> argparse.ArgumentParser:
             help="Send the readings in one request this often (default: every round; "
             "10 on a large cluster, where the portal's per-request cost dominates).",
         )
+        parser.add_argument(
+            "--cloud-notices",
+            choices=("off", "auto", *PROVIDERS),
+            default=os.environ.get("GPU_PORTAL_CLOUD_NOTICES", "off"),
+            help="Poll this cloud's metadata endpoint for spot reclaim notices; auto: whichever "
+            "answers (GPU_PORTAL_CLOUD_NOTICES; default off).",
+        )
+        parser.add_argument(
+            "--cloud-metadata-url",
+            metavar="URL",
+            help="The metadata endpoint's base URL (default: the provider's own).",
+        )
+        parser.add_argument(
+            "--checkpoint-store",
+            metavar="URL",
+            default=os.environ.get("GPU_PORTAL_CHECKPOINT_STORE"),
+            help="Copy jobs' checkpoints to file:///shared/path or s3://bucket/prefix "
+            "(GPU_PORTAL_CHECKPOINT_STORE; an S3-compatible service: AWS_ENDPOINT_URL_S3).",
+        )
+        parser.add_argument(
+            "--checkpoint-backup",
+            metavar="URL",
+            default=os.environ.get("GPU_PORTAL_CHECKPOINT_BACKUP"),
+            help="A second copy of every checkpoint, e.g. in another zone (GPU_PORTAL_CHECKPOINT_BACKUP).",
+        )
     parser.add_argument(
         "--simulate",
         type=int,
@@ -146,6 +174,14 @@ def run(args, nvml) -> int:
             file=sys.stderr,
         )
         return 2
+    try:
+        checkpoint_sync = _checkpoint_sync(args.checkpoint_store, args.checkpoint_backup)
+    except ValueError as error:
+        print(f"Checkpoint storage: {error}", file=sys.stderr)
+        return 2
+    cloud_notices = None
+    if args.cloud_notices != "off":
+        cloud_notices = CloudNoticeWatcher(args.cloud_notices, base_url=args.cloud_metadata_url)
     mps = {"auto": None, "on": True, "off": False}[args.mps]
     agent = NodeAgent(
         NodeClient(args.portal, credential),
@@ -157,11 +193,21 @@ def run(args, nvml) -> int:
         sample_period_s=args.sample_period_s,
         send_samples_every_s=args.send_samples_every_s,
         fence_after_s=args.fence_after_s or None,
+        cloud_notices=cloud_notices,
+        checkpoint_sync=checkpoint_sync,
     )
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: agent.stop())
     agent.run()
     return 1 if agent.refused else 0
+
+
+def _checkpoint_sync(store: str | None, backup: str | None) -> CheckpointSync | None:
+    if not store:
+        if backup:
+            raise ValueError("--checkpoint-backup needs --checkpoint-store (the primary copy)")
+        return None
+    return CheckpointSync(store_from_url(store), backup=store_from_url(backup) if backup else None)
 
 
 def _credential(path: str | None) -> str:

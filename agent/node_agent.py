@@ -10,9 +10,11 @@ import logging
 import threading
 import time
 from collections import deque
+from pathlib import Path
 
 from gpu_portal_sdk.errors import AuthenticationError, NotFoundError, PortalError, ValidationError
 
+from agent.checkpoint_sync import CheckpointSyncError
 from agent.host import host_meter
 from agent.jobs import Job, mps_available
 from agent.nvml import read_cards, read_processes, read_samples
@@ -35,6 +37,12 @@ class NodeAgent:
     they are not still running when the portal declares the node lost and runs them elsewhere (keep
     it plus `grace_s` under the portal's NODE_LOST_AFTER_S). Their exits are not reported: if the
     portal did not move them meanwhile, they start again from their checkpoints once it answers.
+
+    `cloud_notices` (an agent.cloud_notices.CloudNoticeWatcher) and `checkpoint_sync` (an
+    agent.checkpoint_sync.CheckpointSync) are off when None. With the watcher, a reclaim notice the
+    cloud gives this node is sent to the portal once (which moves the node's work); with the sync,
+    each reported checkpoint is first copied to the stores (the copy's URL is its reference), and a
+    job that had checkpointed elsewhere gets its newest copy before it starts here.
     """
 
     def __init__(
@@ -49,6 +57,8 @@ class NodeAgent:
         sample_period_s: float = 1.0,
         send_samples_every_s: float | None = None,
         fence_after_s: float | None = None,
+        cloud_notices=None,
+        checkpoint_sync=None,
     ):
         self.client = client
         self.nvml = nvml
@@ -58,6 +68,9 @@ class NodeAgent:
         self.workdir = workdir
         self.sample_period_s = sample_period_s
         self.send_samples_every_s = interval_s if send_samples_every_s is None else send_samples_every_s
+        self.cloud_notices = cloud_notices
+        self.checkpoint_sync = checkpoint_sync
+        self._notice_sent: str | None = None  # the last reclaim notice the portal took
         self.unsent: deque[tuple[dt.datetime, list[dict]]] = deque(maxlen=MAX_UNSENT_MOMENTS)
         self._read_at = self._sent_at = float("-inf")
         self.jobs: dict[int, Job] = {}
@@ -110,6 +123,7 @@ class NodeAgent:
         """One pass over everything; each step's failure is logged and retried next round, except a
         refused credential (another was issued, or the node was removed): the agent stops."""
         steps = [
+            self._watch_cloud,
             self._follow_work,
             self._watch_checkpoints,
             self._watch_usage,
@@ -198,7 +212,20 @@ class NodeAgent:
             self.client.started(request_id, generation)
             del self.unreported_starts[request_id]
 
+    def _watch_cloud(self) -> None:
+        """Tell the portal of the cloud's reclaim notice for this node, once per notice."""
+        if self.cloud_notices is None:
+            return
+        notice = self.cloud_notices.check()
+        if notice is None or notice.notice_id == self._notice_sent:
+            return
+        log.warning("the cloud reclaims this node at %s (%s)", notice.deadline, notice.provider)
+        self.client.reclaim_notice(notice.deadline, notice.provider, notice.notice_id)
+        self._notice_sent = notice.notice_id
+
     def _start(self, item: dict) -> None:
+        if self.checkpoint_sync is not None and item.get("last_checkpoint_at"):
+            self._pull_checkpoint(item)
         try:
             job = Job(item, mps=self.mps, workdir=self.workdir)
         except OSError as error:
@@ -219,12 +246,28 @@ class NodeAgent:
         """The job is the run the portal placed here (not one it has moved or placed again since)."""
         return job.request_id in self.placed and self.placed[job.request_id] == job.generation
 
+    def _pull_checkpoint(self, item: dict) -> None:
+        key = sync_key(item["checkpoint_dir"])
+        try:
+            copy = self.checkpoint_sync.pull(key, item["checkpoint_dir"])
+        except (CheckpointSyncError, OSError) as error:
+            log.error("request %s: its checkpoint could not be fetched: %s", item["request_id"], error)
+            return
+        if copy is None:
+            log.warning("request %s: no stored copy of its checkpoint %s", item["request_id"], key)
+
     def _report_checkpoint(self, job: Job) -> None:
         at = job.last_checkpoint()
         if at is None or (job.checkpoint_reported is not None and at <= job.checkpoint_reported):
             return
+        ref = ""
+        if self.checkpoint_sync is not None:
+            try:
+                ref = self.checkpoint_sync.push(job.checkpoint_dir, sync_key(job.checkpoint_dir), at).url
+            except (CheckpointSyncError, OSError) as error:
+                log.error("request %s: checkpoint not copied (%s): reported as local", job.request_id, error)
         try:
-            self.client.checkpointed(job.request_id, at, generation=job.generation)
+            self.client.checkpointed(job.request_id, at, ref=ref, generation=job.generation)
         except NotFoundError:
             log.warning("request %s: no longer placed here; its checkpoint is not reported", job.request_id)
         job.checkpoint_reported = at
@@ -319,3 +362,9 @@ class NodeAgent:
             raise
         self.unsent.clear()
         self._sent_at = time.monotonic()
+
+
+def sync_key(checkpoint_dir) -> str:
+    """A job's key in the checkpoint stores: its checkpoint directory's team and request parts."""
+    path = Path(checkpoint_dir)
+    return f"{path.parent.name}/{path.name}"

@@ -103,10 +103,12 @@ def visible_notices(user) -> QuerySet[Notice]:
     return Notice.objects.filter(team__memberships__user=user)
 
 
-def notices_for(user, *, team: Team | None = None, limit: int = 5) -> QuerySet[Notice]:
-    """The user's teams' (or one of them's) undismissed notices, newest first: a short list for the home
-    and team pages."""
+def notices_for(user, *, team: Team | None = None, kind: str = "", limit: int = 5) -> QuerySet[Notice]:
+    """The user's teams' (or one of them's) undismissed notices (of one kind when given), newest first:
+    a short list for the home, team and budget pages."""
     notices = visible_notices(user).unread().select_related("team")
     if team is not None:
         notices = notices.filter(team=team)
+    if kind:
+        notices = notices.filter(kind=kind)
     return notices[:limit]

@@ -15,6 +15,8 @@ import argparse
 import heapq
 import statistics
 import time
+from collections.abc import Callable, Sequence
+from copy import deepcopy
 from dataclasses import dataclass, field, replace
 
 from scheduler_app.core.cluster import MILLI_PER_GPU, GpuState, NodeState, RequestSpec
@@ -49,6 +51,7 @@ class Outcome:
     capacity_milli: int
     preemptions: int
     wall_s: float
+    delay_by_request: dict[int | str, float] = field(default_factory=dict)
 
     def utilization(self, allocated: bool = False) -> float:
         work = self.allocated_in_window if allocated else self.used_in_window
@@ -75,6 +78,10 @@ class _Sim:
     allocated: float = 0.0
     preemptions: int = 0
     last_end: float = 0.0
+    by_name: dict[str, NodeState] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.by_name = {node.name: node for node in self.nodes}
 
     def arrive(self, request: RequestSpec, now: float) -> None:
         self.pending[request.id] = request
@@ -122,7 +129,7 @@ class _Sim:
         self.allocated += allocation.request.total_milli() * overlap
 
     def _node(self, item) -> NodeState:
-        return self.nodes[int(item.placement.node.rsplit("-", 1)[1])]
+        return self.by_name[item.placement.node]
 
 
 def make_nodes(count: int) -> list[NodeState]:
@@ -145,15 +152,28 @@ def whole_cards(request: RequestSpec) -> RequestSpec:
 
 
 def simulate(
-    jobs: list[Job], nodes: int, mode: QueueMode, policy: str, quotas: list[TeamQuota], whole: bool
+    jobs: list[Job],
+    nodes: int | Sequence[NodeState],
+    mode: QueueMode,
+    policy: str,
+    quotas: list[TeamQuota],
+    whole: bool,
+    window: tuple[float, float] | None = None,
+    progress: Callable[[int, int], object] | None = None,
 ) -> Outcome:
-    """Run the jobs to completion and measure queueing delay, utilization and makespan."""
+    """Run the jobs (in submit order) to completion and measure queueing delay, utilization and makespan.
+
+    nodes: a count of `make_nodes` nodes, or the nodes themselves (free; copied, not changed).
+    window: where utilization is measured (default: first to last submit).
+    progress(arrived, total) is called as jobs arrive (the what-if page shows it).
+    """
     started = time.perf_counter()
     first = jobs[0].request.submitted_at
-    window = (first, jobs[-1].request.submitted_at)
+    window = window or (first, jobs[-1].request.submitted_at)
     requests = [whole_cards(job.request) if whole else job.request for job in jobs]
+    cluster = make_nodes(nodes) if isinstance(nodes, int) else deepcopy(list(nodes))
     # As in production: the typical shapes are those of the requests the scheduler sees.
-    sim = _Sim(make_nodes(nodes), quotas, mode, policy, window, WorkloadMix.from_requests(requests))
+    sim = _Sim(cluster, quotas, mode, policy, window, WorkloadMix.from_requests(requests))
     by_id = {}
     for job, request in zip(jobs, requests, strict=True):
         by_id[request.id] = request
@@ -161,12 +181,16 @@ def simulate(
         sim.used_milli[request.id] = job.request.total_milli()
         sim.events.append((request.submitted_at, 1, request.id))
     heapq.heapify(sim.events)
+    arrived, report_every = 0, max(1, len(jobs) // 100)
     while sim.events:
         now = sim.events[0][0]
         while sim.events and sim.events[0][0] == now:
             _, kind, rid = heapq.heappop(sim.events)
             if kind == 1:
                 sim.arrive(by_id[rid], now)
+                arrived += 1
+                if progress is not None and arrived % report_every == 0:
+                    progress(arrived, len(jobs))
             elif rid in sim.running and sim.ends[rid] == now:  # else: preempted since
                 sim.finish(rid, now)
         sim.step(now)
@@ -177,9 +201,10 @@ def simulate(
         allocated_in_window=sim.allocated,
         window_s=window[1] - window[0],
         makespan_s=sim.last_end - first,
-        capacity_milli=nodes * GPUS_PER_NODE * MILLI_PER_GPU,
+        capacity_milli=sum(len(node.gpus) for node in cluster) * MILLI_PER_GPU,
         preemptions=sim.preemptions,
         wall_s=time.perf_counter() - started,
+        delay_by_request=dict(sim.delay),
     )
 
 

@@ -12,7 +12,7 @@ from django.db.models import QuerySet, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
-from billing_app.budgets import month_spend
+from billing_app.budgets import month_spend, percent_used
 from billing_app.constants import CENT
 from billing_app.metering import month_start, next_month, price_now
 from billing_app.models import Budget, LedgerEntry
@@ -125,13 +125,60 @@ def burn_usd_per_hour(team: Team, now: dt.datetime) -> Decimal:
     return total
 
 
+@dataclass(frozen=True)
+class SpendNow:
+    """A team's month so far, USD rounded to cents: spend, burn rate, forecast, and the team budget
+    with its percent used (None without a budget)."""
+
+    month: str
+    spend_usd: Decimal
+    burn_usd_per_hour: Decimal
+    forecast_usd: Decimal
+    monthly_usd: Decimal | None
+    percent_used: Decimal | None
+
+
+def spend_now(team: Team, now: dt.datetime, budget: Budget | None) -> SpendNow:
+    """The budget page's figures at `now`, against `budget` (the team's, or None)."""
+    spend = month_spend(team.pk, now)
+    burn = burn_usd_per_hour(team, now)
+    hours_left = Decimal((next_month(now) - now).total_seconds()) / 3600
+    return SpendNow(
+        month=f"{month_start(now):%Y-%m}",
+        spend_usd=cents(spend),
+        burn_usd_per_hour=cents(burn),
+        forecast_usd=cents(spend + burn * hours_left),
+        monthly_usd=budget.monthly_usd if budget else None,
+        percent_used=percent_used(budget, spend) if budget else None,
+    )
+
+
+def spend_message(team: Team, now: dt.datetime) -> dict:
+    """The team's spend as its live stream carries it after a metering run: the budget page's figures
+    and today's point of its burn-down, nothing more (the page fetches its breakdowns itself)."""
+    spend = spend_now(team, now, Budget.objects.filter(team=team, user__isnull=True).first())
+
+    def text(value: Decimal | None) -> str | None:
+        return None if value is None else str(value)
+
+    return {
+        "object": "spend",
+        "team": team.slug,
+        "month": spend.month,
+        "day": now.astimezone(dt.UTC).date().isoformat(),
+        "spend_usd": text(spend.spend_usd),
+        "burn_usd_per_hour": text(spend.burn_usd_per_hour),
+        "forecast_usd": text(spend.forecast_usd),
+        "monthly_usd": text(spend.monthly_usd),
+        "percent_used": text(spend.percent_used),
+    }
+
+
 def budget_view(team: Team, now: dt.datetime | None = None) -> BudgetView:
     now = now or timezone.now()
     month = month_start(now)
     budget = Budget.objects.filter(team=team, user__isnull=True).first()
-    spend = month_spend(team.pk, now)
-    burn = burn_usd_per_hour(team, now)
-    hours_left = Decimal((next_month(now) - now).total_seconds()) / 3600
+    figures = spend_now(team, now, budget)
     daily = dict(
         month_entries(team, month)
         .annotate(day=TruncDate("start"))
@@ -150,14 +197,14 @@ def budget_view(team: Team, now: dt.datetime | None = None) -> BudgetView:
         day += dt.timedelta(days=1)
     return BudgetView(
         team=team.slug,
-        month=f"{month:%Y-%m}",
-        monthly_usd=budget.monthly_usd if budget else None,
+        month=figures.month,
+        monthly_usd=figures.monthly_usd,
         policy=budget.policy if budget else "",
         thresholds_percent=list(budget.thresholds_percent) if budget else [],
-        spend_usd=cents(spend),
-        burn_usd_per_hour=cents(burn),
-        forecast_usd=cents(spend + burn * hours_left),
-        percent_used=(spend * 100 / budget.monthly_usd).quantize(Decimal("0.1")) if budget else None,
+        spend_usd=figures.spend_usd,
+        burn_usd_per_hour=figures.burn_usd_per_hour,
+        forecast_usd=figures.forecast_usd,
+        percent_used=figures.percent_used,
         days=days,
         statement=statement(team, month),
     )

@@ -1,7 +1,7 @@
 """Metering: turning allocation segments into ledger entries, exactly and idempotently.
 
 Each allocation (one card, one share, one billing mode) is billed from where its last ledger entry
-ended (its watermark, or its start) up to its end, or up to `now - METERING_SETTLE_S` while open,
+ended (its watermark, or its start) up to its end, or up to `now - settings.METERING_SETTLE_S` while open,
 split wherever the price in force changes and at each month's start. Each allocation is metered in
 its own transaction under its row lock, and an entry is unique per (allocation, start): a retry,
 a replay or a second worker finds the watermark moved and writes nothing; a run killed midway
@@ -12,6 +12,7 @@ import datetime as dt
 import itertools
 from decimal import Decimal
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
@@ -21,9 +22,6 @@ from billing_app.models import LedgerEntry, PoolPrice, SharePremium
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.models import Allocation, GpuRequest, Pool
 
-# An open slice is metered only this far behind now: a pass closes slices at its own clock, which
-# may be a little older than the metering run's, and no second may be billed past a slice's end.
-METERING_SETTLE_S = 60
 SECONDS_PER_HOUR = 3600
 
 
@@ -141,7 +139,7 @@ def meter_allocation(allocation_id: int, now: dt.datetime) -> list[LedgerEntry]:
         )
         last = allocation.ledger_entries.order_by("-end").first()
         watermark = last.end if last else allocation.started_at
-        settled = now - dt.timedelta(seconds=METERING_SETTLE_S)
+        settled = now - dt.timedelta(seconds=settings.METERING_SETTLE_S)
         until = min(allocation.ended_at, settled) if allocation.ended_at else settled
         if until <= watermark:
             return []
@@ -200,7 +198,8 @@ def unmetered_allocations():
     )
 
 
-def meter_usage(now: dt.datetime | None = None) -> int:
-    """Meter every allocation with unbilled time, each in its own transaction; returns the entries written."""
+def meter_usage(now: dt.datetime | None = None) -> list[LedgerEntry]:
+    """Meter every allocation with unbilled time, each in its own transaction; returns the entries
+    written or extended."""
     now = now or timezone.now()
-    return sum(len(meter_allocation(pk, now)) for pk in list(unmetered_allocations()))
+    return [entry for pk in list(unmetered_allocations()) for entry in meter_allocation(pk, now)]

@@ -6,6 +6,7 @@ so the message a user reads is the one the API gives.
 """
 
 import datetime as dt
+import re
 from decimal import Decimal
 
 from django import forms
@@ -19,7 +20,10 @@ from billing_app.spot_feeds import REPLAY_FILES
 from portal.share import Share
 from scheduler_app.choices import BillingMode, NodeStatus, TaskType
 from scheduler_app.constants import MILLI_PER_GPU
+from scheduler_app.core.placement import POLICIES
+from scheduler_app.core.queueing import DEFAULT_POLICY
 from scheduler_app.models import Gpu, Pool
+from scheduler_app.whatif import QUEUE_MODES
 from teams.choices import Role
 from teams.models import Team
 
@@ -317,3 +321,70 @@ class SpotFeedForm(ServiceErrorsMixin, forms.Form):
     max_fraction = forms.DecimalField(initial=Decimal("0.90"), label="Full price / on-demand")
     replay_file = forms.ChoiceField(choices=[(f, f) for f in REPLAY_FILES], initial="gcp")
     replay_speedup = forms.IntegerField(min_value=1, initial=1, label="Replay speed (x)")
+
+
+class WhatIfForm(ServiceErrorsMixin, forms.Form):
+    """The what-if's scenario as operators type it; whatif.parse_scenario checks it (times in UTC)."""
+
+    start = forms.DateTimeField(label="From (UTC)")
+    end = forms.DateTimeField(label="To (UTC)")
+    policy = forms.ChoiceField(label="Placement policy")
+    queue = forms.ChoiceField(label="Queue", help_text="fair: fair share, quotas, backfill (today's).")
+    quotas = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        label="Quota overrides",
+        help_text="One per line: team-slug pool milli-GPU, e.g. “vision a100-80gb 16000”.",
+    )
+    nodes = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        label="Node changes",
+        help_text="One per line: pool and nodes to add (negative: remove), e.g. “rtx4090 +2”.",
+    )
+    target_p95_s = forms.IntegerField(
+        required=False,
+        min_value=1,
+        label="Target p95 delay (s)",
+        help_text="With a target, the cheapest node addition that meets it is recommended.",
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # The next whole minute, so what was submitted this minute is in (the replay stops at now).
+        end = (timezone.now() + dt.timedelta(minutes=1)).replace(second=0, microsecond=0)
+        self.fields["start"].initial = end - dt.timedelta(days=7)
+        self.fields["end"].initial = end
+        self.fields["policy"].choices = [(name, name) for name in POLICIES]
+        self.fields["policy"].initial = DEFAULT_POLICY
+        self.fields["queue"].choices = [(name, name) for name in QUEUE_MODES]
+
+    def clean_quotas(self) -> list[dict]:
+        rows = []
+        for line in _lines(self.cleaned_data["quotas"]):
+            parts = line.split()
+            if len(parts) != 3 or not parts[2].isdigit():
+                raise ValidationError(
+                    f"“{line}”: write team-slug, pool and milli-GPU, e.g. “vision a100 8000”."
+                )
+            rows.append({"team": parts[0], "pool": parts[1], "guaranteed_milli": int(parts[2])})
+        return rows
+
+    def clean_nodes(self) -> dict[str, int]:
+        changes = {}
+        for line in _lines(self.cleaned_data["nodes"]):
+            parts = line.split()
+            if len(parts) != 2 or not re.fullmatch(r"[+-]?\d+", parts[1]):
+                raise ValidationError(f"“{line}”: write a pool and a whole number of nodes, e.g. “a100 +2”.")
+            changes[parts[0]] = int(parts[1])
+        return changes
+
+    def scenario(self) -> dict:
+        """The scenario as the API takes it."""
+        data = dict(self.cleaned_data)
+        data["start"], data["end"] = data["start"].isoformat(), data["end"].isoformat()
+        return data
+
+
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip()]

@@ -187,6 +187,8 @@ CELERY_BEAT_SCHEDULE = {
     "telemetry-upkeep": {"task": "scheduler_app.telemetry_upkeep", "schedule": float(TELEMETRY_INTERVAL_S)},
     "resize-offers": {"task": "billing_app.offer_resizes", "schedule": float(TELEMETRY_INTERVAL_S)},
     "spot-feeds": {"task": "billing_app.advance_spot_feeds", "schedule": float(SPOT_FEED_INTERVAL_S)},
+    # What-ifs whose task message was lost (each is claimed once, so a repeat does nothing).
+    "queued-what-ifs": {"task": "scheduler_app.queued_what_ifs", "schedule": 60.0},
 }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -309,3 +311,6 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpu-portal@localhost")
 # How often the metering task bills the slices' time into the ledger (and checks the budgets).
 METERING_INTERVAL_S = env_int("METERING_INTERVAL_S", 30, minimum=1)
 CELERY_BEAT_SCHEDULE["metering"] = {"task": "billing_app.meter_usage", "schedule": float(METERING_INTERVAL_S)}
+# How far behind now an open slice is metered: a pass closes slices at its own clock, which may be a
+# little older than the metering run's, and no second may be billed past a slice's end.
+METERING_SETTLE_S = env_int("METERING_SETTLE_S", 60, minimum=0)

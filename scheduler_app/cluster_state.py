@@ -156,18 +156,7 @@ def load_cluster_snapshot() -> ClusterSnapshot:
         cards[gpu.node_id].append(gpu)
     states: dict[int, NodeState] = {}
     for node_id, node in nodes.items():
-        # The core addresses cards by position on the node, whatever their NVML indices.
-        gpus = [
-            GpuState(index=i, model=g.model, memory_mib=g.memory_mib) for i, g in enumerate(cards[node_id])
-        ]
-        states[node_id] = NodeState(
-            name=node.name,
-            pool=node.pool.name,
-            cpu_milli=node.cpu_milli,
-            memory_mib=node.memory_mib,
-            gpus=gpus,
-            capacity_type=node.pool.capacity_type,
-        )
+        states[node_id] = node_state(node, cards[node_id])
         snapshot.node_pool[node.name] = node.pool.name
         for position, gpu in enumerate(cards[node_id]):
             snapshot.gpu_ids[(node.name, position)] = gpu.pk
@@ -193,6 +182,20 @@ def load_cluster_snapshot() -> ClusterSnapshot:
         for q in TeamQuota.objects.select_related("team", "pool")
     ]
     return snapshot
+
+
+def node_state(node: Node, cards: list[Gpu]) -> NodeState:
+    """The core's view of an empty node (`node.pool` loaded), its cards in index order."""
+    # The core addresses cards by position on the node, whatever their NVML indices.
+    gpus = [GpuState(index=i, model=g.model, memory_mib=g.memory_mib) for i, g in enumerate(cards)]
+    return NodeState(
+        name=node.name,
+        pool=node.pool.name,
+        cpu_milli=node.cpu_milli,
+        memory_mib=node.memory_mib,
+        gpus=gpus,
+        capacity_type=node.pool.capacity_type,
+    )
 
 
 def _take_out_running(snapshot: ClusterSnapshot, states: dict[int, NodeState], pools: list[Pool]) -> None:

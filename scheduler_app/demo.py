@@ -31,8 +31,9 @@ DEMO_PASSWORD = "gpu-portal-demo"
 # What the demo's requests run: a stand-in workload the simulated GPUs see (agent/demo_job.py).
 DEMO_JOB = "python -m agent.demo_job"
 GIB = 1024
-# The demo spot pool replays a recorded day of spot prices every 10 seconds.
-DEMO_REPLAY_SPEEDUP = 24 * 3600 // 10
+# The demo spot pool replays a recorded day of spot prices every second: the recorded A100 series
+# change only every few days, and the price should move within the demo's first minute.
+DEMO_REPLAY_SPEEDUP = 24 * 3600
 
 DEMO_VISION_BUDGET_USD = Decimal("0.25")
 POOLS = [
@@ -131,7 +132,7 @@ def _seed_prices(path: Path) -> None:
 
 def _seed_spot_feeds() -> None:
     """Spot pools without a feed replay the recorded GCP spot history of their GPU model, a recorded
-    day every 10 s, so their prices visibly move; without that file, the occupancy feed."""
+    day every second, so their prices visibly move; without that file, the occupancy feed."""
     for pool in Pool.objects.filter(capacity_type=CapacityType.SPOT, spot_feed__isnull=True):
         try:
             set_spot_feed(

@@ -63,6 +63,26 @@ def queue_pass() -> None:
             cache.delete(PASS_QUEUED_KEY)
 
 
+def run_what_if_soon(run_id: int) -> None:
+    """Run a queued what-if once the transaction commits: a Celery task in production, else the
+    embedded what-if worker. Without a broker the run stays queued for the periodic sweep."""
+
+    def hand_over() -> None:
+        if not settings.REDIS_URL:
+            embedded_what_if.wake()
+            return
+        from scheduler_app.tasks import what_if
+
+        try:
+            what_if.apply_async((run_id,), retry=False)
+        except OperationalError as error:
+            log.warning(
+                "cannot reach the broker to run what-if %s; the periodic sweep will: %s", run_id, error
+            )
+
+    transaction.on_commit(hand_over)
+
+
 def pass_started() -> None:
     """Called by a pass before it reads anything: later changes may queue the next one."""
     cache.delete(PASS_QUEUED_KEY)
@@ -164,6 +184,14 @@ def _live_tick() -> None:
     tick()
 
 
+def _queued_what_ifs() -> None:
+    from scheduler_app.services.whatif import run_queued_what_ifs
+
+    run_queued_what_ifs()
+
+
 embedded_worker = EmbeddedWorker(interval_s=settings.SCHEDULER_INTERVAL_S)
 # The live streams' 1 Hz ticker (Celery beat's live-tick in production).
 embedded_ticker = EmbeddedWorker(interval_s=1.0, work=_live_tick, name="live-ticker")
+# What-if replays (scheduler_app.whatif): a thread of their own, so a long replay never holds back a pass.
+embedded_what_if = EmbeddedWorker(interval_s=60.0, work=_queued_what_ifs, name="what-if")

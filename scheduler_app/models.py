@@ -13,7 +13,7 @@ from django.db import connections, models
 from django.db.models import Q, Sum
 from django.utils import timezone
 
-from scheduler_app.choices import BillingMode, CapacityType, NodeStatus, RequestState, TaskType
+from scheduler_app.choices import BillingMode, CapacityType, NodeStatus, RequestState, TaskType, WhatIfStatus
 from scheduler_app.constants import (
     DEFAULT_GRANULARITY_MILLI,
     MAX_GPUS_PER_REQUEST,
@@ -537,3 +537,35 @@ class GpuRollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.gpu} {self.resolution_s}s bucket at {self.bucket_start:%Y-%m-%d %H:%M}"
+
+
+class WhatIfRun(models.Model):
+    """An operator's what-if replay of the cluster's history (scheduler_app.whatif), run in the background.
+
+    scenario: the parsed request (JSON, times ISO); progress 0..100; result: whatif.run's answer.
+    Claimed once (queued -> running, a conditional update), so a repeated task does not run it twice.
+    """
+
+    scenario = models.JSONField()
+    status = models.CharField(max_length=16, choices=WhatIfStatus.choices, default=WhatIfStatus.QUEUED)
+    progress = models.PositiveSmallIntegerField(default=0, validators=[MaxValueValidator(100)])
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    # When a running run last wrote its progress: a run silent for long lost its worker.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(progress__lte=100), name="whatifrun_progress_le_100")
+        ]
+
+    def __str__(self) -> str:
+        return f"what-if {self.pk} ({self.status})"
+
+    def is_done(self) -> bool:
+        return self.status in (WhatIfStatus.SUCCEEDED, WhatIfStatus.FAILED)

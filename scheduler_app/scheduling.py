@@ -48,9 +48,10 @@ def run_scheduling_pass(*, policy: str = DEFAULT_POLICY, now: dt.datetime | None
             policy,
             workload=snapshot.workload,
         )
-        result = _apply(plan, snapshot, now)
+        result, refused, held_back = _apply(plan, snapshot, now)
         store_pass_state(snapshot, plan, result, now, policy)
-        return result
+    _explain_waiting(plan, snapshot, refused, held_back)
+    return result
 
 
 def _one_pass_at_a_time() -> None:
@@ -61,24 +62,21 @@ def _one_pass_at_a_time() -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [PASS_LOCK_ID])
 
 
-def _apply(plan: PassPlan, snapshot: ClusterSnapshot, now: dt.datetime) -> PassResult:
+def _apply(
+    plan: PassPlan, snapshot: ClusterSnapshot, now: dt.datetime
+) -> tuple[PassResult, dict[int, str], dict[int, str]]:
     """Stop the victims (checkpoint, then move: their slices close when they stopped), then place the
-    starts, through the lifecycle owner's bulk forms. A start on cards that stopping work still holds
-    waits for it, with that reason.
+    starts, through the lifecycle owner's bulk forms; return the result, the starts refused under the
+    locks and the starts held back because stopping work still holds their cards (with why).
 
-    Every request row the pass touches is locked first, in one id-ordered statement, so the pass
-    cannot deadlock with a bulk cancel, node loss or any other writer that locks requests in id
-    order; `place` then finds them locked already.
+    The rows the pass changes (victims and starts) are locked first, in one id-ordered statement, so
+    the pass cannot deadlock with a bulk cancel, node loss or any other writer that locks requests in
+    id order; `place` then finds them locked already. Requests that only wait are not locked here: a
+    cancel of one need not wait for the pass to commit.
     """
     victims = {p.allocation.request.id: f"preempted: {p.reason}" for p in plan.preemptions}
-    touched = (
-        set(victims)
-        | {start.request.id for start in plan.starts}
-        | {waiting.request_id for waiting in plan.waiting}
-        | set(snapshot.unplaceable)
-    )
-    rows = GpuRequest.objects.select_for_update().filter(pk__in=touched).order_by("pk")
-    locked = {r.pk: r for r in rows.only("state", "pending_reason", "estimated_start_at")}
+    changing = set(victims) | {start.request.id for start in plan.starts}
+    list(GpuRequest.objects.select_for_update().filter(pk__in=changing).order_by("pk").values_list("pk"))
     preempted = 0
     if victims:
         grace = dt.timedelta(seconds=settings.PREEMPTION_GRACE_S)
@@ -109,8 +107,9 @@ def _apply(plan: PassPlan, snapshot: ClusterSnapshot, now: dt.datetime) -> PassR
             )
         )
     placed = place(starts, actor_name=ACTOR, now=now)
-    waiting = _explain_waiting(plan, snapshot, placed.refused, locked, held_back)
-    return PassResult(len(placed.started), preempted, waiting, len(placed.refused) + len(held_back))
+    waiting = len(plan.waiting) + len(snapshot.unplaceable)
+    result = PassResult(len(placed.started), preempted, waiting, len(placed.refused) + len(held_back))
+    return result, placed.refused, held_back
 
 
 def _held_cards(request_id: int) -> list[int]:
@@ -134,15 +133,14 @@ def _billing_mode(start: Start, snapshot: ClusterSnapshot) -> str:
 
 
 def _explain_waiting(
-    plan: PassPlan,
-    snapshot: ClusterSnapshot,
-    refused: dict[int, str],
-    locked: dict[int, GpuRequest],
-    held_back: dict[int, str],
-) -> int:
+    plan: PassPlan, snapshot: ClusterSnapshot, refused: dict[int, str], held_back: dict[int, str]
+) -> None:
     """Store each waiting request's reason and estimated start, where they changed; a start refused
     under the locks (a concurrent writer took the capacity) says so and is retried next pass.
-    `locked`: the rows as the pass locked them; one no longer pending (cancelled meanwhile) is left."""
+
+    Its own short transaction after the pass's: a row another writer holds (a cancel, a later pass
+    placing it) is skipped rather than waited for, and one no longer pending is left; the next pass
+    explains it again."""
     reasons: dict[int, tuple[str, dt.datetime | None]] = {}
     for waiting in plan.waiting:
         estimate = (
@@ -157,13 +155,17 @@ def _explain_waiting(
         reasons[request_id] = (why, None)
     for request_id, why in snapshot.unplaceable.items():
         reasons[request_id] = (why, None)
-    changed = []
-    for request_id, (reason, estimate) in reasons.items():
-        request = locked.get(request_id)
-        if request is None or request.state != RequestState.PENDING:
-            continue
-        if (request.pending_reason, request.estimated_start_at) != (reason[:300], estimate):
-            request.pending_reason, request.estimated_start_at = reason[:300], estimate
-            changed.append(request)
-    GpuRequest.objects.save_fields(changed, ["pending_reason", "estimated_start_at"])
-    return len(plan.waiting) + len(snapshot.unplaceable)
+    with transaction.atomic():
+        rows = (
+            GpuRequest.objects.select_for_update(skip_locked=True)
+            .filter(pk__in=reasons, state=RequestState.PENDING)
+            .order_by("pk")
+            .only("state", "pending_reason", "estimated_start_at")
+        )
+        changed = []
+        for request in rows:
+            reason, estimate = reasons[request.pk]
+            if (request.pending_reason, request.estimated_start_at) != (reason[:300], estimate):
+                request.pending_reason, request.estimated_start_at = reason[:300], estimate
+                changed.append(request)
+        GpuRequest.objects.save_fields(changed, ["pending_reason", "estimated_start_at"])

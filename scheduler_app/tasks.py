@@ -9,6 +9,7 @@ from scheduler_app.live_ticker import tick
 from scheduler_app.node_health import check_heartbeats
 from scheduler_app.scheduling import run_scheduling_pass
 from scheduler_app.services.migration import watch_migrations
+from scheduler_app.services.whatif import run_queued_what_ifs, run_what_if
 from scheduler_app.upkeep import telemetry_upkeep as run_telemetry_upkeep
 
 
@@ -39,3 +40,15 @@ def live_tick() -> dict:
 @shared_task(name="scheduler_app.telemetry_upkeep", ignore_result=True)
 def telemetry_upkeep() -> dict:
     return run_telemetry_upkeep()
+
+
+@shared_task(name="scheduler_app.what_if", ignore_result=True)
+def what_if(run_id: int) -> bool:
+    """Run one queued what-if (claimed once: a repeated message does nothing)."""
+    return run_what_if(run_id)
+
+
+@shared_task(name="scheduler_app.queued_what_ifs", ignore_result=True)
+def queued_what_ifs() -> int:
+    """Beat's sweep: what-ifs whose message was lost (the broker was away when they were queued)."""
+    return run_queued_what_ifs()

@@ -40,10 +40,14 @@ class EmbeddedPortal:
 
 
 @contextmanager
-def embedded_portal(var_dir: Path, *serve_args: str) -> Iterator[EmbeddedPortal]:
-    """`manage.py serve *serve_args` (e.g. --simulated-agents) once it answers; stopped afterwards."""
+def embedded_portal(
+    var_dir: Path, *serve_args: str, settings: dict[str, str] | None = None
+) -> Iterator[EmbeddedPortal]:
+    """`manage.py serve *serve_args` (e.g. --simulated-agents) once it answers; stopped afterwards.
+    `settings`: environment variables of the portal's own (e.g. a shorter METERING_INTERVAL_S)."""
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
     env["PORTAL_VAR_DIR"] = str(var_dir)
+    env.update(settings or {})
     port = free_port()
     setup = EmbeddedPortal(f"http://127.0.0.1:{port}", env)
     setup.manage("migrate", "--noinput", "-v0")

@@ -45,6 +45,7 @@ from scheduler_app.api.views import (
     NodeViewSet,
     PoolViewSet,
 )
+from scheduler_app.api.whatif_views import WhatIfRunView, WhatIfView
 
 router = SimpleRouter(use_regex_path=False)
 router.register("requests", GpuRequestViewSet, basename="request")
@@ -59,6 +60,8 @@ urlpatterns = [
     path("requests/recommend/", RecommendView.as_view(), name="request-recommend"),
     *router.urls,
     path("cluster/", ClusterView.as_view(), name="cluster"),
+    path("what-if/", WhatIfView.as_view(), name="what-if"),
+    path("what-if/<int:pk>/", WhatIfRunView.as_view(), name="what-if-run"),
     path("prices/", PriceListView.as_view(), name="prices"),
     path("prices/history/", PriceHistoryView.as_view(), name="price-history"),
     path("prices/quote/", QuoteView.as_view(), name="price-quote"),

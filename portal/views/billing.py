@@ -8,11 +8,14 @@ from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from audit.choices import NoticeKind
+from audit.notices import notices_for
 from billing_app.budgets import set_budget
 from billing_app.ledger import budget_view, parse_month, statement_csv
 from billing_app.models import Budget
 from billing_app.switching import switch_billing_mode
 from portal.forms import BudgetForm
+from portal.live_streams import stream_paths
 from portal.views.requests import REFUSALS, _say, _visible_request
 from portal.views.teams import _visible_team
 from teams.permissions import can_manage_team
@@ -38,6 +41,8 @@ def _render_budget(request, team, form=None, status=200):
         },
         "can_manage": can_manage_team(request.user, team),
         "form": form or BudgetForm(initial=initial),
+        "notices": notices_for(request.user, team=team, kind=NoticeKind.BUDGET),
+        "streams": stream_paths(request.user, team),
     }
     return render(request, "portal/teams/budget.html", context, status=status)
 

@@ -1,5 +1,5 @@
-"""Operator pages (staff only): drain nodes, edit and price pools, set quotas; each change is audited by its
-service."""
+"""Operator pages (staff only): drain and reclaim nodes, edit and price pools, set quotas, replay the
+history under a what-if; each change is audited by its service."""
 
 import datetime as dt
 from functools import wraps
@@ -16,13 +16,14 @@ from django.views.decorators.http import require_POST
 
 from billing_app.selectors import prices_in_force
 from billing_app.services import set_pool_price
-from portal.forms import NodeStatusForm, PoolForm, PoolPriceForm, QuotaForm, ReclaimForm
-from scheduler_app.models import Node, Pool, TeamQuota
+from portal.forms import NodeStatusForm, PoolForm, PoolPriceForm, QuotaForm, ReclaimForm, WhatIfForm
+from scheduler_app.models import Node, Pool, TeamQuota, WhatIfRun
 from scheduler_app.permissions import can_operate
 from scheduler_app.selectors import nodes_for_operators, recent_audit_events
 from scheduler_app.services.inventory import reissue_agent_credential, set_node_status, update_pool
 from scheduler_app.services.migration import reclaim_node
 from scheduler_app.services.quotas import set_team_quota
+from scheduler_app.services.whatif import start_what_if
 
 
 def staff_required(view):
@@ -169,3 +170,28 @@ def quota_index(request):
     quotas = TeamQuota.objects.select_related("team", "pool")
     status = 400 if form.errors else 200
     return render(request, "portal/operator/quotas.html", {"form": form, "quotas": quotas}, status=status)
+
+
+RECENT_WHAT_IFS = 10
+
+
+@staff_required
+def what_if(request):
+    """The scenario form and the latest runs; a started run opens its own page, which follows it."""
+    form = WhatIfForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            run = start_what_if(actor=request.user, data=form.scenario())
+        except ValidationError as error:
+            form.add_service_errors(error)
+        else:
+            return redirect("operator_what_if_run", pk=run.pk)
+    runs = WhatIfRun.objects.select_related("created_by")[:RECENT_WHAT_IFS]
+    status = 400 if form.errors else 200
+    return render(request, "portal/operator/what_if.html", {"form": form, "runs": runs}, status=status)
+
+
+@staff_required
+def what_if_run(request, pk):
+    run = get_object_or_404(WhatIfRun.objects.select_related("created_by"), pk=pk)
+    return render(request, "portal/operator/what_if_run.html", {"run": run})

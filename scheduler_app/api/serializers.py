@@ -28,7 +28,7 @@ from scheduler_app.constants import (
     MILLI_PER_GPU,
     TELEMETRY_MAX_RANGE_S,
 )
-from scheduler_app.models import Allocation, GpuRequest, GpuSample, Node, Pool
+from scheduler_app.models import Allocation, GpuRequest, GpuSample, Node, Pool, WhatIfRun
 
 
 class FieldsBuiltOnce:
@@ -548,3 +548,26 @@ class ShareTelemetrySerializer(serializers.Serializer):
     start = serializers.DateTimeField()
     end = serializers.DateTimeField()
     points = ShareSeriesPointSerializer(many=True)
+
+
+class WhatIfRunSerializer(serializers.ModelSerializer):
+    """A what-if run: its scenario, status and progress (0..100); result once succeeded (see
+    scheduler_app.whatif.run), error once failed."""
+
+    created_by = serializers.CharField(source="created_by.username", read_only=True)
+
+    class Meta:
+        model = WhatIfRun
+        fields = [
+            "id",
+            "status",
+            "progress",
+            "scenario",
+            "result",
+            "error",
+            "created_by",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ]
+        read_only_fields = fields

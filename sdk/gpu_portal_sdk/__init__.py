@@ -5,8 +5,11 @@ portal = ResourceManager()  # GPU_PORTAL_URL / GPU_PORTAL_TOKEN, or what `gpu-po
 job = portal.request_allocation(task_type="training", min_gpu=0.5, prefer_spot=True)  # waits up to 60 s
 print(portal.get_utilization(job.resource_id).gpu_util)
 portal.release(job.resource_id)
+
+Inside a job: `gpu_portal_sdk.checkpointed()` after each checkpoint written to $GPU_PORTAL_CHECKPOINT_DIR.
 """
 
+from gpu_portal_sdk.checkpoint import checkpointed
 from gpu_portal_sdk.client import ResourceManager
 from gpu_portal_sdk.errors import (
     AuthenticationError,
@@ -79,4 +82,5 @@ __all__ = [
     "UtilizationSummary",
     "ValidationError",
     "__version__",
+    "checkpointed",
 ]

@@ -7,6 +7,7 @@ import shlex
 import sys
 
 from gpu_portal_sdk import config, errors, output
+from gpu_portal_sdk.checkpoint import CHECKPOINT_DIR_ENV, checkpointed
 from gpu_portal_sdk.client import ResourceManager
 
 OK, FAILED, USAGE, AUTH, NOT_FOUND, INVALID, BUSY, UNAVAILABLE, RATE_LIMITED, NOT_OFFERED = range(10)
@@ -38,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.command} takes no command after --")
     if args.command == "logout":
         return _logout()
+    if args.command == "checkpointed":
+        return _checkpointed(args.dir)
     as_json = getattr(args, "json", False)
     try:
         if args.command == "login":
@@ -97,6 +100,17 @@ def _logout() -> int:
         return OK
     print(f"Removed {path}. The token itself stays valid until it expires; revoke it on the portal's")
     print("Tokens page (/accounts/tokens/) if it may have leaked.")
+    return OK
+
+
+def _checkpointed(directory: str | None) -> int:
+    """No portal involved: the job's node agent reads the marker's time."""
+    try:
+        marker = checkpointed(directory)
+    except errors.ConfigurationError as error:
+        print(f"gpu-portal: {error.message}", file=sys.stderr)
+        return USAGE
+    print(f"checkpoint marked complete: {marker}")
     return OK
 
 
@@ -258,6 +272,12 @@ def _parser() -> argparse.ArgumentParser:
         "--token-stdin", action="store_true", help="read the token from standard input (no prompt)"
     )
     add("logout", None, "forget the saved login (removes the config file)")
+    add(
+        "checkpointed",
+        None,
+        "in a job: mark the checkpoint just written as complete (touches .checkpointed in "
+        f"${CHECKPOINT_DIR_ENV})",
+    ).add_argument("dir", nargs="?", help=f"the checkpoint directory (default: ${CHECKPOINT_DIR_ENV})")
     return parser
 
 

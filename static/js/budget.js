@@ -1,10 +1,13 @@
 // The budget page: the burn-down chart (cumulative spend per day against the budget and the month's
-// forecast), refreshed every 30 s from the budget API so metered spend grows while the page is open.
+// forecast), kept current by the team's live stream: each metering run sends the team's new spend
+// (`spend`), drawn in place, and a threshold crossed sends a budget `notice`; either refreshes the
+// breakdowns and the alerts. On each (re)connect the figures are fetched once from the budget API.
 (function () {
   "use strict";
   var box = document.getElementById("budget-live");
   var chart = document.getElementById("burn-down");
   var dataNode = document.getElementById("burn-down-data");
+  var streamsNode = document.getElementById("live-streams");
   if (!box || !chart || !dataNode || !window.Plotly) return;
 
   function draw(data) {
@@ -21,6 +24,7 @@
     }
     window.Plotly.react(chart, traces, { margin: { t: 10, r: 10, b: 40, l: 60 }, yaxis: { title: "USD" } },
       { displayModeBar: false, responsive: true });
+    chart.dataset.updates = String(Number(chart.dataset.updates || 0) + 1);
   }
 
   function monthEnd(month) {
@@ -29,23 +33,62 @@
     return last.toISOString().slice(0, 10);
   }
 
-  var initial = JSON.parse(dataNode.textContent);
-  initial.month_end_day = monthEnd(initial.month_end);
-  draw(initial);
+  function showFigures(figures) {
+    box.querySelectorAll("[data-field]").forEach(function (node) {
+      var value = figures[node.dataset.field];
+      if (value !== null && value !== undefined) node.textContent = value;
+    });
+  }
+
+  var current = JSON.parse(dataNode.textContent);
+  current.month_end_day = monthEnd(current.month_end);
+  draw(current);
 
   function refresh() {
     fetch(box.dataset.src, { credentials: "same-origin" })
       .then(function (r) { return r.ok ? r.json() : Promise.reject(r.status); })
       .then(function (view) {
-        box.querySelectorAll("[data-field]").forEach(function (node) {
-          var value = view[node.dataset.field];
-          if (value !== null && value !== undefined) node.textContent = value;
-        });
-        draw({ days: view.days.map(function (d) { return d.day; }),
+        showFigures(view);
+        current = { days: view.days.map(function (d) { return d.day; }),
           spend: view.days.map(function (d) { return d.spend_usd; }), budget: view.monthly_usd,
-          forecast: view.forecast_usd, month_end_day: monthEnd(view.month) });
+          forecast: view.forecast_usd, month_end_day: monthEnd(view.month) };
+        draw(current);
       })
-      .catch(function () { /* the next refresh tries again */ });
+      .catch(function () { /* the next metering run's message brings the figures */ });
   }
-  window.setInterval(refresh, 30000);
+
+  // A metering run's figures: the month's spend so far is today's point of the burn-down.
+  function applySpend(spend) {
+    showFigures(spend);
+    if (spend.month !== current.month_end_day.slice(0, 7)) return refresh();  // a new month began
+    var at = current.days.indexOf(spend.day);
+    if (at < 0) {
+      current.days.push(spend.day);
+      current.spend.push(spend.spend_usd);
+    } else {
+      current.spend[at] = spend.spend_usd;
+    }
+    current.forecast = spend.forecast_usd;
+    current.budget = spend.monthly_usd;
+    draw(current);
+  }
+
+  if (!streamsNode || !window.PortalLive) return;
+  JSON.parse(streamsNode.textContent).forEach(function (stream) {
+    window.PortalLive.connect(stream, {
+      event: function (frame) {
+        if (frame.object === "spend" && frame.team === box.dataset.team) {
+          applySpend(frame);
+          window.PortalLive.refreshRegions();
+        } else if (frame.object === "notice" && frame.kind === "budget") {
+          window.PortalLive.refreshRegions();
+        }
+      },
+      // A metering run or a crossing while the socket was not (yet, or any longer) open reached nobody.
+      snapshot: function () {
+        refresh();
+        window.PortalLive.refreshRegions();
+      },
+    });
+  });
 })();

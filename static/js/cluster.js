@@ -118,7 +118,9 @@
         if (frame.gpus) applyUtil(frame.gpus);
         if (freeChanged(frame.pools)) refreshPicture();
       },
-      event: refreshPicture,
+      event: function (frame) {
+        if (frame.object !== "spend") refreshPicture();  // a metering run's figures change no picture
+      },
     });
   });
 })();

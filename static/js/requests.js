@@ -72,6 +72,7 @@
   function follow(stream) {
     window.PortalLive.connect(stream, {
       event: function (frame) {
+        if (frame.object === "spend") return;  // a metering run's figures, for the budget page
         if (requestId === null || (frame.object === "gpurequest" && frame.id === requestId)) {
           window.PortalLive.refreshRegions();
         }

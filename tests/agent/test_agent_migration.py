@@ -2,16 +2,20 @@
 stops it by the deadline of a reclaim with the time left, and the job resumes from its checkpoint."""
 
 import datetime as dt
+import shutil
 
 from django.utils import timezone
 from gpu_portal_sdk.errors import ConnectionFailedError
 
+from agent.checkpoint_sync import CheckpointSync, FilesystemStore
+from agent.cloud_notices import ReclaimNotice
+from audit.models import Event
 from scheduler_app.choices import CapacityType
 from scheduler_app.selectors import request_log
 from scheduler_app.services.inventory import create_pool
 from scheduler_app.services.migration import reclaim_node
 from scheduler_app.services.placement import Slice, allocate
-from scheduler_app.services.transitions import requeue
+from scheduler_app.services.transitions import requeue, stop_gracefully
 from tests.agent_fixtures import DEMO_JOB, rounds_until
 
 
@@ -98,3 +102,50 @@ def test_an_agent_cut_off_from_the_portal_fences_its_jobs_and_runs_them_again_wh
     rounds_until(agent, lambda: request_log(request).text.count("starting at step") == 2, what="resumed")
     assert "starting at step 0" not in request_log(request).text.split("SIGTERM")[-1]
     assert refreshed(request).state == "running"
+
+
+class OneNotice:
+    """A cloud watcher that always sees the same reclaim notice."""
+
+    def __init__(self, deadline):
+        self.notice = ReclaimNotice("aws", deadline, "i-0abc:terminate")
+
+    def check(self):
+        return self.notice
+
+
+def test_the_clouds_reclaim_notice_reaches_the_portal_once_and_the_job_moves(start_agent, place, make_node):
+    spot = create_pool(name="spot-a100", gpu_model="A100-80GB", capacity_type=CapacityType.SPOT)
+    spot_node = make_node("spot-1", gpus=1, pool=spot)
+    deadline = timezone.now() + dt.timedelta(seconds=30)
+    agent = start_agent(for_node=spot_node, cloud_notices=OneNotice(deadline))
+    request = place(f"{DEMO_JOB} --seconds 60", on=spot_node)
+
+    rounds_until(agent, lambda: refreshed(request).state == "pending", what="moved off the node")
+
+    spot_node.refresh_from_db()
+    assert (spot_node.status, spot_node.reclaim_notice_id) == ("reclaimed", "i-0abc:terminate")
+    assert spot_node.reclaim_deadline == deadline
+    reclaims = Event.objects.filter(content_type__model="node", object_id=spot_node.pk, to_state="reclaimed")
+    assert reclaims.count() == 1
+
+
+def test_with_a_checkpoint_store_the_job_resumes_on_another_node_from_the_stored_copy(
+    start_agent, place, make_node, tmp_path, settings
+):
+    (tmp_path / "store").mkdir()  # the mounted store
+    sync = CheckpointSync(FilesystemStore(tmp_path / "store"))
+    agent = start_agent(checkpoint_sync=sync)
+    request = place(f"{DEMO_JOB} --seconds 60 --checkpoint-every 0.5")
+    rounds_until(agent, lambda: "step 4:" in request_log(request).text, what="some steps")
+    rounds_until(agent, lambda: refreshed(request).checkpoint_ref.startswith("file:"), what="a stored copy")
+    stop_gracefully([request.pk], deadline=timezone.now() + dt.timedelta(seconds=20), reason="test move")
+    rounds_until(agent, lambda: refreshed(request).state == "pending", what="requeued")
+    shutil.rmtree(
+        f"{settings.CHECKPOINT_ROOT}/{request.team.slug}/request-{request.pk}"
+    )  # not on shared storage
+
+    other = make_node("node-9", gpus=1)
+    allocate(refreshed(request), [Slice(other.gpus.get().pk, 250, 20480)])
+    resumed = start_agent(for_node=other, checkpoint_sync=sync)
+    rounds_until(resumed, lambda: "resumed from step" in request_log(request).text, what="resumed")

@@ -141,3 +141,69 @@ def test_a_refused_credential_stops_the_agent_with_an_error(live_server, transac
 
     assert agent.returncode == 1
     assert "the portal refused this node's credential" in output
+
+
+def started_agent(monkeypatch, *flags, env=None):
+    """main() up to the agent's loop: the NodeAgent it built, its loop not run."""
+    built = []
+    monkeypatch.setattr("agent.node_agent.NodeAgent.run", lambda agent: built.append(agent))
+    for name in ("GPU_PORTAL_CLOUD_NOTICES", "GPU_PORTAL_CHECKPOINT_STORE", "GPU_PORTAL_CHECKPOINT_BACKUP"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {"GPU_PORTAL_NODE_CREDENTIAL": "node_unused", **(env or {})}.items():
+        monkeypatch.setenv(name, value)
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        code = main(["run", "--portal", "http://127.0.0.1:9", "--simulate", "1", *flags])
+    finally:
+        for signum, handler in handlers.items():  # main() points them at the agent
+            signal.signal(signum, handler)
+    return code, (built[0] if built else None)
+
+
+def test_cloud_notices_and_checkpoint_copies_are_off_by_default(monkeypatch):
+    code, agent = started_agent(monkeypatch)
+
+    assert code == 0 and agent.cloud_notices is None and agent.checkpoint_sync is None
+
+
+def test_the_agent_takes_its_cloud_and_checkpoint_store_flags(monkeypatch, tmp_path):
+    code, agent = started_agent(
+        monkeypatch,
+        "--cloud-notices",
+        "gcp",
+        "--cloud-metadata-url",
+        "http://127.0.0.1:9",
+        "--checkpoint-store",
+        f"file://{tmp_path}",
+        "--checkpoint-backup",
+        "s3://ckpt-backup/zone-b",
+    )
+
+    assert code == 0
+    assert (agent.cloud_notices.provider, agent.cloud_notices.base_url) == ("gcp", "http://127.0.0.1:9")
+    primary, backup = agent.checkpoint_sync.stores
+    assert (primary.url, backup.url) == (tmp_path.as_uri(), "s3://ckpt-backup/zone-b")
+
+
+def test_the_cloud_and_checkpoint_store_settings_also_come_from_the_environment(monkeypatch, tmp_path):
+    env = {"GPU_PORTAL_CHECKPOINT_STORE": f"file://{tmp_path}", "GPU_PORTAL_CLOUD_NOTICES": "auto"}
+
+    code, agent = started_agent(monkeypatch, env=env)
+
+    assert code == 0
+    assert agent.checkpoint_sync.stores[0].url == tmp_path.as_uri()
+    assert agent.cloud_notices.provider == "auto"
+
+
+def test_a_bad_checkpoint_store_url_stops_the_agent_with_the_reason(monkeypatch, capsys):
+    code, agent = started_agent(monkeypatch, "--checkpoint-store", "gs://bucket/x")
+
+    assert (code, agent) == (2, None)
+    assert "a checkpoint store URL is file:///path or s3://bucket/prefix" in capsys.readouterr().err
+
+
+def test_a_backup_without_a_primary_store_is_refused(monkeypatch, capsys):
+    code, agent = started_agent(monkeypatch, "--checkpoint-backup", "s3://ckpt-backup/zone-b")
+
+    assert (code, agent) == (2, None)
+    assert "--checkpoint-backup needs --checkpoint-store" in capsys.readouterr().err

@@ -62,11 +62,11 @@ def price_history():
 
 @pytest.fixture
 def start_running(team, member, make_node):
-    """start_running(milli=250, at=T0, billing="on-demand", gpu=None, user=member) -> a running request
-    placed at `at` through place()."""
+    """start_running(milli=250, at=T0, billing="on-demand", gpu=None, user=member, team=team) -> a running
+    request placed at `at` through place()."""
     cards = {}
 
-    def start(milli=250, at=T0, billing=BillingMode.ON_DEMAND, gpu=None, user=None, name="job"):
+    def start(milli=250, at=T0, billing=BillingMode.ON_DEMAND, gpu=None, user=None, name="job", team=team):
         if gpu is None:
             if "node" not in cards:
                 cards["node"] = make_node(gpus=4)

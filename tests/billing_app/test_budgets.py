@@ -73,6 +73,24 @@ def test_crossing_80_then_100_raises_each(team, team_admin, spent, published):
     assert [c.threshold_percent for c in check_budgets(T0 + 20 * H)] == [100]
 
 
+def test_crossing_80_percent_raises_an_event_a_notice_a_live_message_and_an_email(
+    team, team_admin, spent, published, django_capture_on_commit_callbacks
+):
+    team_admin.email = "alice@example.org"
+    team_admin.save()
+    set_budget(team, actor=team_admin, monthly_usd="10.00", thresholds_percent=[80])
+    spent(0.81)  # 8.10 USD
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert [c.threshold_percent for c in check_budgets(T0 + 20 * H)] == [80]
+
+    event = Event.objects.get(to_state="budget_crossed")
+    notice = Notice.objects.get(kind="budget", team=team)
+    assert "past 80 %" in event.reason and "81.0 % spent" in notice.text
+    assert [(team_id, m["object"], m["id"]) for team_id, m in published] == [(team.pk, "notice", notice.pk)]
+    assert [(m.to, m.body) for m in mail.outbox] == [(["alice@example.org"], notice.text)]
+
+
 def test_a_new_month_alerts_again(team, team_admin, pool, price_history, start_running, published):
     price_history(pool, (T0 - 40 * 24 * H, "10.00"))
     set_budget(team, actor=team_admin, monthly_usd="10.00", thresholds_percent=[50])

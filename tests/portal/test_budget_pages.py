@@ -5,6 +5,7 @@ import datetime as dt
 import pytest
 from django.test import Client
 
+from billing_app.budgets import check_budgets, set_budget
 from billing_app.metering import meter_usage
 from billing_app.models import Budget
 from scheduler_app.choices import BillingMode
@@ -35,6 +36,21 @@ def test_the_budget_page_shows_spend_breakdowns_and_the_chart(member, billed, se
     assert page.context["view"].spend_usd == 2  # half a card, an hour, at 4 USD/GPU-h
     assert [row["user"] for row in page.context["view"].statement.by_user] == ["bob"]
     assert "Set the budget" not in html  # a member reads, the admins set
+
+
+def test_the_budget_page_shows_the_teams_budget_alerts_and_follows_its_stream(
+    member, team_admin, team, billed, django_capture_on_commit_callbacks
+):
+    set_budget(team, actor=team_admin, monthly_usd="2.50")  # 2 USD spent: 80 %
+    with django_capture_on_commit_callbacks(execute=True):
+        check_budgets(T0 + 10 * H)
+
+    page = signed_in(member).get("/teams/vision/budget/")
+
+    alerts = page.content.decode().split('id="budget-alerts"')[1].split('id="budget-live"')[0]
+    assert "80.0 % spent" in alerts and "past 80 %" in alerts and "past 50 %" in alerts
+    assert page.context["streams"] == ["/ws/teams/vision/events/"]
+    assert "js/live.js" in page.content.decode()
 
 
 def test_a_team_admin_sets_the_budget_from_the_page(team_admin, team, billed):

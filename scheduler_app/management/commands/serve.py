@@ -3,7 +3,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from twisted.internet import reactor, threads
 
-from scheduler_app.dispatch import embedded_ticker, embedded_worker
+from scheduler_app.dispatch import embedded_ticker, embedded_what_if, embedded_worker
 
 
 class Command(BaseCommand):
@@ -38,9 +38,11 @@ class Command(BaseCommand):
             embedded_worker.start()
             embedded_worker.wake()
             embedded_ticker.start()
+            embedded_what_if.start()
         try:
             CommandLineInterface().run([*daphne, "portal.asgi:application"])
         finally:
             if not settings.REDIS_URL:
                 embedded_worker.stop()
                 embedded_ticker.stop()
+                embedded_what_if.stop()

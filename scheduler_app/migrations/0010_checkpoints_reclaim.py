@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduler_app', '0008_model_workload_key'),
+        ('scheduler_app', '0009_what_if_run'),
     ]
 
     operations = [
