@@ -71,6 +71,13 @@ def _parser(command: str) -> argparse.ArgumentParser:
             default="auto",
             help="Set NVIDIA MPS limits: auto when a daemon runs here.",
         )
+        parser.add_argument(
+            "--fence-after-s",
+            type=float,
+            default=240.0,
+            help="Cut off from the portal this long, stop the jobs (they will run elsewhere); keep it plus "
+            "--grace-s under the portal's NODE_LOST_AFTER_S (default 240; 0: never).",
+        )
         parser.add_argument("--workdir", help="Where jobs run (default: the current directory).")
         parser.add_argument(
             "--sample-period-s", type=float, default=1.0, help="Seconds between card readings (default 1)."
@@ -185,6 +192,7 @@ def run(args, nvml) -> int:
         workdir=args.workdir,
         sample_period_s=args.sample_period_s,
         send_samples_every_s=args.send_samples_every_s,
+        fence_after_s=args.fence_after_s or None,
         cloud_notices=cloud_notices,
         checkpoint_sync=checkpoint_sync,
     )

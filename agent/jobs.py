@@ -3,6 +3,7 @@ captured, and a stop that gives it a grace period to checkpoint before it is kil
 
 import codecs
 import contextlib
+import datetime as dt
 import logging
 import math
 import os
@@ -23,6 +24,10 @@ READ_BYTES = 16 * 1024
 MAX_UNSHIPPED_CHARS = 2 * 1024 * 1024  # more than the portal keeps of a log (1 MiB)
 MPS_PIPE_DEFAULT = "/tmp/nvidia-mps"
 OWNER_VARIABLE = "GPU_PORTAL_NODE_AGENT"  # in each job's environment: "<node> at <portal URL>"
+# In the job's checkpoint directory: the job (or the SDK's checkpointed()) touches the marker after each
+# checkpoint; the agent writes the stop file, holding the deadline (ISO 8601), before a SIGTERM to move it.
+CHECKPOINT_MARKER = ".checkpointed"
+STOP_BY_FILE = ".stop_by"
 
 
 @dataclass(frozen=True)
@@ -96,14 +101,18 @@ class Job:
 
     def __init__(self, work: dict, *, mps: bool, workdir: str | None = None, owner: str = ""):
         self.request_id: int = work["request_id"]
+        self.generation: int | None = work.get("generation")  # which run of the request this is
         self.slices = [Slice(g["uuid"], g["milli"], g["memory_mib"]) for g in work["gpus"]]
+        self.checkpoint_dir = Path(work["checkpoint_dir"])
+        self.checkpoint_reported: dt.datetime | None = None  # the last checkpoint time the portal took
         self.stop_deadline: float | None = None
         self.stop_reason = ""
         self.shipped = work.get("log_offset", 0)  # where the portal's log of the request ends
         self._pending = ""  # output from `shipped` on
         self._lock = threading.Lock()
         try:
-            Path(work["checkpoint_dir"]).mkdir(parents=True, exist_ok=True)
+            self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            (self.checkpoint_dir / STOP_BY_FILE).unlink(missing_ok=True)  # an earlier run's stop
         except OSError as error:
             log.warning(
                 "request %s: no checkpoint dir %s: %s", self.request_id, work["checkpoint_dir"], error
@@ -166,6 +175,25 @@ class Job:
             return {self.process.pid, *(child.pid for child in root.children(recursive=True))}
         except psutil.Error:
             return {self.process.pid}
+
+    def last_checkpoint(self) -> dt.datetime | None:
+        """When the job last checkpointed: its marker file's mtime (None before its first checkpoint)."""
+        try:
+            mtime = (self.checkpoint_dir / CHECKPOINT_MARKER).stat().st_mtime
+        except OSError:
+            return None
+        return dt.datetime.fromtimestamp(mtime, tz=dt.UTC)
+
+    def stop_by(self, deadline: dt.datetime, reason: str) -> None:
+        """Checkpoint and stop by `deadline`: the deadline goes in the stop file, then SIGTERM with the
+        time left; SIGKILL at the deadline."""
+        if self.stop_deadline is not None:
+            return
+        try:
+            (self.checkpoint_dir / STOP_BY_FILE).write_text(deadline.isoformat())
+        except OSError as error:
+            log.warning("request %s: cannot write the stop file: %s", self.request_id, error)
+        self.stop(max(0.0, (deadline - dt.datetime.now(dt.UTC)).total_seconds()), reason)
 
     def stop(self, grace_s: float, reason: str) -> None:
         """SIGTERM to the job's process group now, SIGKILL once `grace_s` has passed (`enforce_stop`)."""

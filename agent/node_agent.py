@@ -10,9 +10,11 @@ import logging
 import threading
 import time
 from collections import deque
+from pathlib import Path
 
 from gpu_portal_sdk.errors import AuthenticationError, NotFoundError, PortalError, ValidationError
 
+from agent.checkpoint_sync import CheckpointSyncError
 from agent.host import host_meter
 from agent.jobs import Job, mps_available, stop_stale_jobs
 from agent.nvml import read_cards, read_processes, read_samples
@@ -31,8 +33,16 @@ class NodeAgent:
     one request for several moments, every `send_samples_every_s` (by default every round): at
     thousands of nodes, per-request costs dominate the portal's ingest.
 
+    `fence_after_s`: cut off from the portal this long (no work list), the agent stops its jobs, so
+    they are not still running when the portal declares the node lost and runs them elsewhere (keep
+    it plus `grace_s` under the portal's NODE_LOST_AFTER_S). Their exits are not reported: if the
+    portal did not move them meanwhile, they start again from their checkpoints once it answers.
+
     `cloud_notices` (an agent.cloud_notices.CloudNoticeWatcher) and `checkpoint_sync` (an
-    agent.checkpoint_sync.CheckpointSync) are off when None.
+    agent.checkpoint_sync.CheckpointSync) are off when None. With the watcher, a reclaim notice the
+    cloud gives this node is sent to the portal once (which moves the node's work); with the sync,
+    each reported checkpoint is first copied to the stores (the copy's URL is its reference), and a
+    job that had checkpointed elsewhere gets its newest copy before it starts here.
     """
 
     def __init__(
@@ -46,6 +56,7 @@ class NodeAgent:
         workdir: str | None = None,
         sample_period_s: float = 1.0,
         send_samples_every_s: float | None = None,
+        fence_after_s: float | None = None,
         cloud_notices=None,
         checkpoint_sync=None,
     ):
@@ -59,18 +70,24 @@ class NodeAgent:
         self.send_samples_every_s = interval_s if send_samples_every_s is None else send_samples_every_s
         self.cloud_notices = cloud_notices
         self.checkpoint_sync = checkpoint_sync
+        self._notice_sent: str | None = None  # the last reclaim notice the portal took
         self.unsent: deque[tuple[dt.datetime, list[dict]]] = deque(maxlen=MAX_UNSENT_MOMENTS)
         self._read_at = self._sent_at = float("-inf")
         self.jobs: dict[int, Job] = {}
-        self.unreported_starts: set[int] = set()
-        self.unreported_exits: dict[int, int] = {}
+        # Reports not sent yet, with their run's generation: {request: generation} and
+        # {request: (exit status, generation)}.
+        self.unreported_starts: dict[int, int | None] = {}
+        self.unreported_exits: dict[int, tuple[int, int | None]] = {}
         self.registered = False
         self.owner = ""  # "<node> at <portal>" once registered: marks the jobs this node's agents start
         self.refused = False  # the portal refused the credential
         self.overuse: dict[int, dict] = {}  # watchdog stops not yet reported
-        self.placed: set[int] = set()  # the requests the portal's last work list placed here
+        self.placed: dict[int, int | None] = {}  # the last work list's requests here: {request: generation}
         self.host = host_meter(nvml)
         self.stopping = threading.Event()
+        self.fence_after_s = fence_after_s
+        self.fenced: set[int] = set()  # jobs stopped while cut off: their exits are not reported
+        self._heard_at = time.monotonic()  # the last work list from the portal
 
     def run(self) -> None:
         """Rounds until stop() is called; then the jobs are stopped with their grace period."""
@@ -106,7 +123,15 @@ class NodeAgent:
     def round(self) -> None:
         """One pass over everything; each step's failure is logged and retried next round, except a
         refused credential (another was issued, or the node was removed): the agent stops."""
-        steps = [self._follow_work, self._watch_usage, self._reap, self._ship_logs, self._sample]
+        steps = [
+            self._watch_cloud,
+            self._follow_work,
+            self._watch_checkpoints,
+            self._watch_usage,
+            self._reap,
+            self._ship_logs,
+            self._sample,
+        ]
         for step in steps if self.registered else [self._register]:
             try:
                 step()
@@ -119,6 +144,15 @@ class NodeAgent:
                 log.warning("%s: %s (%s)", step.__name__.strip("_"), error.message, error.code)
             except self.nvml.NVMLError as error:
                 log.error("%s: NVML: %s", step.__name__.strip("_"), error)
+        self._fence_if_cut_off()
+
+    def _fence_if_cut_off(self) -> None:
+        if self.fence_after_s is None or time.monotonic() - self._heard_at < self.fence_after_s:
+            return
+        for request_id, job in self.jobs.items():
+            if request_id not in self.fenced:
+                job.stop(self.grace_s, f"no word from the portal for {self.fence_after_s:g} s: fenced")
+                self.fenced.add(request_id)
 
     def shutdown(self) -> None:
         """The agent is going away (the node is going down): stop every job with its grace period and
@@ -161,7 +195,8 @@ class NodeAgent:
     def _follow_work(self) -> None:
         """Start what the node should run and does not; stop what it runs and should not."""
         work = {item["request_id"]: item for item in self.client.work()}
-        self.placed = set(work)
+        self._heard_at = time.monotonic()
+        self.placed = {request_id: item.get("generation") for request_id, item in work.items()}
         for request_id, item in work.items():
             known = request_id in self.jobs or request_id in self.unreported_exits
             # A running request without a process here (the agent restarted) runs again, from its
@@ -171,20 +206,76 @@ class NodeAgent:
         for request_id, job in self.jobs.items():
             if request_id not in work:
                 job.stop(self.grace_s, "released, cancelled or moved by the portal")
-        for request_id in list(self.unreported_starts):
-            self.client.started(request_id)
-            self.unreported_starts.discard(request_id)
+            elif job.generation != work[request_id].get("generation"):
+                # Placed again since this process started (the node was lost and came back): the old run
+                # stops; the new one starts once it is gone, so the two never run at once.
+                job.stop(self.grace_s, "a stale run: the portal placed the request again")
+            elif work[request_id]["stop_by"]:
+                deadline = dt.datetime.fromisoformat(work[request_id]["stop_by"])
+                job.stop_by(deadline, f"being moved: checkpoint and stop by {deadline:%H:%M:%S} UTC")
+        for request_id, generation in list(self.unreported_starts.items()):
+            self.client.started(request_id, generation)
+            del self.unreported_starts[request_id]
+
+    def _watch_cloud(self) -> None:
+        """Tell the portal of the cloud's reclaim notice for this node, once per notice."""
+        if self.cloud_notices is None:
+            return
+        notice = self.cloud_notices.check()
+        if notice is None or notice.notice_id == self._notice_sent:
+            return
+        log.warning("the cloud reclaims this node at %s (%s)", notice.deadline, notice.provider)
+        self.client.reclaim_notice(notice.deadline, notice.provider, notice.notice_id)
+        self._notice_sent = notice.notice_id
 
     def _start(self, item: dict) -> None:
+        if self.checkpoint_sync is not None and item.get("last_checkpoint_at"):
+            self._pull_checkpoint(item)
         try:
             job = Job(item, mps=self.mps, workdir=self.workdir, owner=self.owner)
         except OSError as error:
             log.error("request %s: cannot start %r: %s", item["request_id"], item["command"], error)
-            self.unreported_exits[item["request_id"]] = 127
+            self.unreported_exits[item["request_id"]] = (127, item.get("generation"))
             return
         log.info("request %s: started pid %s: %s", item["request_id"], job.process.pid, item["command"])
         self.jobs[item["request_id"]] = job
-        self.unreported_starts.add(item["request_id"])
+        self.unreported_starts[item["request_id"]] = job.generation
+
+    def _watch_checkpoints(self) -> None:
+        """Report each job's new checkpoints (its marker file's mtime) to the portal."""
+        for job in list(self.jobs.values()):
+            if self._current(job):
+                self._report_checkpoint(job)
+
+    def _current(self, job: Job) -> bool:
+        """The job is the run the portal placed here (not one it has moved or placed again since)."""
+        return job.request_id in self.placed and self.placed[job.request_id] == job.generation
+
+    def _pull_checkpoint(self, item: dict) -> None:
+        key = sync_key(item["checkpoint_dir"])
+        try:
+            copy = self.checkpoint_sync.pull(key, item["checkpoint_dir"])
+        except (CheckpointSyncError, OSError) as error:
+            log.error("request %s: its checkpoint could not be fetched: %s", item["request_id"], error)
+            return
+        if copy is None:
+            log.warning("request %s: no stored copy of its checkpoint %s", item["request_id"], key)
+
+    def _report_checkpoint(self, job: Job) -> None:
+        at = job.last_checkpoint()
+        if at is None or (job.checkpoint_reported is not None and at <= job.checkpoint_reported):
+            return
+        ref = ""
+        if self.checkpoint_sync is not None:
+            try:
+                ref = self.checkpoint_sync.push(job.checkpoint_dir, sync_key(job.checkpoint_dir), at).url
+            except (CheckpointSyncError, OSError) as error:
+                log.error("request %s: checkpoint not copied (%s): reported as local", job.request_id, error)
+        try:
+            self.client.checkpointed(job.request_id, at, ref=ref, generation=job.generation)
+        except NotFoundError:
+            log.warning("request %s: no longer placed here; its checkpoint is not reported", job.request_id)
+        job.checkpoint_reported = at
 
     def _watch_usage(self) -> None:
         """Attribute NVML's processes to the jobs that started them: report each job's memory and SM
@@ -214,8 +305,10 @@ class NodeAgent:
                         "limit_mib": piece.memory_mib,
                     }
         self._report_overuse()
-        # Only slices of the last work list: one released since has no open slice left to report on.
-        placed = [s for s in slices if s["request_id"] in self.placed]
+        # Only slices of the runs the last work list placed here: one released, moved or placed again
+        # since has no open slice left to report on.
+        current = {request_id for request_id, job in self.jobs.items() if self._current(job)}
+        placed = [s for s in slices if s["request_id"] in current]
         self.client.usage(dt.datetime.now(dt.UTC), self.host.read(), placed)
 
     def _report_overuse(self) -> None:
@@ -228,14 +321,19 @@ class NodeAgent:
             job.enforce_stop()
             if job.finished():
                 log.info("request %s: exited %s", request_id, job.exit_code)
+                if self._current(job):  # its last checkpoint (written on SIGTERM) before its exit
+                    self._report_checkpoint(job)
                 self._ship(job)
                 del self.jobs[request_id]
-                self.unreported_exits[request_id] = job.exit_code
-        for request_id, exit_code in list(self.unreported_exits.items()):
+                if request_id in self.fenced:
+                    self.fenced.discard(request_id)
+                    continue  # stopped for being cut off: the portal decides whether it runs again
+                self.unreported_exits[request_id] = (job.exit_code, job.generation)
+        for request_id, (exit_code, generation) in list(self.unreported_exits.items()):
             if request_id in self.unreported_starts or request_id in self.overuse:
                 continue  # in the order it happened: started, stopped by the watchdog, exited
             try:
-                self.client.finished(request_id, exit_code)
+                self.client.finished(request_id, exit_code, generation)
             except NotFoundError:
                 log.warning("request %s: the portal has no such request on this node", request_id)
             del self.unreported_exits[request_id]
@@ -269,3 +367,9 @@ class NodeAgent:
             raise
         self.unsent.clear()
         self._sent_at = time.monotonic()
+
+
+def sync_key(checkpoint_dir) -> str:
+    """A job's key in the checkpoint stores: its checkpoint directory's team and request parts."""
+    path = Path(checkpoint_dir)
+    return f"{path.parent.name}/{path.name}"

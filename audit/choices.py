@@ -10,3 +10,4 @@ class NoticeKind(models.TextChoices):
     NETWORK_SLOW = "network_slow", "Slow node network"
     RESIZE_OFFER = "resize_offer", "Resize offered"
     BUDGET = "budget", "Budget threshold crossed"
+    CHECKPOINT_MISSED = "checkpoint_missed", "Checkpoint missed"

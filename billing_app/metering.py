@@ -79,6 +79,20 @@ def price_now(pool: Pool, capacity_type: str, gpu_milli: int, at: dt.datetime) -
     return _price_pieces(pool, capacity_type, gpu_milli, at, at + dt.timedelta(seconds=1))[0][2]
 
 
+def segment_cost_usd(allocation: Allocation, now: dt.datetime) -> Decimal:
+    """What a segment costs from its start to its end (to `now` while open), at the prices in force
+    throughout, as metering bills it (the request page's figure; metering may not have caught up)."""
+    until = allocation.ended_at or now
+    if until <= allocation.started_at:
+        return Decimal(0)
+    pieces = _price_pieces(
+        allocation.gpu.node.pool, allocation.billing_mode, allocation.milli, allocation.started_at, until
+    )
+    return sum(
+        (amount_usd(price, allocation.milli, exact_seconds(a, b)) for a, b, price in pieces), Decimal(0)
+    )
+
+
 def amount_usd(usd_per_gpu_hour: Decimal, milli: int, seconds: Decimal) -> Decimal:
     """USD for `milli` of a card for `seconds` at a per-GPU-hour price, to 10 decimal places."""
     exact = usd_per_gpu_hour * milli * seconds / (MILLI_PER_GPU * SECONDS_PER_HOUR)

@@ -183,6 +183,19 @@ class NodeStatusForm(ServiceErrorsMixin, forms.Form):
     reason = forms.CharField(max_length=500, help_text="Kept in the audit log.")
 
 
+class ReclaimForm(ServiceErrorsMixin, forms.Form):
+    """Operators reclaim a spot node as its cloud would: its jobs checkpoint and stop within the grace."""
+
+    grace_s = forms.IntegerField(
+        min_value=0,
+        max_value=24 * 3600,
+        initial=120,
+        label="Grace (seconds)",
+        help_text="Its jobs checkpoint and stop by then; they are killed at the deadline.",
+    )
+    notice_id = forms.CharField(max_length=200, required=False, label="Notice id (optional)")
+
+
 class PoolForm(ServiceErrorsMixin, forms.Form):
     description = forms.CharField(max_length=200, required=False)
     granularity_milli = forms.IntegerField(

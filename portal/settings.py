@@ -180,6 +180,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "scheduler_app.heartbeat_watchdog",
         "schedule": float(NODE_SUSPECT_AFTER_S) / 2,
     },
+    # Stops past their deadline, missed checkpoint intervals, moves due at an interval's end.
+    "migration-watchdog": {
+        "task": "scheduler_app.migration_watchdog",
+        "schedule": float(SCHEDULER_INTERVAL_S),
+    },
     # The live streams' 1 Hz deltas; a tick not started within its second is dropped, not queued.
     "live-tick": {"task": "scheduler_app.live_tick", "schedule": 1.0, "options": {"expires": 1.0}},
     "telemetry-upkeep": {"task": "scheduler_app.telemetry_upkeep", "schedule": float(TELEMETRY_INTERVAL_S)},
@@ -281,6 +286,13 @@ CSRF_COOKIE_SECURE = not DEBUG
 
 # Spot work must checkpoint at least this often (DESIGN: "≤ 30 min, configurable").
 SPOT_MAX_CHECKPOINT_INTERVAL_S = env_int("SPOT_MAX_CHECKPOINT_INTERVAL_S", 1800, minimum=60)
+# Checkpoint, then move: how long preempted work has to checkpoint and stop, how long work moved at a
+# checkpoint (drain, move to on-demand) has to stop, and an operator's reclaim without a deadline.
+PREEMPTION_GRACE_S = env_int("PREEMPTION_GRACE_S", 120, minimum=0)
+MOVE_AT_CHECKPOINT_GRACE_S = env_int("MOVE_AT_CHECKPOINT_GRACE_S", 60, minimum=0)
+RECLAIM_DEFAULT_GRACE_S = env_int("RECLAIM_DEFAULT_GRACE_S", 120, minimum=0)
+# A stop past its deadline is requeued by the watchdog once its agent had this long to report it.
+STOP_REPORT_SLACK_S = env_int("STOP_REPORT_SLACK_S", 10, minimum=0)
 
 LOGGING = {
     "version": 1,

@@ -38,6 +38,9 @@ class ClusterSnapshot:
     node_pool: dict[str, str] = field(default_factory=dict)
     unplaceable: dict[int, str] = field(default_factory=dict)  # pending requests no pool may take, and why
     recent: list[RequestSpec] = field(default_factory=list)  # newest first, WORKLOAD_WINDOW at most
+    # Cards held by work checkpointing before it stops (Gpu.pk -> its deadline): the core counts their
+    # capacity as free, so it plans on it without preempting anyone else; a start on them waits.
+    stopping: dict[int, datetime] = field(default_factory=dict)
 
     @property
     def workload(self) -> WorkloadMix:
@@ -196,7 +199,13 @@ def node_state(node: Node, cards: list[Gpu]) -> NodeState:
 
 
 def _take_out_running(snapshot: ClusterSnapshot, states: dict[int, NodeState], pools: list[Pool]) -> None:
-    """Subtract open segments from the nodes and describe them to the core as running work."""
+    """Subtract open segments from the nodes and describe them to the core as running work; segments of
+    work being stopped (migrating) are left out: they are leaving (snapshot.stopping)."""
+    stopping = dict(
+        GpuRequest.objects.filter(state=RequestState.MIGRATING, stop_by__isnull=False).values_list(
+            "pk", "stop_by"
+        )
+    )
     segments = defaultdict(list)
     open_allocations = (
         Allocation.objects.committed()
@@ -206,7 +215,9 @@ def _take_out_running(snapshot: ClusterSnapshot, states: dict[int, NodeState], p
         )
     )
     for piece in open_allocations:
-        if piece[2] in states:  # else on a node not ready: it holds its cards, nothing is placed there
+        if piece[0] in stopping:
+            snapshot.stopping[piece[1]] = stopping[piece[0]]
+        elif piece[2] in states:  # else on a node not ready: it holds its cards, nothing is placed there
             segments[piece[0]].append(piece)
     holding = Allocation.objects.committed().values("request_id")
     running = GpuRequest.objects.filter(pk__in=holding).order_by("pk")

@@ -147,9 +147,11 @@ class EmbeddedWorker:
     def _watchdog_pass_and_upkeep(self) -> None:
         from scheduler_app.node_health import check_heartbeats
         from scheduler_app.scheduling import run_scheduling_pass
+        from scheduler_app.services.migration import watch_migrations
 
         try:
             check_heartbeats()
+            watch_migrations()
             run_scheduling_pass()
         finally:  # a failed pass does not hold back the spot feeds or the upkeeps
             self._feeds_and_upkeeps()

@@ -16,7 +16,8 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     S.PENDING: frozenset({S.SCHEDULED, S.CANCELLED, S.FAILED}),
     S.SCHEDULED: frozenset({S.RUNNING, S.PENDING, S.CANCELLED, S.FAILED, S.PREEMPTED}),
     S.RUNNING: frozenset({S.MIGRATING, S.PENDING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED}),
-    S.MIGRATING: frozenset({S.RUNNING, S.PENDING, S.FAILED, S.CANCELLED, S.PREEMPTED}),
+    # Released while it was being moved: the user is done with it.
+    S.MIGRATING: frozenset({S.RUNNING, S.PENDING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED}),
     S.SUCCEEDED: frozenset(),
     S.FAILED: frozenset(),
     S.CANCELLED: frozenset(),
@@ -29,7 +30,7 @@ ACTIVE_STATES = frozenset({S.SCHEDULED, S.RUNNING, S.MIGRATING})
 
 def release_target(state: str) -> str | None:
     """Where releasing a request in `state` leads: work that never started ends cancelled, other active
-    work succeeded; None when it holds no GPU. The step must still be in TRANSITIONS (not from migrating)."""
+    work (running, or migrating: being moved) succeeded; None when it holds no GPU."""
     if state not in ACTIVE_STATES:
         return None
     return S.CANCELLED if state == S.SCHEDULED else S.SUCCEEDED

@@ -66,6 +66,12 @@ class Node(models.Model):
     memory_mib = models.PositiveBigIntegerField()
     agent_token_hash = models.CharField(max_length=64, blank=True, db_index=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
+    reclaim_notice_id = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="The reclaim notice being served: the same notice again is a no-op.",
+    )
+    reclaim_deadline = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["pool__name", "name"]
@@ -198,6 +204,22 @@ class GpuRequest(models.Model):
         null=True,
         blank=True,
         help_text="The job's exit status as its agent reported it; negative: killed by that signal.",
+    )
+    last_checkpoint_at = models.DateTimeField(
+        null=True, blank=True, help_text="The job's last checkpoint, as its agent reported it."
+    )
+    checkpoint_ref = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Where the last checkpoint's data is: a shared path or a store key.",
+    )
+    stop_by = models.DateTimeField(
+        null=True, blank=True, help_text="Migrating: the job checkpoints and stops by then (SIGKILL at it)."
+    )
+    stop_reason = models.CharField(max_length=300, blank=True, help_text="Why it is being stopped and moved.")
+    placements = models.PositiveIntegerField(
+        default=0,
+        help_text="Times placed: the generation of its current run, which fences stale agent reports.",
     )
 
     objects = GpuRequestQuerySet.as_manager()

@@ -14,7 +14,7 @@ from django.utils import timezone
 from scheduler_app.choices import NodeStatus
 from scheduler_app.models import Allocation, Node
 from scheduler_app.services.inventory import set_node_status
-from scheduler_app.services.transitions import requeue
+from scheduler_app.services.migration import requeue_from_checkpoint
 
 WATCHDOG = "heartbeat watchdog"
 
@@ -27,8 +27,13 @@ def handle_node_loss(node: Node, *, status: str = NodeStatus.LOST, reason: str, 
     with transaction.atomic():
         set_node_status(node, status, actor=actor, actor_name=WATCHDOG, reason=reason)
         on_node = Allocation.objects.committed().filter(gpu__node=node).values_list("request_id", flat=True)
-        note = f"node {node.name} {status}: {reason}; restart from the last checkpoint"
-        return len(requeue(list(on_node), reason=note, actor=actor, actor_name=WATCHDOG))
+        note = f"node {node.name} {status}: {reason}"
+        stopped_at = timezone.now()
+        return len(
+            requeue_from_checkpoint(
+                list(on_node), stopped_at=stopped_at, reason=note, actor=actor, actor_name=WATCHDOG
+            )
+        )
 
 
 def check_heartbeats(now: dt.datetime | None = None) -> dict[str, int]:

@@ -9,6 +9,7 @@ gone and leaves that request pending for the next pass.
 import datetime as dt
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -16,10 +17,10 @@ from scheduler_app.choices import BillingMode, CapacityType, RequestState
 from scheduler_app.cluster_state import ClusterSnapshot, load_cluster_snapshot
 from scheduler_app.core.placement import DEFAULT_POLICY
 from scheduler_app.core.queueing import PassPlan, Start, plan_pass
-from scheduler_app.models import GpuRequest
+from scheduler_app.models import Allocation, GpuRequest
 from scheduler_app.pass_state import store_pass_state
 from scheduler_app.services.placement import PlannedStart, Slice, place
-from scheduler_app.services.transitions import requeue
+from scheduler_app.services.transitions import stop_gracefully
 
 ACTOR = "scheduler"
 PASS_LOCK_ID = 7_0001  # the advisory lock key of scheduling passes
@@ -47,9 +48,9 @@ def run_scheduling_pass(*, policy: str = DEFAULT_POLICY, now: dt.datetime | None
             policy,
             workload=snapshot.workload,
         )
-        result, refused = _apply(plan, snapshot, now)
+        result, refused, held_back = _apply(plan, snapshot, now)
         store_pass_state(snapshot, plan, result, now, policy)
-    _explain_waiting(plan, snapshot, refused)
+    _explain_waiting(plan, snapshot, refused, held_back)
     return result
 
 
@@ -61,37 +62,58 @@ def _one_pass_at_a_time() -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [PASS_LOCK_ID])
 
 
-def _apply(plan: PassPlan, snapshot: ClusterSnapshot, now: dt.datetime) -> tuple[PassResult, dict[int, str]]:
-    """Requeue the victims, then place the starts, through the lifecycle owner's bulk forms; return
-    the result and the starts refused under the locks.
+def _apply(
+    plan: PassPlan, snapshot: ClusterSnapshot, now: dt.datetime
+) -> tuple[PassResult, dict[int, str], dict[int, str]]:
+    """Stop the victims (checkpoint, then move: their slices close when they stopped), then place the
+    starts, through the lifecycle owner's bulk forms; return the result, the starts refused under the
+    locks and the starts held back because stopping work still holds their cards (with why).
 
     The rows the pass changes (victims and starts) are locked first, in one id-ordered statement, so
     the pass cannot deadlock with a bulk cancel, node loss or any other writer that locks requests in
     id order; `place` then finds them locked already. Requests that only wait are not locked here: a
     cancel of one need not wait for the pass to commit.
     """
-    victims = {
-        p.allocation.request.id: f"preempted: {p.reason}; checkpoint and requeue" for p in plan.preemptions
-    }
+    victims = {p.allocation.request.id: f"preempted: {p.reason}" for p in plan.preemptions}
     changing = set(victims) | {start.request.id for start in plan.starts}
     list(GpuRequest.objects.select_for_update().filter(pk__in=changing).order_by("pk").values_list("pk"))
-    preempted = len(requeue(list(victims), reasons=victims, actor_name=ACTOR, now=now)) if victims else 0
-    placed = place(
-        [
+    preempted = 0
+    if victims:
+        grace = dt.timedelta(seconds=settings.PREEMPTION_GRACE_S)
+        stopped = stop_gracefully(
+            list(victims), deadline=now + grace, reasons=victims, actor_name=ACTOR, now=now
+        )
+        preempted = len(stopped)
+        for request in stopped:
+            if request.stop_by is not None:
+                snapshot.stopping.update(dict.fromkeys(_held_cards(request.pk), request.stop_by))
+    starts, held_back = [], {}
+    for start in plan.starts:
+        pieces = _pieces(start, snapshot)
+        deadlines = [snapshot.stopping[gpu_id] for gpu_id, _, _ in pieces if gpu_id in snapshot.stopping]
+        if deadlines:
+            held_back[start.request.id] = (
+                "waits for preempted or reclaimed work on its cards to checkpoint and stop "
+                f"(by {max(deadlines):%H:%M:%S} UTC)"
+            )
+            continue
+        starts.append(
             PlannedStart(
                 start.request.id,
-                tuple(Slice(*piece) for piece in _pieces(start, snapshot)),
+                tuple(Slice(*piece) for piece in pieces),
                 _billing_mode(start, snapshot),
                 start.borrowed,
                 " (borrowed capacity above quota: preemptible)" if start.borrowed else "",
             )
-            for start in plan.starts
-        ],
-        actor_name=ACTOR,
-        now=now,
-    )
+        )
+    placed = place(starts, actor_name=ACTOR, now=now)
     waiting = len(plan.waiting) + len(snapshot.unplaceable)
-    return PassResult(len(placed.started), preempted, waiting, len(placed.refused)), placed.refused
+    result = PassResult(len(placed.started), preempted, waiting, len(placed.refused) + len(held_back))
+    return result, placed.refused, held_back
+
+
+def _held_cards(request_id: int) -> list[int]:
+    return list(Allocation.objects.committed().filter(request_id=request_id).values_list("gpu_id", flat=True))
 
 
 def format_utc(timestamp: float) -> str:
@@ -110,7 +132,9 @@ def _billing_mode(start: Start, snapshot: ClusterSnapshot) -> str:
     return BillingMode.SPOT if capacity == CapacityType.SPOT else BillingMode.ON_DEMAND
 
 
-def _explain_waiting(plan: PassPlan, snapshot: ClusterSnapshot, refused: dict[int, str]) -> None:
+def _explain_waiting(
+    plan: PassPlan, snapshot: ClusterSnapshot, refused: dict[int, str], held_back: dict[int, str]
+) -> None:
     """Store each waiting request's reason and estimated start, where they changed; a start refused
     under the locks (a concurrent writer took the capacity) says so and is retried next pass.
 
@@ -127,6 +151,8 @@ def _explain_waiting(plan: PassPlan, snapshot: ClusterSnapshot, refused: dict[in
         reasons[waiting.request_id] = (waiting.reason(format_utc), estimate)
     for request_id, why in refused.items():
         reasons[request_id] = (f"placement refused under lock ({why}); retried next pass", None)
+    for request_id, why in held_back.items():
+        reasons[request_id] = (why, None)
     for request_id, why in snapshot.unplaceable.items():
         reasons[request_id] = (why, None)
     with transaction.atomic():

@@ -345,8 +345,9 @@ def request_utilization(
 def node_work(node: Node) -> list[dict]:
     """What the node's agent must run now: each request holding open slices of the node, with its
     command, its cards (UUID, milli-GPU, memory MiB) and its checkpoint directory. A request that
-    drops out of this list (released, cancelled, requeued) is one the agent must stop. `log_offset`
-    is where the stored log ends: a job started again appends its output there."""
+    drops out of this list (released, cancelled, requeued) is one the agent must stop; one with a
+    `stop_by` (migrating) must checkpoint and stop by then. `log_offset` is where the stored log
+    ends: a job started again appends its output there."""
     work: dict[int, dict] = {}
     for allocation in (
         Allocation.objects.committed()
@@ -362,9 +363,12 @@ def node_work(node: Node) -> list[dict]:
                 "name": request.name,
                 "team": request.team.slug,
                 "state": request.state,
+                "generation": request.placements,
                 "task_type": request.task_type,
                 "command": request.command,
                 "checkpoint_dir": checkpoint_dir(request),
+                "last_checkpoint_at": request.last_checkpoint_at,
+                "stop_by": request.stop_by,
                 "log_offset": 0,
                 "gpus": [],
             },

@@ -8,6 +8,7 @@ from scheduler_app.dispatch import pass_ended, pass_started
 from scheduler_app.live_ticker import tick
 from scheduler_app.node_health import check_heartbeats
 from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.services.migration import watch_migrations
 from scheduler_app.services.whatif import run_queued_what_ifs, run_what_if
 from scheduler_app.upkeep import telemetry_upkeep as run_telemetry_upkeep
 
@@ -24,6 +25,11 @@ def scheduling_pass() -> dict:
 @shared_task(name="scheduler_app.heartbeat_watchdog", ignore_result=True)
 def heartbeat_watchdog() -> dict:
     return check_heartbeats()
+
+
+@shared_task(name="scheduler_app.migration_watchdog", ignore_result=True)
+def migration_watchdog() -> dict:
+    return watch_migrations()
 
 
 @shared_task(name="scheduler_app.live_tick", ignore_result=True)

@@ -21,10 +21,12 @@ from billing_app.api.views import (
 )
 from portal.api.views import ApiTokenViewSet, TeamViewSet, not_found
 from scheduler_app.api.agent_views import (
+    CheckpointedView,
     FinishedView,
     HeartbeatView,
     LogView,
     MemoryExceededView,
+    ReclaimNoticeView,
     RegisterView,
     StartedView,
     UsageView,
@@ -80,6 +82,8 @@ urlpatterns = [
     path("agent/requests/<int:pk>/started/", StartedView.as_view(), name="agent-started"),
     path("agent/requests/<int:pk>/finished/", FinishedView.as_view(), name="agent-finished"),
     path("agent/requests/<int:pk>/log/", LogView.as_view(), name="agent-log"),
+    path("agent/requests/<int:pk>/checkpointed/", CheckpointedView.as_view(), name="agent-checkpointed"),
+    path("agent/reclaim-notice/", ReclaimNoticeView.as_view(), name="agent-reclaim-notice"),
     path(
         "agent/requests/<int:pk>/memory-exceeded/", MemoryExceededView.as_view(), name="agent-memory-exceeded"
     ),

@@ -1,23 +1,27 @@
-"""Operator pages (staff only): drain nodes, edit and price pools, set quotas, replay the history under
-a what-if; each change is audited by its service."""
+"""Operator pages (staff only): drain and reclaim nodes, edit and price pools, set quotas, replay the
+history under a what-if; each change is audited by its service."""
 
+import datetime as dt
 from functools import wraps
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_POST
 
 from billing_app.selectors import prices_in_force
 from billing_app.services import set_pool_price
-from portal.forms import NodeStatusForm, PoolForm, PoolPriceForm, QuotaForm, WhatIfForm
+from portal.forms import NodeStatusForm, PoolForm, PoolPriceForm, QuotaForm, ReclaimForm, WhatIfForm
 from scheduler_app.models import Node, Pool, TeamQuota, WhatIfRun
 from scheduler_app.permissions import can_operate
 from scheduler_app.selectors import nodes_for_operators, recent_audit_events
 from scheduler_app.services.inventory import reissue_agent_credential, set_node_status, update_pool
+from scheduler_app.services.migration import reclaim_node
 from scheduler_app.services.quotas import set_team_quota
 from scheduler_app.services.whatif import start_what_if
 
@@ -61,7 +65,40 @@ def node_status(request, pk):
         else:
             messages.success(request, f"{node.name} is now {node.get_status_display().lower()}.")
             return redirect("operator_nodes")
-    return render(request, "portal/operator/node_form.html", {"node": node, "form": form})
+    context = {
+        "node": node,
+        "form": form,
+        "reclaim": ReclaimForm(initial={"grace_s": settings.RECLAIM_DEFAULT_GRACE_S}),
+    }
+    return render(request, "portal/operator/node_form.html", context)
+
+
+@staff_required
+@require_POST
+def node_reclaim(request, pk):
+    """Reclaim a spot node now (as a cloud notice would): its work checkpoints, stops and moves."""
+    node = get_object_or_404(Node.objects.select_related("pool"), pk=pk)
+    form = ReclaimForm(request.POST)
+    if form.is_valid():
+        deadline = timezone.now() + dt.timedelta(seconds=form.cleaned_data["grace_s"])
+        try:
+            stopping = reclaim_node(
+                node,
+                deadline=deadline,
+                source="operator",
+                notice_id=form.cleaned_data["notice_id"],
+                actor=request.user,
+            )
+        except ValidationError as error:
+            form.add_service_errors(error)
+        else:
+            messages.success(
+                request,
+                f"{node.name} reclaimed: {stopping} job(s) checkpoint and stop by {deadline:%H:%M:%S} UTC.",
+            )
+            return redirect("operator_node", pk=node.pk)
+    status = NodeStatusForm(initial={"status": node.status})
+    return render(request, "portal/operator/node_form.html", {"node": node, "form": status, "reclaim": form})
 
 
 @staff_required

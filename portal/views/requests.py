@@ -5,13 +5,16 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from billing_app.metering import segment_cost_usd
 from billing_app.resizing import accept_resize, open_resize_offer
 from billing_app.selectors import price_per_hour
 from portal.forms import RequestForm
 from portal.live_streams import stream_paths
 from portal.share import Share
+from scheduler_app.choices import RequestState
 from scheduler_app.estimates import price_lines
 from scheduler_app.filters import GpuRequestFilter
 from scheduler_app.lifecycle import IllegalTransition
@@ -75,6 +78,9 @@ def _visible_request(request, pk):
 def request_detail(request, pk):
     gpu_request, events = _request_and_timeline(request, pk)
     segments = list(request_segments(gpu_request))
+    now = timezone.now()
+    for segment in segments:
+        segment.cost_usd = segment_cost_usd(segment, now)
     context = {
         "r": gpu_request,
         "events": events,
@@ -92,7 +98,8 @@ def _request_and_timeline(request, pk, tries: int = 3):
     for _ in range(tries):
         gpu_request = _visible_request(request, pk)
         events = list(request_events(gpu_request))
-        if not events or events[-1].to_state == gpu_request.state:
+        moves = [e for e in events if e.to_state in RequestState.values]  # not checkpoints or notices
+        if not moves or moves[-1].to_state == gpu_request.state:
             break
     return gpu_request, events
 

@@ -60,17 +60,68 @@ class WorkSerializer(serializers.Serializer):
     name = serializers.CharField()
     team = serializers.CharField()
     state = serializers.CharField()
+    generation = serializers.IntegerField(
+        help_text="The run's fencing generation: report it back; a report of another run changes nothing."
+    )
     task_type = serializers.CharField()
     command = serializers.CharField(allow_blank=True)
     checkpoint_dir = serializers.CharField()
+    last_checkpoint_at = serializers.DateTimeField(allow_null=True, help_text="The last checkpoint reported.")
+    stop_by = serializers.DateTimeField(
+        allow_null=True,
+        help_text="Set while the request is being moved: SIGTERM the job now, SIGKILL it at this time.",
+    )
     log_offset = serializers.IntegerField(
         help_text="Where the stored log ends: a restarted job's output goes on there."
     )
     gpus = WorkCardSerializer(many=True)
 
 
+GENERATION_HELP = "The run's generation from the work list; omitted: whatever run is placed here."
+
+
+class StartedSerializer(serializers.Serializer):
+    generation = StrictIntegerField(
+        min_value=0, required=False, allow_null=True, default=None, help_text=GENERATION_HELP
+    )
+
+
+class CheckpointedSerializer(serializers.Serializer):
+    at = AwareDateTimeField(help_text="When the job checkpointed (the marker file's mtime, with timezone).")
+    ref = StrictCharField(
+        max_length=500,
+        required=False,
+        default="",
+        help_text="Where the data is; default: the checkpoint dir.",
+    )
+    generation = StrictIntegerField(
+        min_value=0, required=False, allow_null=True, default=None, help_text=GENERATION_HELP
+    )
+
+
+class CheckpointAnswerSerializer(serializers.Serializer):
+    request_id = serializers.IntegerField()
+    state = serializers.CharField()
+    last_checkpoint_at = serializers.DateTimeField(allow_null=True)
+
+
+class ReclaimNoticeSerializer(serializers.Serializer):
+    deadline = AwareDateTimeField(help_text="When the provider takes the node back.")
+    source = StrictCharField(max_length=32, help_text="Who sent the notice: aws, gcp, azure, ...")
+    notice_id = StrictCharField(max_length=200, required=False, default="", help_text="The provider's id.")
+
+
+class ReclaimAnswerSerializer(serializers.Serializer):
+    node = serializers.CharField()
+    node_status = serializers.CharField()
+    stopping = serializers.IntegerField(help_text="Requests told to checkpoint and stop by this notice.")
+
+
 class FinishedSerializer(serializers.Serializer):
     exit_code = StrictIntegerField(help_text="The exit status; negative: killed by that signal.")
+    generation = StrictIntegerField(
+        min_value=0, required=False, allow_null=True, default=None, help_text=GENERATION_HELP
+    )
 
 
 class LogChunkSerializer(serializers.Serializer):

@@ -9,14 +9,19 @@ from portal.api.authentication import NodeCredentialAuthentication
 from portal.api.permissions import IsNodeAgent
 from portal.api.throttling import PerNodeRateThrottle
 from scheduler_app.api.agent_serializers import (
+    CheckpointAnswerSerializer,
+    CheckpointedSerializer,
     FinishedSerializer,
     HeartbeatSerializer,
     LogAnswerSerializer,
     LogChunkSerializer,
     MemoryExceededSerializer,
+    ReclaimAnswerSerializer,
+    ReclaimNoticeSerializer,
     RegisteredSerializer,
     RegisterSerializer,
     ReportAnswerSerializer,
+    StartedSerializer,
     UsageAcceptedSerializer,
     UsageSerializer,
     WorkSerializer,
@@ -25,11 +30,13 @@ from scheduler_app.selectors import node_work
 from scheduler_app.services.agents import (
     append_log,
     reconcile_gpus,
+    record_checkpoint,
     record_usage,
     report_finished,
     report_memory_exceeded,
     report_started,
 )
+from scheduler_app.services.migration import reclaim_node
 from scheduler_app.telemetry import record_heartbeat
 
 
@@ -74,15 +81,15 @@ def _answer(gpu_request) -> Response:
 
 
 class StartedView(AgentView):
-    @extend_schema(request=None, responses=ReportAnswerSerializer, tags=["agent"])
+    @extend_schema(request=StartedSerializer, responses=ReportAnswerSerializer, tags=["agent"])
     def post(self, request, pk):
-        return _answer(report_started(request.auth, pk))
+        return _answer(report_started(request.auth, pk, **self.parsed(StartedSerializer)))
 
 
 class FinishedView(AgentView):
     @extend_schema(request=FinishedSerializer, responses=ReportAnswerSerializer, tags=["agent"])
     def post(self, request, pk):
-        return _answer(report_finished(request.auth, pk, self.parsed(FinishedSerializer)["exit_code"]))
+        return _answer(report_finished(request.auth, pk, **self.parsed(FinishedSerializer)))
 
 
 class LogView(AgentView):
@@ -110,3 +117,30 @@ class UsageView(AgentView):
         usage = self.parsed(UsageSerializer)
         accepted = record_usage(request.auth, usage["sampled_at"], host=usage["host"], slices=usage["slices"])
         return Response(UsageAcceptedSerializer({"accepted": accepted}).data)
+
+
+class CheckpointedView(AgentView):
+    """The job checkpointed (its agent saw `<checkpoint dir>/.checkpointed` change)."""
+
+    @extend_schema(request=CheckpointedSerializer, responses=CheckpointAnswerSerializer, tags=["agent"])
+    def post(self, request, pk):
+        report = self.parsed(CheckpointedSerializer)
+        gpu_request = record_checkpoint(request.auth, pk, **report)
+        answer = {
+            "request_id": gpu_request.pk,
+            "state": gpu_request.state,
+            "last_checkpoint_at": gpu_request.last_checkpoint_at,
+        }
+        return Response(CheckpointAnswerSerializer(answer).data)
+
+
+class ReclaimNoticeView(AgentView):
+    """The cloud provider announced it takes this (spot) node back: its work checkpoints and moves."""
+
+    @extend_schema(request=ReclaimNoticeSerializer, responses=ReclaimAnswerSerializer, tags=["agent"])
+    def post(self, request):
+        notice = self.parsed(ReclaimNoticeSerializer)
+        stopping = reclaim_node(request.auth, **notice)
+        request.auth.refresh_from_db()
+        answer = {"node": request.auth.name, "node_status": request.auth.status, "stopping": stopping}
+        return Response(ReclaimAnswerSerializer(answer).data)

@@ -4,6 +4,7 @@ types and ranges; the services decide what is allowed."""
 import copy
 import datetime as dt
 
+from django.conf import settings
 from django.utils import timezone
 from rest_framework import serializers
 
@@ -445,6 +446,23 @@ class OperatorNodeSerializer(serializers.ModelSerializer):
 
 class ReasonSerializer(serializers.Serializer):
     reason = StrictCharField(max_length=300, required=False, allow_blank=True, default="")
+
+
+class ReclaimSerializer(serializers.Serializer):
+    """An operator's reclaim of a spot node: its work checkpoints and stops by the deadline (given, or
+    `grace_s` from now; default RECLAIM_DEFAULT_GRACE_S)."""
+
+    deadline = AwareDateTimeField(required=False)
+    grace_s = StrictIntegerField(min_value=0, max_value=24 * 3600, required=False)
+    notice_id = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
+
+    def validate(self, data):
+        if "deadline" in data and "grace_s" in data:
+            raise serializers.ValidationError({"grace_s": "Give a deadline or a grace period, not both."})
+        if "deadline" not in data:
+            grace = data.pop("grace_s", settings.RECLAIM_DEFAULT_GRACE_S)
+            data["deadline"] = timezone.now() + dt.timedelta(seconds=grace)
+        return data
 
 
 class PoolDetailSerializer(serializers.ModelSerializer):

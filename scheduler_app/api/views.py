@@ -27,6 +27,7 @@ from scheduler_app.api.serializers import (
     PoolChangeSerializer,
     PoolDetailSerializer,
     ReasonSerializer,
+    ReclaimSerializer,
     SampleBatchAcceptedSerializer,
     SampleBatchSerializer,
     SampleMomentsSerializer,
@@ -45,6 +46,7 @@ from scheduler_app.selectors import (
     requests_visible_to,
 )
 from scheduler_app.services.inventory import set_node_status, update_pool
+from scheduler_app.services.migration import reclaim_node
 from scheduler_app.services.requests import cancel_request, release_request, submit_request
 from scheduler_app.telemetry import SampleMoment, record_sample_moments
 from teams.selectors import team_for_submit
@@ -222,14 +224,18 @@ class GpuSampleIngestView(APIView):
 
 
 class NodeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
-    """Operators: every node with its load; drain (no new work) and undrain, each logged with a reason."""
+    """Operators: every node with its load (?name= for one); drain (no new work), undrain and reclaim
+    (spot: its work checkpoints and moves), each logged."""
 
     serializer_class = OperatorNodeSerializer
     permission_classes = [IsOperator]
     lookup_value_converter = "int"
 
     def get_queryset(self):
-        return nodes_for_operators().order_by("name")
+        nodes = nodes_for_operators().order_by("name")
+        if name := self.request.query_params.get("name"):
+            nodes = nodes.filter(name=name)
+        return nodes
 
     @extend_schema(request=ReasonSerializer, responses=OperatorNodeSerializer)
     @action(detail=True, methods=["post"])
@@ -240,6 +246,15 @@ class NodeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     @action(detail=True, methods=["post"])
     def undrain(self, request, pk=None):
         return self._set_status(request, pk, NodeStatus.READY)
+
+    @extend_schema(request=ReclaimSerializer, responses=OperatorNodeSerializer)
+    @action(detail=True, methods=["post"])
+    def reclaim(self, request, pk=None):
+        """Reclaim a spot node (as a cloud notice would): its work checkpoints, stops and moves."""
+        form = ReclaimSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        reclaim_node(self.get_object(), source="operator", actor=request.user, **form.validated_data)
+        return Response(self.get_serializer(self.get_queryset().get(pk=pk)).data)
 
     def _set_status(self, request, pk, status):
         form = ReasonSerializer(data=request.data)

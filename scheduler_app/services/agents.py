@@ -26,10 +26,12 @@ from scheduler_app.constants import (
     MAX_GPUS_PER_NODE,
 )
 from scheduler_app.models import Allocation, AllocationSample, Gpu, GpuRequest, LogChunk, Node, NodeSample
-from scheduler_app.services.transitions import transition_request
+from scheduler_app.services.migration import move_reasons, requeue_from_checkpoint
+from scheduler_app.services.transitions import stop_gracefully, transition_request
 from scheduler_app.telemetry import record_heartbeat, sampled_at_error
 
 AGENT = "node agent"
+MAX_CLOCK_SKEW_S = 60  # a report's time further ahead of the portal's clock is refused
 MIG_MODES = ("enabled", "disabled", "unsupported")
 
 
@@ -124,11 +126,15 @@ def _own_request(node: Node, request_id: int) -> GpuRequest:
     return request
 
 
-def _runs_here(node: Node, request: GpuRequest) -> bool:
+def _runs_here(node: Node, request: GpuRequest, generation: int | None = None) -> bool:
+    """The request's current run is on this node (and is run `generation`, when the report names one:
+    a late report of an earlier run, here or elsewhere, must not touch the new one)."""
+    if generation is not None and generation != request.placements:
+        return False
     return Allocation.objects.committed().filter(request=request, gpu__node=node).exists()
 
 
-def report_started(node: Node, request_id: int) -> GpuRequest:
+def report_started(node: Node, request_id: int, generation: int | None = None) -> GpuRequest:
     """The job's process started: scheduled becomes running. Already running: nothing changes.
 
     A request no longer placed on this node (released, requeued, moved) is left as it is: the
@@ -137,14 +143,14 @@ def report_started(node: Node, request_id: int) -> GpuRequest:
     request = _own_request(node, request_id)
     with transaction.atomic():
         locked = GpuRequest.objects.select_for_update().get(pk=request.pk)
-        if locked.state == RequestState.SCHEDULED and _runs_here(node, locked):
+        if locked.state == RequestState.SCHEDULED and _runs_here(node, locked, generation):
             return transition_request(
                 locked, RequestState.RUNNING, actor_name=AGENT, reason="process started"
             )
     return locked
 
 
-def report_finished(node: Node, request_id: int, exit_code: int) -> GpuRequest:
+def report_finished(node: Node, request_id: int, exit_code: int, generation: int | None = None) -> GpuRequest:
     """The job's process ended: exit status 0 is succeeded, anything else failed; the status is kept.
 
     A request that had already ended (released, cancelled, stopped by the watchdog) keeps its state
@@ -155,14 +161,80 @@ def report_finished(node: Node, request_id: int, exit_code: int) -> GpuRequest:
     if isinstance(exit_code, bool) or not isinstance(exit_code, int) or not low <= exit_code <= high:
         raise ValidationError({"exit_code": f"Give the exit status as a whole number from {low} to {high}."})
     outcome = RequestState.SUCCEEDED if exit_code == 0 else RequestState.FAILED
-    return _end_here(node, request_id, outcome, exit_reason(exit_code), exit_code=exit_code)
+    if stopped := _stopped_for_move(node, request_id, generation):
+        return stopped
+    return _end_here(
+        node, request_id, outcome, exit_reason(exit_code), exit_code=exit_code, generation=generation
+    )
 
 
-def _end_here(node: Node, request_id: int, outcome: str, reason: str, *, exit_code: int | None = None):
+def _stopped_for_move(node: Node, request_id: int, generation: int | None) -> GpuRequest | None:
+    """A job that ends while it is being moved (migrating, on this node) stopped for the move, whatever
+    its status: requeued now, from its checkpoint. None when the request is not being moved from here."""
+    request = _own_request(node, request_id)
+    with transaction.atomic():
+        locked = GpuRequest.objects.select_for_update().get(pk=request.pk)
+        if locked.state != RequestState.MIGRATING or not _runs_here(node, locked, generation):
+            return None
+        requeue_from_checkpoint([locked.pk], stopped_at=timezone.now(), actor_name=AGENT)
+    locked.refresh_from_db()
+    return locked
+
+
+def record_checkpoint(
+    node: Node,
+    request_id: int,
+    at: dt.datetime,
+    *,
+    ref: str = "",
+    generation: int | None = None,
+    now: dt.datetime | None = None,
+) -> GpuRequest:
+    """The job on `node` checkpointed at `at` (its agent saw the marker file change): the request keeps
+    the time and where the data is (`ref`, default its checkpoint directory). An older or repeated
+    report changes nothing. Work due to move at its next checkpoint starts moving now."""
+    now = now or timezone.now()
+    if at > now + dt.timedelta(seconds=MAX_CLOCK_SKEW_S):
+        raise ValidationError({"at": "The checkpoint time is in the future; check the node's clock."})
+    request = _own_request(node, request_id)
+    with transaction.atomic():
+        locked = GpuRequest.objects.select_for_update().select_related("team").get(pk=request.pk)
+        if not _runs_here(node, locked, generation):
+            raise NotOnThisNode(f"Request {request_id} no longer runs on node {node.name}.")
+        if locked.last_checkpoint_at and at <= locked.last_checkpoint_at:
+            return locked
+        locked.last_checkpoint_at, locked.checkpoint_ref = at, ref or checkpoint_dir(locked)
+        locked.save(update_fields=["last_checkpoint_at", "checkpoint_ref"])
+        log_event(
+            locked,
+            "checkpoint",
+            from_state=locked.state,
+            actor_name=AGENT,
+            reason=f"checkpointed at {at:%H:%M:%S} UTC to {locked.checkpoint_ref}",
+            data={"at": at.isoformat(), "ref": locked.checkpoint_ref},
+        )
+        if locked.state == RequestState.RUNNING and (why := move_reasons([locked.pk]).get(locked.pk)):
+            deadline = now + dt.timedelta(seconds=settings.MOVE_AT_CHECKPOINT_GRACE_S)
+            stop_gracefully([locked.pk], deadline=deadline, reason=why, actor_name=AGENT, now=now)
+            locked.refresh_from_db()
+    return locked
+
+
+def _end_here(
+    node: Node,
+    request_id: int,
+    outcome: str,
+    reason: str,
+    *,
+    exit_code: int | None = None,
+    generation: int | None = None,
+):
     """End the request as `outcome` if it is running (or about to) on this node; see report_finished."""
     request = _own_request(node, request_id)
     with transaction.atomic():
         locked = GpuRequest.objects.select_for_update().get(pk=request.pk)
+        if generation is not None and generation != locked.placements:
+            return locked  # a report of an earlier run: the current one is not touched
         if locked.is_terminal():
             if exit_code is not None and locked.exit_code is None:
                 GpuRequest.objects.filter(pk=locked.pk).update(exit_code=exit_code)

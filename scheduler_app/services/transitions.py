@@ -16,7 +16,17 @@ from scheduler_app.lifecycle import ACTIVE_STATES, StateConflict, check_transiti
 from scheduler_app.models import Allocation, GpuRequest
 
 # What a move writes on the request row.
-MOVED_FIELDS = ["state", "scheduled_at", "started_at", "ended_at", "pending_reason", "estimated_start_at"]
+MOVED_FIELDS = [
+    "state",
+    "scheduled_at",
+    "started_at",
+    "ended_at",
+    "pending_reason",
+    "estimated_start_at",
+    "stop_by",
+    "stop_reason",
+    "placements",
+]
 
 
 def transition_request(
@@ -42,6 +52,7 @@ def transition_requests(
     actor_name: str = "",
     reason: str = "",
     reasons: dict[int, str] | None = None,
+    data: dict[int, dict] | None = None,
     now: dt.datetime | None = None,
 ) -> list[GpuRequest]:
     """The bulk form: lock the rows in id order and move those still in `from_states`; returns them.
@@ -61,7 +72,7 @@ def transition_requests(
             .order_by("pk")
         )
         why = {r.pk: (reasons or {}).get(r.pk, reason) for r in locked}
-        _move(locked, to_state, actor=actor, actor_name=actor_name, reasons=why, now=now)
+        _move(locked, to_state, actor=actor, actor_name=actor_name, reasons=why, data=data, now=now)
     return locked
 
 
@@ -75,13 +86,15 @@ def requeue(
     *,
     reason: str = "",
     reasons: dict[int, str] | None = None,
+    data: dict[int, dict] | None = None,
     actor=None,
     actor_name: str = "",
     now: dt.datetime | None = None,
 ) -> list[GpuRequest]:
-    """Put active requests back in the queue (node lost, preempted, reclaimed): their slices close and
-    the reason (one for all, or one per request) becomes their pending reason. Serves preemption and
-    node loss alike."""
+    """Put active requests back in the queue at once: their slices close and the reason (one for all,
+    or one per request) becomes their pending reason; `data` per request goes on its event. Work that
+    may checkpoint first goes through stop_gracefully, and services.migration.requeue_from_checkpoint
+    requeues it when it stopped."""
     return transition_requests(
         request_ids,
         RequestState.PENDING,
@@ -90,8 +103,62 @@ def requeue(
         actor_name=actor_name,
         reason=reason,
         reasons=reasons,
+        data=data,
         now=now,
     )
+
+
+def stop_gracefully(
+    request_ids: Iterable[int],
+    *,
+    deadline: dt.datetime,
+    reason: str = "",
+    reasons: dict[int, str] | None = None,
+    actor=None,
+    actor_name: str = "",
+    now: dt.datetime | None = None,
+) -> list[GpuRequest]:
+    """Checkpoint, then move: running work becomes migrating with `stop_by` = deadline; its agent
+    SIGTERMs the job with the time left and SIGKILLs it at the deadline. Its slices stay open (and
+    billed) until it stopped; services.migration.requeue_from_checkpoint requeues it then. Work not
+    started yet (scheduled) has nothing to checkpoint: requeued at once. Work already stopping keeps
+    the earlier deadline. Returns the requests acted on."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        locked = list(
+            GpuRequest.objects.select_for_update(of=("self",))
+            .filter(pk__in=list(request_ids), state__in=ACTIVE_STATES)
+            .select_related("team")
+            .order_by("pk")
+        )
+        why = {r.pk: (reasons or {}).get(r.pk, reason) for r in locked}
+        by_state = {state: [r for r in locked if r.state == state] for state in ACTIVE_STATES}
+        _move(
+            by_state[RequestState.SCHEDULED],
+            RequestState.PENDING,
+            actor=actor,
+            actor_name=actor_name,
+            reasons=why,
+            now=now,
+        )
+        running = by_state[RequestState.RUNNING]
+        for request in running:
+            request.stop_by, request.stop_reason = deadline, why[request.pk][:300]
+        until = f"checkpoint and stop by {deadline:%H:%M:%S} UTC"
+        _move(
+            running,
+            RequestState.MIGRATING,
+            actor=actor,
+            actor_name=actor_name,
+            reasons={pk: f"{text}; {until}" for pk, text in why.items()},
+            data={r.pk: {"stop_by": deadline.isoformat()} for r in running},
+            now=now,
+        )
+        sooner = [r for r in by_state[RequestState.MIGRATING] if r.stop_by is None or r.stop_by > deadline]
+        for request in sooner:
+            request.stop_by = deadline
+        GpuRequest.objects.save_fields(sooner, ["stop_by"])
+    return locked
 
 
 def _move(
@@ -101,6 +168,7 @@ def _move(
     actor=None,
     actor_name: str = "",
     reasons: dict[int, str],
+    data: dict[int, dict] | None = None,
     now: dt.datetime | None = None,
 ) -> None:
     """Move rows already locked by the caller, with every consequence: stamps, the pending reason,
@@ -125,6 +193,10 @@ def _move(
             request.ended_at = now
         request.pending_reason = reasons[request.pk][:300] if to_state == RequestState.PENDING else ""
         request.estimated_start_at = None
+        if to_state != RequestState.MIGRATING:
+            request.stop_by, request.stop_reason = None, ""
+        if to_state == RequestState.SCHEDULED:
+            request.placements += 1  # a new run: reports about an earlier one no longer touch it
         events.append(
             build_event(
                 request,
@@ -133,6 +205,7 @@ def _move(
                 actor=actor,
                 actor_name=actor_name,
                 reason=reasons[request.pk],
+                data=(data or {}).get(request.pk),
             )
         )
     GpuRequest.objects.save_fields(locked, MOVED_FIELDS)

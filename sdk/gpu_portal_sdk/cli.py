@@ -148,6 +148,11 @@ def _billing(portal, args, command, as_json):
     return _show(mode, as_json, output.billing)
 
 
+def _reclaim(portal, args, command, as_json):
+    node = portal.reclaim_node(args.node, grace_s=args.grace, notice_id=args.notice_id)
+    return _show(node, as_json, output.reclaimed)
+
+
 def _statement(portal, args, command, as_json):
     return _show(portal.statement(args.team, month=args.month, user=args.user), as_json, output.statement)
 
@@ -249,6 +254,10 @@ def _parser() -> argparse.ArgumentParser:
     switch.add_argument(
         "--checkpoint-interval", type=int, metavar="S", help="spot: seconds between checkpoints"
     )
+    reclaim = add("reclaim", _reclaim, "operators: reclaim a spot node; its jobs checkpoint and move")
+    reclaim.add_argument("node", help="node name")
+    reclaim.add_argument("--grace", type=int, metavar="S", help="seconds until the deadline (portal default)")
+    reclaim.add_argument("--notice-id", default="", help="the notice's id: the same id twice is a no-op")
     statement = add("statement", _statement, "a team's monthly statement (USD)")
     statement.add_argument("team", help="team slug")
     statement.add_argument("--month", help="YYYY-MM (default: this month)")

@@ -18,6 +18,7 @@ import requests
 from gpu_portal_sdk.config import resolve
 from gpu_portal_sdk.errors import (
     ConnectionFailedError,
+    NotFoundError,
     PortalError,
     RateLimitedError,
     RequestFailedError,
@@ -277,6 +278,15 @@ class ResourceManager:
         moves it to on-demand capacity at its next checkpoint. Returns the billing mode now in force."""
         body = {"billing_mode": billing_mode, "checkpoint_interval_s": checkpoint_interval_s}
         return self._call("POST", f"requests/{int(resource_id)}/billing-mode/", json=body)["billing_mode"]
+
+    def reclaim_node(self, node: str, grace_s: int | None = None, notice_id: str = "") -> dict:
+        """Operators: reclaim spot node `node` (its name) as its cloud would: its jobs checkpoint and stop
+        within `grace_s` seconds (default: the portal's), then are requeued. Returns the node."""
+        found = _results(self._call("GET", "nodes/", params={"name": node}))
+        if not found:
+            raise NotFoundError(f"No node named {node!r}.", status=404, code="not_found")
+        body = {"notice_id": notice_id, **({"grace_s": grace_s} if grace_s is not None else {})}
+        return self._call("POST", f"nodes/{found[0]['id']}/reclaim/", json=body)
 
     def statement(self, team: str, month: str | None = None, user: str | None = None) -> Statement:
         """A team's monthly statement (month "YYYY-MM", default this month; `user`: one member's)."""

@@ -30,11 +30,26 @@ class NodeClient:
         """The requests this node must run now, each with its command, cards and checkpoint dir."""
         return self._http._call("GET", "agent/work/")
 
-    def started(self, request_id: int) -> dict:
-        return self._post(f"agent/requests/{int(request_id)}/started/")
+    # `generation`: the run's, from the work list; the portal ignores a report of an earlier run.
 
-    def finished(self, request_id: int, exit_code: int) -> dict:
-        return self._post(f"agent/requests/{int(request_id)}/finished/", {"exit_code": exit_code})
+    def started(self, request_id: int, generation: int | None = None) -> dict:
+        return self._post(f"agent/requests/{int(request_id)}/started/", {"generation": generation})
+
+    def finished(self, request_id: int, exit_code: int, generation: int | None = None) -> dict:
+        body = {"exit_code": exit_code, "generation": generation}
+        return self._post(f"agent/requests/{int(request_id)}/finished/", body)
+
+    def checkpointed(
+        self, request_id: int, at: dt.datetime, ref: str = "", generation: int | None = None
+    ) -> dict:
+        """The job checkpointed at `at` (aware); `ref`: where its data is (default: its checkpoint dir)."""
+        body = {"at": at.isoformat(), "generation": generation, **({"ref": ref} if ref else {})}
+        return self._post(f"agent/requests/{int(request_id)}/checkpointed/", body)
+
+    def reclaim_notice(self, deadline: dt.datetime, source: str, notice_id: str = "") -> dict:
+        """The cloud provider takes this node back at `deadline` (aware): its work checkpoints and moves."""
+        body = {"deadline": deadline.isoformat(), "source": source, "notice_id": notice_id}
+        return self._post("agent/reclaim-notice/", body)
 
     def log(self, request_id: int, offset: int, text: str) -> dict:
         return self._post(f"agent/requests/{int(request_id)}/log/", {"offset": offset, "text": text})

@@ -195,5 +195,9 @@ def statement(s) -> str:
     return "\n".join(lines)
 
 
+def reclaimed(node: dict) -> str:
+    return f"node {node['name']} is {node['status']}: its jobs checkpoint and move"
+
+
 def billing(mode: str) -> str:
     return f"billed {mode} from now"

@@ -133,9 +133,12 @@ def test_work_lists_this_nodes_requests_with_command_share_memory_cards_and_chec
             "name": "train",
             "team": team.slug,
             "state": "scheduled",
+            "generation": 1,
             "task_type": "training",
             "command": "python train.py",
             "checkpoint_dir": f"{settings.CHECKPOINT_ROOT}/{team.slug}/request-{placed.pk}",
+            "last_checkpoint_at": None,
+            "stop_by": None,
             "log_offset": 0,
             "gpus": [{"uuid": "GPU-node-1-0", "milli": 250, "memory_mib": 20480}],
         }

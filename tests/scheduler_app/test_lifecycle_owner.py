@@ -82,7 +82,7 @@ def test_node_loss_requeues_through_the_owner(submit, make_node):
 
     request.refresh_from_db()
     assert request.state == RequestState.PENDING
-    assert "restart from the last checkpoint" in request.pending_reason
+    assert "no checkpoint reported: restarts from the beginning" in request.pending_reason
     assert not Allocation.objects.committed().exists()
 
 

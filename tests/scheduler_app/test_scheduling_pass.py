@@ -129,7 +129,7 @@ def test_draining_node_gets_no_new_work(submit, make_node):
     assert refreshed(request).state == RequestState.PENDING
 
 
-def test_owner_reclaims_borrowed_capacity_and_victim_is_requeued(
+def test_owner_reclaims_borrowed_capacity_from_work_not_started_yet_at_once(
     make_node, pool, member, outsider, team, other_team
 ):
     make_node(gpus=1)
@@ -145,8 +145,8 @@ def test_owner_reclaims_borrowed_capacity_and_victim_is_requeued(
 
     assert result.preempted == 1
     borrower = refreshed(borrower)
-    assert borrower.state == RequestState.PENDING
-    assert "checkpoint and requeue" in borrower.pending_reason
+    assert borrower.state == RequestState.PENDING  # scheduled, not started: nothing to checkpoint
+    assert borrower.pending_reason.startswith("preempted: borrowed capacity reclaimed")
     assert borrower.allocations.get().ended_at is not None
     assert refreshed(owner).state == RequestState.SCHEDULED
     assert not owner.allocations.get().borrowed

@@ -1,0 +1,122 @@
+"""Paths to a reclaim (all reach reclaim_node): the operator page and the fault-injection command; the CLI's
+is in tests/sdk/test_cli_reclaim.py, the API's and the agent's in test_migration.py."""
+
+import datetime as dt
+import io
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.urls import reverse
+from django.utils import timezone
+
+from billing_app.services import set_pool_price
+from scheduler_app.choices import BillingMode, CapacityType, NodeStatus, RequestState
+from scheduler_app.services.agents import record_checkpoint, report_finished, report_started
+from scheduler_app.services.inventory import create_pool
+from scheduler_app.services.migration import reclaim_node
+from scheduler_app.services.placement import Slice, allocate
+from scheduler_app.services.requests import submit_request
+
+
+@pytest.fixture
+def spot_node(make_node):
+    spot = create_pool(name="spot-a100", gpu_model="A100-80GB", capacity_type=CapacityType.SPOT)
+    return make_node("spot-1", gpus=1, pool=spot)
+
+
+@pytest.fixture
+def job(spot_node, member, team):
+    request = submit_request(
+        user=member,
+        team=team,
+        name="train",
+        gpu_milli=500,
+        billing_mode=BillingMode.SPOT,
+        checkpoint_interval_s=600,
+    )
+    allocate(request, [Slice(spot_node.gpus.get().pk, 500, 1024)])
+    report_started(spot_node, request.pk)
+    return request
+
+
+def test_an_operator_reclaims_a_spot_node_from_its_page(client, operator, spot_node, job):
+    client.force_login(operator)
+    assert "Reclaim this node" in client.get(reverse("operator_node", args=[spot_node.pk])).text
+
+    response = client.post(
+        reverse("operator_node_reclaim", args=[spot_node.pk]), {"grace_s": 90}, follow=True
+    )
+
+    assert "1 job(s) checkpoint and stop by" in response.text
+    spot_node.refresh_from_db()
+    job.refresh_from_db()
+    assert spot_node.status == NodeStatus.RECLAIMED
+    assert job.state == RequestState.MIGRATING
+
+
+def test_the_reclaim_form_refuses_a_negative_grace_and_changes_nothing(client, operator, spot_node, job):
+    client.force_login(operator)
+
+    response = client.post(reverse("operator_node_reclaim", args=[spot_node.pk]), {"grace_s": -5})
+
+    assert response.status_code == 200
+    assert "greater than or equal to 0" in response.text
+    spot_node.refresh_from_db()
+    assert spot_node.status == NodeStatus.READY
+
+
+def test_members_cannot_reclaim_from_the_page(client, member, spot_node, job):
+    client.force_login(member)
+
+    response = client.post(reverse("operator_node_reclaim", args=[spot_node.pk]), {"grace_s": 90})
+
+    assert response.status_code == 403
+    spot_node.refresh_from_db()
+    assert spot_node.status == NodeStatus.READY
+
+
+def test_inject_fault_reclaim_sends_the_notice_and_the_same_notice_again_does_nothing(spot_node, job):
+    out = io.StringIO()
+
+    call_command("inject_fault", "reclaim", "spot-1", "--grace", "30", "--notice-id", "f-1", stdout=out)
+    call_command("inject_fault", "reclaim", "spot-1", "--grace", "30", "--notice-id", "f-1", stdout=out)
+
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("spot-1: reclaimed, 1 job(s) stop by")
+    assert lines[1].startswith("spot-1: reclaimed, 0 job(s) stop by")
+    job.refresh_from_db()
+    assert job.state == RequestState.MIGRATING
+
+
+def test_inject_fault_names_an_unknown_node_and_an_on_demand_one(make_node, db):
+    make_node("od-1", gpus=1)
+
+    with pytest.raises(CommandError, match="No node named nowhere"):
+        call_command("inject_fault", "reclaim", "nowhere")
+    with pytest.raises(CommandError, match=r"od-1: .*drain it instead"):
+        call_command("inject_fault", "reclaim", "od-1")
+
+
+@pytest.fixture
+def priced(spot_node):
+    """$1 per GPU-hour on the spot pool from now (before the job is placed)."""
+    return set_pool_price(spot_node.pool, "1.00", actor=None)
+
+
+def test_the_request_page_shows_each_move_with_its_work_lost_and_each_segments_cost(
+    client, member, spot_node, priced, job
+):
+    checkpoint = timezone.now()
+    record_checkpoint(spot_node, job.pk, checkpoint)
+    reclaim_node(spot_node, deadline=timezone.now() + dt.timedelta(minutes=2), source="operator")
+    report_finished(spot_node, job.pk, -15)
+    client.force_login(member)
+
+    page = client.get(reverse("request_detail", args=[job.pk])).text
+
+    assert "checkpointed at" in page
+    assert "Work lost:" in page and f"since the checkpoint of {checkpoint:%H:%M:%S} UTC" in page
+    segment = job.allocations.get()
+    assert segment.ended_at is not None
+    seconds = (segment.ended_at - segment.started_at).total_seconds()
+    assert f'class="segment-cost">${0.5 * seconds / 3600:.4f}<' in page  # half a card at $1 per GPU-hour
