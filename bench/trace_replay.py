@@ -8,9 +8,15 @@ pod is tried once, in order: no queue, no departures. After every pod we record
 arrived GPU (sum of requests so far) and allocated GPU, in % of capacity. The
 curve at x % arrived is the mean allocation over the pods whose arrived % rounds
 to x, as the simulator's analysis does. The typical-shape mix for fgd policies
-comes from the original (un-inflated) pod list.
+comes from the original (un-inflated) pod list. The first failure is the arrived % at the
+first pod that could not be placed (and at the first multi-GPU pod), mean over the seeds that had
+one ("-" if none failed).
+
+Several workloads in one call: ``--pods A.csv B.csv`` and/or ``--variants default cpu-x2 spec-33``
+(``bench.variants``; each variant is built with the replay's seed, so seeds also vary the draw).
 
     python -m bench.trace_replay --seeds 42-51 --policies first-fit best-fit fgd fgd-plus
+    python -m bench.trace_replay --variants all --seeds 42-44 --policies best-fit fgd fgd-plus
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import csv
 import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +36,7 @@ from scheduler_app.core.fragmentation import WorkloadMix
 from scheduler_app.core.placement import DEFAULT_POLICY, POLICIES, Placer
 
 from .trace import BASELINES, DEFAULT_NODES, DEFAULT_PODS, load_nodes, load_pods
+from .variants import VARIANTS, Variant, build_variant
 
 TUNE_RATIO = 1.3
 CURVE_POINTS = range(0, 131)
@@ -57,20 +65,43 @@ def shuffled_nodes(nodes: list[NodeState], seed: int) -> list[NodeState]:
     return [by_name[i] for i in rng.permutation(len(by_name))]
 
 
-def replay(nodes_file: Path, pods_file: Path, policy: str, seed: int) -> dict[int, float]:
-    """Allocated GPU % of capacity at each arrived % (0..130) for one policy and seed."""
-    pods = load_pods(pods_file)
-    nodes = shuffled_nodes(load_nodes(nodes_file), seed)
+@dataclass(frozen=True)
+class Result:
+    """One replay: allocated GPU % of capacity at each arrived % (0..130), and where pods first failed
+    (arrived %, None if none did): any pod, and a multi-GPU pod."""
+
+    curve: dict[int, float]
+    first_failure: float | None
+    first_gang_failure: float | None
+
+
+def load_workload(pods: Path | Variant, nodes: list[NodeState], seed: int) -> list[RequestSpec]:
+    """A pod file, or a variant of the default pod list built with the seed."""
+    if isinstance(pods, Variant):
+        return build_variant(load_pods(DEFAULT_PODS), nodes, pods, seed)
+    return load_pods(pods)
+
+
+def replay(nodes_file: Path, pods_source: Path | Variant, policy: str, seed: int) -> Result:
+    """One policy and seed on one workload (a pod file or a variant)."""
+    nodes = load_nodes(nodes_file)
+    pods = load_workload(pods_source, nodes, seed)
+    nodes = shuffled_nodes(nodes, seed)
     capacity = sum(len(n.gpus) for n in nodes) * MILLI_PER_GPU
     placer = Placer(nodes, policy, WorkloadMix.from_requests(pods))
     arrived = used = 0
+    first = first_gang = None
     samples: list[tuple[float, float]] = []
     for pod in arrival_order(pods, capacity, seed):
         arrived += pod.total_milli()
         if placer.place(pod) is not None:
             used += pod.total_milli()
+        else:
+            first = 100 * arrived / capacity if first is None else first
+            if pod.num_gpus > 1 and first_gang is None:
+                first_gang = 100 * arrived / capacity
         samples.append((100 * arrived / capacity, 100 * used / capacity))
-    return discrete_curve(samples)
+    return Result(discrete_curve(samples), first, first_gang)
 
 
 def discrete_curve(samples: list[tuple[float, float]]) -> dict[int, float]:
@@ -109,6 +140,15 @@ def _fmt(values: list[float]) -> str:
     return f"{statistics.mean(unallocated):5.2f}±{spread:4.2f}"
 
 
+def _fmt_failure(values: list[float | None]) -> str:
+    """Mean arrived % at the first failure over the seeds that had one, with how many did if not all."""
+    failed = [v for v in values if v is not None]
+    if not failed:
+        return "-"
+    text = f"{statistics.mean(failed):.1f}"
+    return text if len(failed) == len(values) else f"{text} ({len(failed)}/{len(values)})"
+
+
 def parse_seeds(text: str) -> list[int]:
     if "-" in text:
         lo, hi = text.split("-")
@@ -116,12 +156,19 @@ def parse_seeds(text: str) -> list[int]:
     return [int(s) for s in text.split(",")]
 
 
+def parse_variants(text: str) -> list[Variant]:
+    return list(VARIANTS) if text == "all" else [Variant.parse(text)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--nodes", type=Path, default=DEFAULT_NODES)
-    parser.add_argument("--pods", type=Path, default=DEFAULT_PODS)
+    parser.add_argument("--pods", type=Path, nargs="*", default=None, help="pod CSVs (default: the trace's)")
+    parser.add_argument(
+        "--variants", nargs="*", default=[], help="bench.variants names (cpu-x2, spec-33, ...) or all"
+    )
     parser.add_argument("--seeds", type=parse_seeds, default=parse_seeds("42-51"))
     parser.add_argument("--policies", nargs="+", default=["first-fit", "best-fit", "fgd", DEFAULT_POLICY])
     parser.add_argument("--jobs", type=int, default=None, help="worker processes (default: all cores)")
@@ -129,27 +176,37 @@ def main() -> None:
     unknown = set(args.policies) - set(POLICIES)
     if unknown:
         parser.error(f"unknown policies {sorted(unknown)}; choose from {sorted(POLICIES)}")
+    try:
+        variants = [v for text in args.variants for v in parse_variants(text)]
+    except ValueError as error:
+        parser.error(str(error))
+    workloads: list[Path | Variant] = [*(args.pods or ([] if variants else [DEFAULT_PODS])), *variants]
 
     started = time.perf_counter()
-    runs = [(p, s) for p in args.policies for s in args.seeds]
+    runs = [(w, p, s) for w in workloads for p in args.policies for s in args.seeds]
     with ProcessPoolExecutor(args.jobs) as pool:
-        futures = {run: pool.submit(replay, args.nodes, args.pods, *run) for run in runs}
-        curves = {run: f.result() for run, f in futures.items()}
+        futures = {run: pool.submit(replay, args.nodes, *run) for run in runs}
+        results = {run: f.result() for run, f in futures.items()}
     elapsed = time.perf_counter() - started
 
     seeds = f"{args.seeds[0]}..{args.seeds[-1]}"
-    print(f"pods={args.pods.name} nodes={args.nodes.name} seeds={seeds} ({elapsed:.0f}s)")
-    print("unallocated GPU % of capacity (mean±stdev over seeds) at arrived %:")
-    print(f"{'policy':<22}" + "".join(f"{x:>12}" for x in REPORT_POINTS))
-    for policy in args.policies:
-        cells = [
-            _fmt([curves[policy, s][x] for s in args.seeds if x in curves[policy, s]]) for x in REPORT_POINTS
-        ]
-        print(f"{policy:<22}" + "".join(f"{c:>12}" for c in cells))
-    if args.pods.resolve() == DEFAULT_PODS.resolve():
-        for name, curve in published().items():
-            cells = [_fmt(curve[x]) if x in curve else "-" for x in REPORT_POINTS]
-            print(f"{'published ' + name:<22}" + "".join(f"{c:>12}" for c in cells))
+    print(f"nodes={args.nodes.name} seeds={seeds} ({elapsed:.0f}s)")
+    for workload in workloads:
+        name = workload.name
+        print(f"\n{name}: unallocated GPU % of capacity (mean±stdev over seeds) at arrived %;")
+        print("first failure (arrived %, mean over seeds that had one): any pod, multi-GPU pod")
+        header = "".join(f"{x:>12}" for x in REPORT_POINTS)
+        print(f"{'policy':<22}{header}{'1st fail':>12}{'1st gang':>12}")
+        for policy in args.policies:
+            mine = [results[workload, policy, s] for s in args.seeds]
+            cells = [_fmt([r.curve[x] for r in mine if x in r.curve]) for x in REPORT_POINTS]
+            cells += [_fmt_failure([r.first_failure for r in mine])]
+            cells += [_fmt_failure([r.first_gang_failure for r in mine])]
+            print(f"{policy:<22}" + "".join(f"{c:>12}" for c in cells))
+        if isinstance(workload, Path) and workload.resolve() == DEFAULT_PODS.resolve():
+            for name, curve in published().items():
+                cells = [_fmt(curve[x]) if x in curve else "-" for x in REPORT_POINTS]
+                print(f"{'published ' + name:<22}" + "".join(f"{c:>12}" for c in cells))
 
 
 if __name__ == "__main__":

@@ -60,12 +60,19 @@ class WorkloadMix:
     multi-card request seen, however rare, as (shape, host memory MiB): too
     rare to weigh in the fragmentation, yet each needs a whole node's worth
     of free cards, CPU and memory, which ``fgd-plus`` keeps for them.
+    ``pinned`` is, per set of GPU models some requests are constrained to,
+    those requests' share of all GPU asked for (every request counted):
+    ``fgd-plus`` steers unconstrained requests off the models they need.
+    ``cpu_per_gpu`` is the requests' CPU milli-cores per milli-GPU (all
+    requests, CPU-only ones included; 0 = unknown).
     """
 
     shapes: tuple[Shape, ...] = ()
     weights: tuple[float, ...] = ()
     memory_mib: tuple[float, ...] = ()
     gangs: tuple[tuple[Shape, int], ...] = ()
+    pinned: tuple[tuple[frozenset[str], float], ...] = ()
+    cpu_per_gpu: float = 0.0
 
     @classmethod
     def from_requests(
@@ -95,15 +102,26 @@ class WorkloadMix:
             covered += count
         gang_set = {(Shape.of(r), r.memory_mib) for r in requests if r.num_gpus > 1}
         gangs = sorted(gang_set, key=lambda g: (_shape_order(g[0]), g[1]))
+        pinned: Counter[frozenset[str]] = Counter()
+        for r in requests:
+            if r.models and r.num_gpus:
+                pinned[r.models] += r.total_milli()
+        gpu_total = sum(r.total_milli() for r in requests if r.num_gpus) or 1
         return cls(
             tuple(s for s, _ in chosen),
             tuple(c / covered for _, c in chosen),
             tuple(memory[s] / c for s, c in chosen),
             tuple(gangs),
+            tuple((models, milli / gpu_total) for models, milli in sorted(pinned.items(), key=_models_order)),
+            sum(r.cpu_milli for r in requests) / gpu_total,
         )
 
     def memory_of(self, i: int) -> float:
         return self.memory_mib[i] if self.memory_mib else 0.0
+
+
+def _models_order(item: tuple[frozenset[str], int]) -> list[str]:
+    return sorted(item[0])
 
 
 def _shape_order(shape: Shape) -> tuple:

@@ -20,9 +20,12 @@ Policies (``POLICIES``, by name):
   card whose fragmentation (see ``fragmentation.py``) grows least.
 * ``fgd-plus`` (``DEFAULT_POLICY``): FGD's rank, then, among equally ranked
   choices: (1) do not take the last nodes able to host a rare gang (a
-  multi-card shape at most a tenth of the nodes can still host); (2) the least
-  growth of host-aware fragmentation (idle cards count as usable only as far
-  as the node's free CPU and memory can feed them); (3) pack (best-fit).
+  multi-card shape at most a tenth of the nodes can still host, more when the
+  mix asks for as much CPU per GPU as the cluster has: ``scarce_gang_share``);
+  (2) a request free to use any model takes the model with the least demand
+  pinned to it per free milli (``WorkloadMix.pinned``); (3) the least growth
+  of host-aware fragmentation (idle cards count as usable only as far as the
+  node's free CPU and memory can feed them); (4) pack (best-fit).
   Task-aware: training packs onto the fullest card; inference only considers
   cards nobody else uses, unless no such card fits anywhere, then it packs.
 
@@ -43,8 +46,11 @@ from .cluster import MILLI_PER_GPU, GpuState, NodeState, Placement, RequestSpec
 from .fragmentation import FragmentationModel, WorkloadMix
 
 DEFAULT_POLICY = "fgd-plus"
-# fgd-plus keeps nodes for a gang shape while at most this share of the nodes can still host it.
+# fgd-plus keeps nodes for a gang shape while at most this share of the nodes can still host it...
 SCARCE_GANG_SHARE = 0.1
+# ...plus this much more per unit of CPU pressure above CALM_CPU_PRESSURE (see ``scarce_gang_share``).
+GANG_SHARE_PER_CPU_PRESSURE = 2.0
+CALM_CPU_PRESSURE = 0.9
 _DEDUPE_FROM = 64
 
 
@@ -432,7 +438,7 @@ class Fgd(Policy):
 class _GangRoom:
     """Which nodes could still host each gang shape (whole cards, CPU, memory), kept per node version."""
 
-    def __init__(self, index: ClusterIndex, gangs: tuple) -> None:
+    def __init__(self, index: ClusterIndex, gangs: tuple, share: float) -> None:
         self.index = index
         self.cpu = np.array([s.cpu_milli for s, _ in gangs], dtype=np.int64)
         self.mem = np.array([m for _, m in gangs], dtype=np.int64)
@@ -443,7 +449,7 @@ class _GangRoom:
         self.all = np.arange(len(gangs))
         self.can = np.zeros((len(gangs), len(index.nodes)), dtype=bool)
         self.hosts = np.zeros(len(gangs), dtype=np.int64)
-        self.scarce_limit = max(1, SCARCE_GANG_SHARE * len(index.nodes))
+        self.scarce_limit = max(1, share * len(index.nodes))
         self.version = np.full(len(index.nodes), -1, dtype=np.int64)
 
     def _hosts(
@@ -494,7 +500,8 @@ class _GangRoom:
 
 
 class FgdPlus(Fgd):
-    """FGD whose ties go to gang room, host-aware fragmentation, then packing; task-aware cards.
+    """FGD whose ties go to gang room, model pressure, host-aware fragmentation, then packing;
+    task-aware cards.
 
     FGD's rank stays first: ranking by host-aware fragmentation outright
     scatters pods onto CPU-rich nodes and breaks the few that big gangs need.
@@ -509,7 +516,8 @@ class FgdPlus(Fgd):
         super().__init__(index, workload)
         mix = workload or WorkloadMix()
         self.host_model = FragmentationModel(mix, index.models, host_aware=True)
-        self.gangs = _GangRoom(index, mix.gangs) if mix.gangs else None
+        self.gangs = _GangRoom(index, mix.gangs, scarce_gang_share(index, mix)) if mix.gangs else None
+        self.pinned = _pinned_demand(index, mix.pinned)
 
     def _frag(self, cpu: np.ndarray, gpu: np.ndarray, model: np.ndarray, mem: np.ndarray) -> tuple:
         if len(cpu) <= _DEDUPE_FROM:
@@ -549,12 +557,27 @@ class FgdPlus(Fgd):
                 taken = _first_cards(cards[rows], request.num_gpus)
             cost = self.gangs.cost(request, rows, taken)
             rows = rows[cost == cost.min()]
+        if len(rows) > 1 and self.pinned is not None and request.num_gpus and not request.models:
+            pressure = self._model_pressure(request, rows, cards, scores)
+            rows = rows[pressure == pressure.min()]
         if len(rows) > 1:
             rows = rows[scores.host[rows] == scores.host[rows].min()]
         if len(rows) > 1:
             left = self._left(request, rows)
             rows = rows[left == left.min()]
         return int(rows[0])
+
+    def _model_pressure(
+        self, request: RequestSpec, rows: np.ndarray, cards: np.ndarray, scores: _ShapeScores
+    ) -> np.ndarray:
+        """Per candidate row: how much constrained demand wants the model of the card(s) it would take,
+        per free milli of that model now (an unconstrained request should use the least wanted)."""
+        ix = self.index
+        cards_of = ix.gpu_model >= 0
+        free = np.bincount(ix.gpu_model[cards_of], weights=ix.gpu_free[cards_of], minlength=len(ix.models))
+        pressure = np.append(self.pinned / np.maximum(free, 1), np.inf)
+        card = scores.card[rows] if request.num_gpus == 1 else np.argmax(cards[rows], axis=1)
+        return pressure[ix.gpu_model[rows, card]]
 
     def _cards(self, request: RequestSpec, ok: np.ndarray, cards: np.ndarray) -> tuple[np.ndarray, bool]:
         if request.task_type != "inference" or request.num_gpus == 0:
@@ -563,6 +586,34 @@ class FgdPlus(Fgd):
         if (ok & (idle.sum(axis=1) >= request.num_gpus)).any():
             return idle, True
         return cards, False
+
+
+def scarce_gang_share(index: ClusterIndex, mix: WorkloadMix) -> float:
+    """The share of the nodes under which fgd-plus keeps room for a gang shape.
+
+    CPU pressure is the mix's CPU per GPU over the cluster's: at 1 the requests run out of CPU when
+    they run out of GPU, and CPU-only and CPU-heavy requests eat the CPU of nodes whose cards are
+    idle, so gangs (which need a node's CPU with its cards) lose their hosts all at once, late. The
+    share is SCARCE_GANG_SHARE up to CALM_CPU_PRESSURE (the Alibaba trace is at 0.82), then grows
+    by GANG_SHARE_PER_CPU_PRESSURE per unit (0.3 at 1.0, all gang shapes from 1.35).
+    """
+    cards = int((index.gpu_model >= 0).sum())
+    if not cards or not mix.cpu_per_gpu:
+        return SCARCE_GANG_SHARE
+    pressure = mix.cpu_per_gpu / (sum(node.cpu_milli for node in index.nodes) / (cards * MILLI_PER_GPU))
+    return min(1.0, SCARCE_GANG_SHARE + GANG_SHARE_PER_CPU_PRESSURE * max(0.0, pressure - CALM_CPU_PRESSURE))
+
+
+def _pinned_demand(index: ClusterIndex, pinned: tuple) -> np.ndarray | None:
+    """Per model of the index: the share of GPU demand constrained to it (a set of models splits its
+    share by the cards each has), or None when nothing is constrained to a model here."""
+    cards = np.bincount(index.gpu_model[index.gpu_model >= 0], minlength=len(index.models))
+    demand = np.zeros(len(index.models))
+    for models, share in pinned:
+        ids = [index.model_id[m] for m in models if m in index.model_id]
+        if ids and cards[ids].sum():
+            demand[ids] += share * cards[ids] / cards[ids].sum()
+    return demand if demand.any() else None
 
 
 def _weighted_sum(weights: np.ndarray, values: np.ndarray) -> np.ndarray:

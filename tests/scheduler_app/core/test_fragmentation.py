@@ -160,3 +160,19 @@ def test_workload_mix_records_mean_memory_and_every_gang():
     assert mix.shapes == (Shape(4_000, 1000, 1),)
     assert mix.memory_mib == pytest.approx((5_000.0,))
     assert mix.gangs == ((Shape(64_000, 1000, 8), 262_144),)
+
+
+def test_workload_mix_records_demand_pinned_to_models_and_cpu_per_gpu():
+    requests = [
+        RequestSpec(1, 1000, 2, cpu_milli=8_000, models=frozenset({"T4"})),
+        RequestSpec(2, 500, 1, cpu_milli=4_000, models=frozenset({"A10", "T4"})),
+        RequestSpec(3, 500, 1, cpu_milli=4_000),
+        RequestSpec(4, 0, 0, cpu_milli=16_000),
+    ]
+    mix = WorkloadMix.from_requests(requests)
+    # 3,000 milli-GPU asked in all: 2,000 pinned to T4, 500 to A10 or T4; 32 cores over 3,000 milli
+    assert mix.pinned == (
+        (frozenset({"A10", "T4"}), pytest.approx(500 / 3000)),
+        (frozenset({"T4"}), pytest.approx(2 / 3)),
+    )
+    assert mix.cpu_per_gpu == pytest.approx(32_000 / 3_000)

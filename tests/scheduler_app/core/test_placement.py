@@ -10,6 +10,7 @@ from scheduler_app.core.placement import (
     Placer,
     choose_placement,
     first_fit,
+    scarce_gang_share,
 )
 
 
@@ -216,3 +217,58 @@ def test_slices_keep_the_only_node_that_can_host_a_rare_gang():
     assert placement.node == "wide"
     gang = req(1000, 8, cpu_milli=100_000, memory_mib=524_288)
     assert choose_placement([big, wide], gang, DEFAULT_POLICY, mix).node == "big"
+
+
+def test_unconstrained_request_leaves_the_model_that_pinned_requests_need():
+    # given a fifth of the GPU asked for is pinned to model "T4"; an unconstrained whole card
+    # scores the same on both nodes (FGD's rank ties), and the T4 node comes first
+    mix = WorkloadMix((Shape(0, 1000, 1),), (1.0,), pinned=((frozenset({"T4"}), 0.2),))
+    nodes = [make_node("t4", [1000, 1000], model="T4"), make_node("a100", [1000, 1000])]
+    # when / then: fgd takes the first node, fgd-plus the model nobody is pinned to
+    assert choose_placement(nodes, req(1000), "fgd", mix).node == "t4"
+    assert choose_placement(nodes, req(1000), DEFAULT_POLICY, mix).node == "a100"
+    # and a request pinned to T4 still goes there
+    assert choose_placement(nodes, req(1000, models=frozenset({"T4"})), DEFAULT_POLICY, mix).node == "t4"
+
+
+def test_unconstrained_request_takes_the_model_with_the_least_pinned_demand_per_free_card():
+    # given as much demand pinned to each model, but the T4 node has one card free and the A100 two
+    mix = WorkloadMix(
+        (Shape(0, 1000, 1),), (1.0,), pinned=((frozenset({"T4"}), 0.2), (frozenset({"A100"}), 0.2))
+    )
+    nodes = [make_node("t4", [1000, 0, 0], model="T4"), make_node("a100", [1000, 1000, 0])]
+    # then: pressure 0.2 / 1 card on T4, 0.2 / 2 cards on A100
+    assert choose_placement(nodes, req(1000), DEFAULT_POLICY, mix).node == "a100"
+
+
+def gang_cluster():
+    """Ten nodes of 8 cards and 96 cores; only the first two (model "A") can host the gang shape."""
+    return [make_node(f"a{i}", [1000] * 8, model="A", cpu=96_000) for i in range(2)] + [
+        make_node(f"b{i}", [1000] * 8, model="B", cpu=96_000) for i in range(8)
+    ]
+
+
+@pytest.mark.parametrize(("cpu_per_gpu", "expected"), [(6.0, "a0"), (12.0, "b0")])
+def test_cpu_only_pods_keep_gang_hosts_when_cpu_is_pressed(cpu_per_gpu, expected):
+    # given a gang of 8 "A" cards and 90 cores, 2 hosts of 10 nodes; the cluster has 12 cores per card.
+    # Calm (6 cores asked per card: pressure 0.5): kept only while at most 10 % = 1 node hosts it.
+    # Pressed (12 per card: pressure 1.0): 30 % = 3 nodes, so the 2 hosts are kept.
+    mix = WorkloadMix(
+        (Shape(10_000, 0, 0),),
+        (1.0,),
+        gangs=((Shape(90_000, 1000, 8, frozenset({"A"})), 0),),
+        cpu_per_gpu=cpu_per_gpu,
+    )
+    # when a CPU-only pod of 10 cores comes (every tie-break before gang room ties; ties go first)
+    placement = choose_placement(gang_cluster(), req(0, 0, cpu_milli=10_000), DEFAULT_POLICY, mix)
+    # then
+    assert placement.node == expected
+
+
+@pytest.mark.parametrize(
+    ("cpu_per_gpu", "share"), [(0.0, 0.1), (6.0, 0.1), (10.8, 0.1), (12.0, 0.3), (18.0, 1.0)]
+)
+def test_scarce_gang_share_grows_with_cpu_pressure_above_calm(cpu_per_gpu, share):
+    # the cluster has 12 cores per card: pressure is cpu_per_gpu / 12 (0.9 is calm)
+    index = Placer(gang_cluster()).index
+    assert scarce_gang_share(index, WorkloadMix(cpu_per_gpu=cpu_per_gpu)) == pytest.approx(share)
