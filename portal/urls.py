@@ -46,6 +46,7 @@ urlpatterns = [
     path("operator/nodes/", operator.node_index, name="operator_nodes"),
     path("operator/nodes/<int:pk>/", operator.node_status, name="operator_node"),
     path("operator/nodes/<int:pk>/credential/", operator.node_credential, name="operator_node_credential"),
+    path("operator/nodes/<int:pk>/mig/", operator.node_mig_layout, name="operator_node_mig"),
     path("operator/pools/", operator.pool_index, name="operator_pools"),
     path("operator/pools/<int:pk>/", operator.pool_edit, name="operator_pool"),
     path("operator/quotas/", operator.quota_index, name="operator_quotas"),

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from scheduler_app.choices import BillingMode, CapacityType, RequestState
 from scheduler_app.cluster_state import ClusterSnapshot, load_cluster_snapshot
+from scheduler_app.core.mig import mig_slice
 from scheduler_app.core.placement import DEFAULT_POLICY
 from scheduler_app.core.queueing import PassPlan, Start, plan_pass
 from scheduler_app.models import GpuRequest
@@ -99,9 +100,15 @@ def format_utc(timestamp: float) -> str:
     return f"{dt.datetime.fromtimestamp(timestamp, tz=dt.UTC):%Y-%m-%d %H:%M} UTC"
 
 
-def _pieces(start: Start, snapshot: ClusterSnapshot) -> list[tuple[int, int, int]]:
+def _pieces(start: Start, snapshot: ClusterSnapshot) -> list[tuple]:
     p = start.placement
-    return [(snapshot.gpu_ids[(p.node, i)], p.milli, p.gpu_memory_mib) for i in p.gpus]
+    pieces = [(snapshot.gpu_ids[(p.node, i)], p.milli, p.gpu_memory_mib) for i in p.gpus]
+    if p.mig:
+        return [
+            (*piece, *mig_slice(instance, layout))
+            for piece, (instance, layout) in zip(pieces, p.mig, strict=True)
+        ]
+    return pieces
 
 
 def _billing_mode(start: Start, snapshot: ClusterSnapshot) -> str:
