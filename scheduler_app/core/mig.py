@@ -149,6 +149,9 @@ class MigCard:
     def profiles(self) -> tuple[Profile, ...]:
         return geometry_for(self.memory_mib) or ()
 
+    def copy(self) -> MigCard:
+        return MigCard(self.mode, self.memory_mib, list(self.layout), set(self.used))
+
     def free_instances(self) -> list[Instance]:
         return [i for i in self.layout if i.start not in self.used]
 
