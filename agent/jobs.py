@@ -26,11 +26,13 @@ MPS_PIPE_DEFAULT = "/tmp/nvidia-mps"
 
 @dataclass(frozen=True)
 class Slice:
-    """The request's part of one card: milli-GPU and GPU memory in MiB."""
+    """The request's part of one card: milli-GPU and GPU memory in MiB; on a MIG card, the GPU
+    instance it holds whole (``profile@start memory slice``)."""
 
     uuid: str
     milli: int
     memory_mib: int
+    mig_instance: str = ""
 
 
 def mps_available(pipe_dir: str | None = None) -> bool:
@@ -57,6 +59,10 @@ def job_environment(work: dict, slices: list[Slice], *, mps: bool, base: dict | 
             "PYTHONUNBUFFERED": "1",  # so a Python job's output ships as it is written
         }
     )
+    if any(s.mig_instance for s in slices):
+        # The instance is isolated in hardware: no MPS limits; the launcher binds to it by this.
+        env["GPU_PORTAL_MIG_INSTANCES"] = ",".join(s.mig_instance for s in slices)
+        return env
     if mps:
         env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, math.ceil(milli / 10)))
         # Device ordinals as the job sees them: CUDA_VISIBLE_DEVICES renumbers its cards from 0.
@@ -90,7 +96,9 @@ class Job:
 
     def __init__(self, work: dict, *, mps: bool, workdir: str | None = None):
         self.request_id: int = work["request_id"]
-        self.slices = [Slice(g["uuid"], g["milli"], g["memory_mib"]) for g in work["gpus"]]
+        self.slices = [
+            Slice(g["uuid"], g["milli"], g["memory_mib"], g.get("mig_instance", "")) for g in work["gpus"]
+        ]
         self.stop_deadline: float | None = None
         self.stop_reason = ""
         self.shipped = work.get("log_offset", 0)  # where the portal's log of the request ends

@@ -405,7 +405,12 @@ def node_work(node: Node) -> list[dict]:
             },
         )
         item["gpus"].append(
-            {"uuid": allocation.gpu.uuid, "milli": allocation.milli, "memory_mib": allocation.gpu_memory_mib}
+            {
+                "uuid": allocation.gpu.uuid,
+                "milli": allocation.milli,
+                "memory_mib": allocation.gpu_memory_mib,
+                "mig_instance": allocation.mig_instance,
+            }
         )
     ends = (
         LogChunk.objects.filter(request_id__in=list(work))

@@ -137,7 +137,7 @@ def test_work_lists_this_nodes_requests_with_command_share_memory_cards_and_chec
             "command": "python train.py",
             "checkpoint_dir": f"{settings.CHECKPOINT_ROOT}/{team.slug}/request-{placed.pk}",
             "log_offset": 0,
-            "gpus": [{"uuid": "GPU-node-1-0", "milli": 250, "memory_mib": 20480}],
+            "gpus": [{"uuid": "GPU-node-1-0", "milli": 250, "memory_mib": 20480, "mig_instance": ""}],
         }
     ]
 

@@ -13,6 +13,7 @@ from scheduler_app.scheduling import run_scheduling_pass
 from scheduler_app.services.inventory import create_pool, set_mig_layout, update_pool
 from scheduler_app.services.placement import OverCommitError, Slice, allocate
 from scheduler_app.services.requests import submit_request
+from tests.scheduler_app.test_agent_api import agent_client
 
 LAYOUT = "3g.40gb@0,2g.20gb@4,1g.10gb@6"
 
@@ -145,6 +146,15 @@ def test_database_refuses_overlapping_instances_on_one_card(mig_card, submit):
     assert planted_slice_refused(
         submit("second"), gpu, "2g.20gb@4", 285, 20480, 2, match="overlaps another open instance"
     )
+
+
+def test_agent_work_names_the_instance_held(mig_card, submit):
+    gpu = mig_card()
+    request = submit("serve", 250)
+    run_scheduling_pass()
+    work = agent_client(gpu.node).get("/api/v1/agent/work/").json()
+
+    assert [(w["request_id"], w["gpus"][0]["mig_instance"]) for w in work] == [(request.pk, "2g.20gb@4")]
 
 
 # Operators: modes and layouts, with clear refusals that change nothing.
