@@ -102,6 +102,8 @@ def update_pool(pool: Pool, *, actor, **fields) -> Pool:
         locked = Pool.objects.select_for_update().get(pk=pool.pk)
         if "mig_mode" in fields and fields["mig_mode"] != locked.mig_mode:
             _check_mig_mode_change(locked, fields["mig_mode"])
+            if not fields["mig_mode"]:  # out of MIG, the cards are whole again
+                Gpu.objects.filter(node__pool=locked).update(mig_layout="")
         before = {name: getattr(locked, name) for name in fields}
         for name, value in fields.items():
             setattr(locked, name, value)

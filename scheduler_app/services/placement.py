@@ -7,7 +7,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from scheduler_app.choices import RequestState
+from scheduler_app.choices import MigMode, RequestState
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.core.mig import LayoutError, parse_layout
 from scheduler_app.lifecycle import StateConflict
@@ -174,6 +174,7 @@ class MigCheck:
         self.gpus = gpus
         modes = dict(Node.objects.filter(pk__in=list(nodes)).values_list("pk", "pool__mig_mode"))
         self.mig_gpus = {pk for pk, gpu in gpus.items() if modes.get(gpu.node_id)}
+        self.dynamic = {pk for pk, gpu in gpus.items() if modes.get(gpu.node_id) == MigMode.DYNAMIC}
         self.used: dict[int, set[str]] = {pk: set() for pk in self.mig_gpus}
         held = Allocation.objects.committed().filter(gpu_id__in=self.mig_gpus).exclude(mig_instance="")
         for gpu_id, instance in held.values_list("gpu_id", "mig_instance"):
@@ -194,6 +195,8 @@ class MigCheck:
         gpu = self.gpus[piece.gpu_id]
         if not piece.mig_instance:
             return f"{gpu} is in MIG mode: a slice holds a whole GPU instance"
+        if piece.mig_layout is not None and gpu.pk not in self.dynamic:
+            return f"{gpu} has a fixed MIG layout: only operators change it"
         text = self.layouts.get(gpu.pk, gpu.mig_layout) if piece.mig_layout is None else piece.mig_layout
         try:
             layout = {str(i): i for i in parse_layout(text, gpu.memory_mib)}

@@ -109,7 +109,7 @@ def test_locked_apply_refuses_a_taken_instance_a_partial_share_and_an_unknown_on
         "a slice holds a whole GPU instance": Slice(gpu.pk, 125, 10240),
         "has no MIG instance 1g.10gb@5": Slice(gpu.pk, 142, 10240, "1g.10gb@5"),
         "gives 285 milli-GPU, not 250": Slice(gpu.pk, 250, 20480, "2g.20gb@4"),
-        "only an idle card is re-partitioned": Slice(gpu.pk, 428, 40960, "3g.40gb@4", "3g.40gb@0,3g.40gb@4"),
+        "has a fixed MIG layout": Slice(gpu.pk, 428, 40960, "3g.40gb@4", "3g.40gb@0,3g.40gb@4"),
     }
     for why, piece in refusals.items():
         with pytest.raises(OverCommitError, match=why):
@@ -128,6 +128,19 @@ def planted_slice_refused(request, gpu, instance, milli, memory_mib, slots, matc
         Allocation.objects.create(request=request, gpu=gpu, billing_mode=BillingMode.ON_DEMAND, **fields)
     GpuRequest.objects.filter(pk=request.pk).update(state=RequestState.PENDING)
     return Allocation.objects.filter(request=request).count() == 0
+
+
+def test_locked_apply_repartitions_a_dynamic_card_only_when_idle(mig_card, submit):
+    gpu = mig_card("3g.40gb@0,3g.40gb@4", mode="dynamic")
+    allocate(submit("first"), [Slice(gpu.pk, 428, 40960, "3g.40gb@0")])
+    second = submit("second")
+
+    with pytest.raises(OverCommitError, match="only an idle card is re-partitioned"):
+        allocate(second, [Slice(gpu.pk, 142, 10240, "1g.10gb@4", "1g.10gb@4,1g.10gb@5,1g.10gb@6")])
+    allocate(second, [Slice(gpu.pk, 428, 40960, "3g.40gb@4")])
+
+    gpu.refresh_from_db()
+    assert gpu.mig_layout == "3g.40gb@0,3g.40gb@4"
 
 
 def test_database_refuses_one_instance_held_twice(mig_card, submit):
@@ -199,6 +212,15 @@ def test_pool_leaves_mig_mode_only_without_work(mig_card, submit, operator, mig_
 
     mig_pool.refresh_from_db()
     assert mig_pool.mig_mode == "fixed"
+
+
+def test_leaving_mig_mode_makes_the_cards_whole_again(mig_card, operator, mig_pool):
+    gpu = mig_card()
+
+    update_pool(mig_pool, actor=operator, mig_mode="")
+
+    gpu.refresh_from_db()
+    assert gpu.mig_layout == ""
 
 
 def test_mig_mode_needs_cards_with_a_mig_geometry(make_node, operator):
