@@ -7,6 +7,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from audit.models import Event
+from billing_app.switching import switch_billing_mode
 from scheduler_app.choices import BillingMode, CapacityType, RequestState
 from scheduler_app.models import Allocation, Gpu, GpuRequest
 from scheduler_app.scheduling import run_scheduling_pass
@@ -168,6 +169,17 @@ def test_agent_work_names_the_instance_held(mig_card, submit):
     work = agent_client(gpu.node).get("/api/v1/agent/work/").json()
 
     assert [(w["request_id"], w["gpus"][0]["mig_instance"]) for w in work] == [(request.pk, "2g.20gb@4")]
+
+
+def test_billing_switch_reopens_the_slice_on_the_same_instance(mig_card, submit, member):
+    gpu = mig_card()
+    request = submit("serve", 250)
+    run_scheduling_pass()
+
+    switch_billing_mode(request, BillingMode.SPOT, user=member, checkpoint_interval_s=600)
+
+    assert held(request) == [("2g.20gb@4", 285, 20480, 2)]
+    assert Allocation.objects.filter(request=request, gpu=gpu).count() == 2
 
 
 # Operators: modes and layouts, with clear refusals that change nothing.
