@@ -115,15 +115,14 @@ def parse_layout(text: str, memory_mib: int) -> list[Instance]:
 
 
 def check_layout(instances: list[Instance]) -> None:
-    """Refuse overlapping instances and more than 7 compute slices."""
+    """Refuse overlapping instances. (Within the placements, instances that do not overlap never take
+    more than the 7 compute slices: the most are 4g@0 + 3g@4, or 1g at 0..6.)"""
     taken: dict[int, Instance] = {}
     for instance in instances:
         for slot in instance.slots:
             if slot in taken:
                 raise LayoutError(f"{instance} overlaps {taken[slot]}")
             taken[slot] = instance
-    if sum(i.profile.compute for i in instances) > COMPUTE_SLICES:
-        raise LayoutError(f"the instances take more than {COMPUTE_SLICES} compute slices")
 
 
 def format_layout(instances: list[Instance]) -> str:
@@ -209,11 +208,8 @@ class MigCard:
 
 
 def _first_free(profile: Profile, layout: list[Instance]) -> Instance | None:
-    """`profile` at its lowest start whose slots no instance of `layout` takes, within 7 compute slices."""
+    """`profile` at its lowest start whose slots no instance of `layout` takes."""
     held = {slot for i in layout for slot in i.slots}
-    compute = sum(i.profile.compute for i in layout)
-    if compute + profile.compute > COMPUTE_SLICES:
-        return None
     for start in profile.starts:
         candidate = Instance(profile, start)
         if not held.intersection(candidate.slots):
@@ -239,8 +235,9 @@ def _smallest(profile: Profile) -> Profile:
 
 def mig_placement(request: RequestSpec, node: NodeState, cards: tuple[int, ...]) -> Placement | None:
     """The placement on these MIG cards of `node`: per card the instance `MigCard.choose` gives,
-    the allocation counting as that instance's share and memory; None when a card has none (the
-    index's best free share and memory may come from two different instances)."""
+    the allocation counting as that instance's share and memory; None when a card has none. (The
+    policy chose cards whose best free share and memory cover the request; in this geometry one
+    instance has both, so that does not happen.)"""
     chosen = []
     for index in cards:
         gpu = node.gpus[index]
@@ -269,11 +266,12 @@ def release_instances(node: NodeState, placement: Placement) -> None:
 
 
 def hold(gpu: GpuState, instance_text: str) -> Instance:
-    """Mark a running slice's instance (``profile@start``) of the card's layout as in use."""
+    """Mark a running slice's instance (``profile@start``) as in use; one the card's layout lacks
+    (the services never let that happen) joins it, since the slice holds it for real."""
     assert gpu.mig is not None
-    name, _, start = instance_text.partition("@")
-    instance = next(i for i in gpu.mig.layout if i.start == int(start) and i.profile.name == name)
-    gpu.mig.take(instance, None)
+    (instance,) = parse_layout(instance_text, gpu.memory_mib)
+    layout = None if instance in gpu.mig.layout else [*gpu.mig.layout, instance]
+    gpu.mig.take(instance, layout)
     gpu.free_milli, gpu.free_memory_mib = gpu.mig.best_free()
     return instance
 

@@ -15,6 +15,7 @@ from scheduler_app.core.mig import (
     LayoutError,
     MigCard,
     format_layout,
+    hold,
     parse_layout,
     smallest_profile,
 )
@@ -203,3 +204,12 @@ def test_fragmentation_counts_a_mig_card_by_what_its_geometry_leaves_usable():
 
     assert node_fragmentation(node, three_eighths) == 285  # no 3g fits: all of the free 2g is fragment
     assert node_fragmentation(node, quarter) == 0
+
+
+def test_a_running_slice_outside_the_layout_still_holds_its_instance():
+    card = GpuState(0, "A100-80GB", GB80, mig=MigCard(FIXED, GB80, []))
+
+    hold(card, "3g.40gb@4")
+
+    assert format_layout(card.mig.layout) == "3g.40gb@4"
+    assert (card.free_milli, card.mig.used) == (0, {4})
