@@ -2,13 +2,17 @@
 database hold the geometry, operators set modes and layouts (page and API) with clear refusals,
 and the cluster picture shows each instance."""
 
+from decimal import Decimal
+
 import pytest
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from audit.models import Event
+from billing_app.services import set_pool_price
 from billing_app.switching import switch_billing_mode
 from scheduler_app.choices import BillingMode, CapacityType, RequestState
+from scheduler_app.estimates import estimate_request
 from scheduler_app.models import Allocation, Gpu, GpuRequest
 from scheduler_app.scheduling import run_scheduling_pass
 from scheduler_app.services.inventory import create_pool, set_mig_layout, update_pool
@@ -180,6 +184,16 @@ def test_billing_switch_reopens_the_slice_on_the_same_instance(mig_card, submit,
 
     assert held(request) == [("2g.20gb@4", 285, 20480, 2)]
     assert Allocation.objects.filter(request=request, gpu=gpu).count() == 2
+
+
+def test_estimate_names_the_instance_and_prices_it_whole(mig_card, team, member, operator, mig_pool):
+    mig_card()
+    set_pool_price(mig_pool, "7.00", actor=operator)
+
+    estimate = estimate_request(user=member, team=team, pool_name=mig_pool.name, gpu_milli=250)
+
+    assert estimate.starts_now and estimate.where == "mig-1/gpu0 MIG 2g.20gb@4"
+    assert estimate.prices.placed.usd_per_hour == Decimal("2.00")  # 285/1000 of 7.00 a GPU-hour, not 1.75
 
 
 # Operators: modes and layouts, with clear refusals that change nothing.
