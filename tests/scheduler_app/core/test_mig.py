@@ -213,3 +213,31 @@ def test_a_running_slice_outside_the_layout_still_holds_its_instance():
 
     assert format_layout(card.mig.layout) == "3g.40gb@4"
     assert (card.free_milli, card.mig.used) == (0, {4})
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_random_place_and_release_never_shares_or_overlaps_an_instance(seed):
+    import random
+
+    rng = random.Random(seed)
+    fixed = mig_node(FIXED, "3g.40gb@0,2g.20gb@4,1g.10gb@6", "7g.80gb@0", name="fixed")
+    dynamic = mig_node(DYNAMIC, "", "4g.40gb@0,3g.40gb@4", name="dynamic")
+    plain = NodeState("plain", "whole", 64_000, 512 * 1024, [GpuState(0, "A100-80GB", GB80)])
+    placer = Placer([fixed, dynamic, plain], "fgd-plus")
+    running = []
+    for i in range(300):
+        if running and rng.random() < 0.45:
+            request, placement = running.pop(rng.randrange(len(running)))
+            placer.release(request, placement)
+        else:
+            request = RequestSpec(i, rng.choice([125, 250, 375, 500, 1000]))
+            if (placement := placer.place(request)) is not None:
+                running.append((request, placement))
+        for gpu in (g for node in (fixed, dynamic) for g in node.gpus):
+            used = [inst for inst in gpu.mig.layout if inst.start in gpu.mig.used]
+            slots = [slot for inst in used for slot in inst.slots]
+            assert len(slots) == len(set(slots)), "overlapping instances in use"
+            assert len(used) == len(gpu.mig.used), "an instance in use left the layout"
+            assert (gpu.free_milli, gpu.free_memory_mib) == gpu.mig.best_free()
+    held = [(p.node, p.gpus[0], str(inst)) for _, p in running if p.mig for inst, _ in p.mig]
+    assert len(held) == len(set(held)), "an instance held by two requests"
