@@ -176,9 +176,10 @@ class MigCheck:
         self.mig_gpus = {pk for pk, gpu in gpus.items() if modes.get(gpu.node_id)}
         self.dynamic = {pk for pk, gpu in gpus.items() if modes.get(gpu.node_id) == MigMode.DYNAMIC}
         self.used: dict[int, set[str]] = {pk: set() for pk in self.mig_gpus}
-        held = Allocation.objects.committed().filter(gpu_id__in=self.mig_gpus).exclude(mig_instance="")
-        for gpu_id, instance in held.values_list("gpu_id", "mig_instance"):
-            self.used[gpu_id].add(instance)
+        if self.mig_gpus:
+            held = Allocation.objects.committed().filter(gpu_id__in=self.mig_gpus).exclude(mig_instance="")
+            for gpu_id, instance in held.values_list("gpu_id", "mig_instance"):
+                self.used[gpu_id].add(instance)
         self.layouts: dict[int, str] = {}  # new layouts to write
 
     def refusal(self, slices) -> str:
