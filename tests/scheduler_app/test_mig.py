@@ -311,6 +311,23 @@ def test_operator_page_sets_a_layout_and_shows_a_refusal(mig_card, client, opera
     assert Gpu.objects.get(pk=gpu.pk).mig_layout == "7g.80gb@0"
 
 
+def test_operator_pool_page_sets_the_mig_mode_and_shows_why_not(mig_card, client, operator, mig_pool, submit):
+    gpu = mig_card()
+    client.force_login(operator)
+    url = f"/operator/pools/{mig_pool.pk}/"
+    form = {"description": "", "granularity_milli": mig_pool.granularity_milli}
+
+    assert client.post(url, form | {"mig_mode": "dynamic"}).status_code == 302
+    allocate(submit(), [Slice(gpu.pk, 142, 10240, "1g.10gb@6")])
+    refused = client.post(url, form | {"mig_mode": ""})
+
+    assert "has work on its cards: drain it first" in refused.content.decode()
+    mig_pool.refresh_from_db()
+    assert mig_pool.mig_mode == "dynamic"
+    node_page = client.get(f"/operator/nodes/{gpu.node_id}/").content.decode()
+    assert f'action="/operator/nodes/{gpu.node_id}/mig/"' in node_page
+
+
 # The cluster picture.
 
 
