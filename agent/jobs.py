@@ -32,11 +32,13 @@ STOP_BY_FILE = ".stop_by"
 
 @dataclass(frozen=True)
 class Slice:
-    """The request's part of one card: milli-GPU and GPU memory in MiB."""
+    """The request's part of one card: milli-GPU and GPU memory in MiB; on a MIG card, the GPU
+    instance it holds whole (``profile@start memory slice``)."""
 
     uuid: str
     milli: int
     memory_mib: int
+    mig_instance: str = ""
 
 
 def mps_available(pipe_dir: str | None = None) -> bool:
@@ -68,6 +70,10 @@ def job_environment(
             "PYTHONUNBUFFERED": "1",  # so a Python job's output ships as it is written
         }
     )
+    if any(s.mig_instance for s in slices):
+        # The instance is isolated in hardware: no MPS limits; the launcher binds to it by this.
+        env["GPU_PORTAL_MIG_INSTANCES"] = ",".join(s.mig_instance for s in slices)
+        return env
     if mps:
         env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, math.ceil(milli / 10)))
         # Device ordinals as the job sees them: CUDA_VISIBLE_DEVICES renumbers its cards from 0.
@@ -102,7 +108,9 @@ class Job:
     def __init__(self, work: dict, *, mps: bool, workdir: str | None = None, owner: str = ""):
         self.request_id: int = work["request_id"]
         self.generation: int | None = work.get("generation")  # which run of the request this is
-        self.slices = [Slice(g["uuid"], g["milli"], g["memory_mib"]) for g in work["gpus"]]
+        self.slices = [
+            Slice(g["uuid"], g["milli"], g["memory_mib"], g.get("mig_instance", "")) for g in work["gpus"]
+        ]
         self.checkpoint_dir = Path(work["checkpoint_dir"])
         self.checkpoint_reported: dt.datetime | None = None  # the last checkpoint time the portal took
         self.stop_deadline: float | None = None

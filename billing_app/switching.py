@@ -65,6 +65,8 @@ def switch_billing_mode(
                 gpu_id=a.gpu_id,
                 milli=a.milli,
                 gpu_memory_mib=a.gpu_memory_mib,
+                mig_instance=a.mig_instance,
+                mig_slots=a.mig_slots,
                 billing_mode=mode,
                 borrowed=a.borrowed,
                 started_at=max(now, a.started_at),

@@ -18,7 +18,7 @@ from billing_app.choices import BudgetPolicy
 from billing_app.models import FeedKind
 from billing_app.spot_feeds import REPLAY_FILES
 from portal.share import Share
-from scheduler_app.choices import BillingMode, NodeStatus, TaskType
+from scheduler_app.choices import BillingMode, MigMode, NodeStatus, TaskType
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.core.placement import POLICIES
 from scheduler_app.core.queueing import DEFAULT_POLICY
@@ -196,8 +196,35 @@ class ReclaimForm(ServiceErrorsMixin, forms.Form):
     notice_id = forms.CharField(max_length=200, required=False, label="Notice id (optional)")
 
 
+class MigLayoutForm(ServiceErrorsMixin, forms.Form):
+    """Operators set one card's MIG layout; set_mig_layout checks it against the card's geometry."""
+
+    gpu_index = forms.TypedChoiceField(coerce=int, label="Card")
+    mig_layout = forms.CharField(
+        max_length=200,
+        required=False,
+        label="MIG layout",
+        help_text="GPU instances as profile@start memory slice, e.g. 3g.40gb@0,2g.20gb@4,1g.10gb@6; "
+        "empty: none.",
+    )
+
+    def __init__(self, *args, node, **kwargs):
+        super().__init__(*args, **kwargs)
+        cards = node.gpus.order_by("index")
+        self.fields["gpu_index"].choices = [
+            (g.index, f"gpu{g.index} · {g.model} · {g.mig_layout or 'no instances'}") for g in cards
+        ]
+
+
 class PoolForm(ServiceErrorsMixin, forms.Form):
     description = forms.CharField(max_length=200, required=False)
+    mig_mode = forms.ChoiceField(
+        choices=MigMode.choices,
+        required=False,
+        label="MIG",
+        help_text="In MIG mode work gets whole GPU instances: fixed layouts set per card on the node "
+        "pages, or dynamic (the scheduler re-partitions idle cards). Only with no work on the pool.",
+    )
     granularity_milli = forms.IntegerField(
         min_value=1,
         max_value=MILLI_PER_GPU,

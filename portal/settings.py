@@ -265,6 +265,7 @@ SPECTACULAR_SETTINGS = {
         "OnDemandOrSpotEnum": "scheduler_app.choices.CapacityType",
         "ResizeStateEnum": "billing_app.choices.ResizeState",
         "RequestStateEnum": "scheduler_app.choices.RequestState",
+        "MigModeEnum": "scheduler_app.choices.MigMode",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

@@ -47,6 +47,7 @@ urlpatterns = [
     path("operator/nodes/<int:pk>/", operator.node_status, name="operator_node"),
     path("operator/nodes/<int:pk>/credential/", operator.node_credential, name="operator_node_credential"),
     path("operator/nodes/<int:pk>/reclaim/", operator.node_reclaim, name="operator_node_reclaim"),
+    path("operator/nodes/<int:pk>/mig/", operator.node_mig_layout, name="operator_node_mig"),
     path("operator/pools/", operator.pool_index, name="operator_pools"),
     path("operator/pools/<int:pk>/", operator.pool_edit, name="operator_pool"),
     path("operator/quotas/", operator.quota_index, name="operator_quotas"),

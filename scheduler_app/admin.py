@@ -10,15 +10,19 @@ from scheduler_app.services.transitions import transition_requests
 
 @admin.register(Pool)
 class PoolAdmin(admin.ModelAdmin):
-    list_display = ["name", "gpu_model", "capacity_type", "granularity_milli"]
+    list_display = ["name", "gpu_model", "capacity_type", "granularity_milli", "mig_mode"]
     list_filter = ["capacity_type", "gpu_model"]
     search_fields = ["name", "gpu_model"]
+    # Set on the operator pool page or the API (update_pool): only with no work on the pool.
+    readonly_fields = ["mig_mode"]
 
 
 class GpuInline(admin.TabularInline):
     model = Gpu
     extra = 0
-    fields = ["index", "uuid", "model", "memory_mib", "mig_capable"]
+    fields = ["index", "uuid", "model", "memory_mib", "mig_capable", "mig_layout"]
+    # Set on the operator node page or the API (set_mig_layout): checked against the geometry.
+    readonly_fields = ["mig_layout"]
 
 
 @admin.register(Node)
@@ -46,10 +50,11 @@ class NodeAdmin(admin.ModelAdmin):
 
 @admin.register(Gpu)
 class GpuAdmin(admin.ModelAdmin):
-    list_display = ["__str__", "model", "memory_mib", "mig_capable", "uuid"]
+    list_display = ["__str__", "model", "memory_mib", "mig_capable", "mig_layout", "uuid"]
     list_filter = ["model", "mig_capable", "node__pool"]
     search_fields = ["uuid", "node__name", "model"]
     list_select_related = ["node"]
+    readonly_fields = ["mig_layout"]
 
 
 @admin.register(TeamQuota)

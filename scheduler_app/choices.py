@@ -40,3 +40,9 @@ class WhatIfStatus(models.TextChoices):
     RUNNING = "running", "Running"
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
+
+
+class MigMode(models.TextChoices):
+    OFF = "", "Off (whole cards, shared by milli-GPU)"
+    FIXED = "fixed", "MIG, fixed layouts (set per card)"
+    DYNAMIC = "dynamic", "MIG, dynamic (the scheduler re-partitions idle cards)"

@@ -16,6 +16,7 @@ from scheduler_app.choices import BillingMode, CapacityType, NodeStatus, Request
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.core.cluster import GpuState, NodeState, Placement, RequestSpec
 from scheduler_app.core.fragmentation import WorkloadMix
+from scheduler_app.core.mig import MigCard, hold
 from scheduler_app.core.queue_ledger import TeamQuota as QuotaSpec
 from scheduler_app.core.queueing import RunningAllocation
 from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, Pool, TeamQuota
@@ -187,7 +188,16 @@ def load_cluster_snapshot() -> ClusterSnapshot:
 def node_state(node: Node, cards: list[Gpu]) -> NodeState:
     """The core's view of an empty node (`node.pool` loaded), its cards in index order."""
     # The core addresses cards by position on the node, whatever their NVML indices.
-    gpus = [GpuState(index=i, model=g.model, memory_mib=g.memory_mib) for i, g in enumerate(cards)]
+    mode = node.pool.mig_mode
+    gpus = [
+        GpuState(
+            index=i,
+            model=g.model,
+            memory_mib=g.memory_mib,
+            mig=MigCard(mode, g.memory_mib, g.mig_instances()) if mode else None,
+        )
+        for i, g in enumerate(cards)
+    ]
     return NodeState(
         name=node.name,
         pool=node.pool.name,
@@ -211,7 +221,14 @@ def _take_out_running(snapshot: ClusterSnapshot, states: dict[int, NodeState], p
         Allocation.objects.committed()
         .order_by("request_id", "gpu_id")
         .values_list(
-            "request_id", "gpu_id", "gpu__node_id", "milli", "gpu_memory_mib", "started_at", "borrowed"
+            "request_id",
+            "gpu_id",
+            "gpu__node_id",
+            "milli",
+            "gpu_memory_mib",
+            "started_at",
+            "borrowed",
+            "mig_instance",
         )
     )
     for piece in open_allocations:
@@ -228,8 +245,12 @@ def _take_out_running(snapshot: ClusterSnapshot, states: dict[int, NodeState], p
         node = states[pieces[0][2]]
         node.free_cpu_milli -= request.cpu_milli
         node.free_memory_mib -= request.memory_mib
-        for _, gpu_id, _, milli, gpu_memory_mib, _, _ in pieces:
+        instances = []
+        for _, gpu_id, _, milli, gpu_memory_mib, _, _, mig_instance in pieces:
             card = node.gpus[snapshot.gpu_position[gpu_id]]
+            if card.mig is not None and mig_instance:
+                instances.append((hold(card, mig_instance), None))
+                continue
             card.free_milli -= milli
             card.free_memory_mib -= gpu_memory_mib
         placement = Placement(
@@ -238,6 +259,7 @@ def _take_out_running(snapshot: ClusterSnapshot, states: dict[int, NodeState], p
             tuple(snapshot.gpu_position[piece[1]] for piece in pieces),
             pieces[0][3],
             pieces[0][4],
+            tuple(instances),
         )
         started: datetime = min(piece[5] for piece in pieces)
         snapshot.running.append(

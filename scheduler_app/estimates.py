@@ -103,9 +103,9 @@ def estimate_request(
     spec = dataclasses.replace(request_spec(request, pools), id=CANDIDATE)
     label = request.share_label()
 
-    def prices(placed_pool: str = "") -> PlacementPrices:
+    def prices(placed_pool: str = "", milli: int = request.gpu_milli) -> PlacementPrices:
         return price_per_hour(
-            request.gpu_milli,
+            milli,
             request.num_gpus,
             gpu_model=request.gpu_model or None,
             pool=request.pool,
@@ -113,8 +113,8 @@ def estimate_request(
             placed_pool=placed_pool,
         )
 
-    def answer(starts_now, where, start, reason, pool, as_of) -> Estimate:
-        placed = prices(pool)
+    def answer(starts_now, where, start, reason, pool, as_of, milli=request.gpu_milli) -> Estimate:
+        placed = prices(pool, milli)
         compared = placed.compared.gpu_model
         shape = None
         if compared:
@@ -141,7 +141,11 @@ def estimate_request(
         decision, as_of = _dry_run(spec, now), now
     pool = _pool_of(decision.node)
     if decision.start is not None:
-        where = ", ".join(f"{decision.node}/gpu{i}" for i in decision.start.placement.gpus)
+        placement = decision.start.placement
+        where = ", ".join(f"{decision.node}/gpu{i}" for i in placement.gpus)
+        if placement.mig:  # a MIG instance is held, and paid for, whole
+            where += " MIG " + ", ".join(str(instance) for instance, _ in placement.mig)
+            return answer(True, where, now, "", pool, as_of, placement.milli)
         return answer(True, where, now, "", pool, as_of)
     waiting = decision.waiting
     start = (

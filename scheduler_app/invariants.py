@@ -51,6 +51,24 @@ def terminal_requests_without_end() -> list[str]:
     return [f"{r.name} (#{r.pk}) is {r.state} with no ended_at" for r in ended]
 
 
+def mig_slices_outside_their_layout() -> list[str]:
+    """An open slice on a card of a MIG pool holds one instance of the card's layout (an instance
+    holds at most one slice: a unique constraint); outside MIG pools, no slice names an instance."""
+    wrong = []
+    slices = Allocation.objects.committed().select_related("gpu__node__pool").order_by("pk")
+    for a in slices.filter(Q(gpu__node__pool__mig_mode="") ^ Q(mig_instance="")):
+        wrong.append(
+            f"open slice #{a.pk} on {a.gpu} names MIG instance {a.mig_instance!r} in a "
+            f"{a.gpu.node.pool.mig_mode or 'non-MIG'} pool"
+        )
+    for a in slices.exclude(mig_instance=""):
+        if a.mig_instance not in {str(i) for i in a.gpu.mig_instances()}:
+            wrong.append(
+                f"open slice #{a.pk} holds {a.mig_instance}, not in {a.gpu}'s layout {a.gpu.mig_layout!r}"
+            )
+    return wrong
+
+
 def violations() -> list[str]:
     """Every broken rule, across the whole database."""
     return [
@@ -58,6 +76,7 @@ def violations() -> list[str]:
         *slices_of_inactive_requests(),
         *active_requests_without_their_slices(),
         *terminal_requests_without_end(),
+        *mig_slices_outside_their_layout(),
     ]
 
 

@@ -13,7 +13,15 @@ from django.db import connections, models
 from django.db.models import Q, Sum
 from django.utils import timezone
 
-from scheduler_app.choices import BillingMode, CapacityType, NodeStatus, RequestState, TaskType, WhatIfStatus
+from scheduler_app.choices import (
+    BillingMode,
+    CapacityType,
+    MigMode,
+    NodeStatus,
+    RequestState,
+    TaskType,
+    WhatIfStatus,
+)
 from scheduler_app.constants import (
     DEFAULT_GRANULARITY_MILLI,
     MAX_GPUS_PER_REQUEST,
@@ -21,6 +29,7 @@ from scheduler_app.constants import (
     MAX_TEMPERATURE_C,
     MILLI_PER_GPU,
 )
+from scheduler_app.core.mig import parse_layout
 from scheduler_app.lifecycle import ACTIVE_STATES, TERMINAL_STATES
 from scheduler_app.shares import share_label
 
@@ -35,6 +44,13 @@ class Pool(models.Model):
     )
     granularity_milli = models.PositiveIntegerField(default=DEFAULT_GRANULARITY_MILLI)
     description = models.CharField(max_length=200, blank=True)
+    mig_mode = models.CharField(
+        max_length=16,
+        choices=MigMode.choices,
+        blank=True,
+        default=MigMode.OFF,
+        help_text="MIG: work gets whole GPU instances within the cards' geometry (core/mig.py).",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -46,6 +62,7 @@ class Pool(models.Model):
             models.CheckConstraint(
                 condition=Q(capacity_type__in=CapacityType.values), name="pool_capacity_valid"
             ),
+            models.CheckConstraint(condition=Q(mig_mode__in=MigMode.values), name="pool_mig_mode_valid"),
         ]
 
     def __str__(self) -> str:
@@ -98,6 +115,12 @@ class Gpu(models.Model):
     mig_enabled = models.BooleanField(
         default=False, help_text="MIG mode on, as the node's agent last reported."
     )
+    mig_layout = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="In a MIG pool, the card's GPU instances, e.g. 3g.40gb@0,2g.20gb@4,1g.10gb@6 "
+        "(profile@start memory slice). Fixed pools: set by operators; dynamic: by the scheduler.",
+    )
 
     class Meta:
         ordering = ["node__name", "index"]
@@ -116,6 +139,10 @@ class Gpu(models.Model):
 
     def free_milli(self) -> int:
         return MILLI_PER_GPU - self.committed()[0]
+
+    def mig_instances(self) -> list:
+        """The card's MIG layout as core instances (empty outside MIG pools); LayoutError when invalid."""
+        return parse_layout(self.mig_layout, self.memory_mib) if self.mig_layout else []
 
 
 class TeamQuota(models.Model):
@@ -337,6 +364,12 @@ class Allocation(models.Model):
     milli = models.PositiveIntegerField()
     gpu_memory_mib = models.PositiveIntegerField()
     billing_mode = models.CharField(max_length=16, choices=BillingMode.choices)
+    mig_instance = models.CharField(
+        max_length=32, blank=True, help_text="On a MIG card: the GPU instance held whole, profile@start."
+    )
+    mig_slots = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="The instance's memory slices (the database guard reads them)."
+    )
     borrowed = models.BooleanField(default=False, help_text="Above the team's quota, so preemptible.")
     started_at = models.DateTimeField(default=timezone.now)
     ended_at = models.DateTimeField(null=True, blank=True)
@@ -361,6 +394,11 @@ class Allocation(models.Model):
                 fields=["request", "gpu"],
                 condition=Q(ended_at__isnull=True),
                 name="allocation_one_open_per_gpu",
+            ),
+            models.UniqueConstraint(
+                fields=["gpu", "mig_instance"],
+                condition=Q(ended_at__isnull=True) & ~Q(mig_instance=""),
+                name="allocation_mig_instance_not_shared",
             ),
         ]
 

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from scheduler_app.choices import BillingMode, CapacityType, RequestState
 from scheduler_app.cluster_state import ClusterSnapshot, load_cluster_snapshot
+from scheduler_app.core.mig import mig_slice
 from scheduler_app.core.placement import DEFAULT_POLICY
 from scheduler_app.core.queueing import PassPlan, Start, plan_pass
 from scheduler_app.models import Allocation, GpuRequest
@@ -90,7 +91,7 @@ def _apply(
     starts, held_back = [], {}
     for start in plan.starts:
         pieces = _pieces(start, snapshot)
-        deadlines = [snapshot.stopping[gpu_id] for gpu_id, _, _ in pieces if gpu_id in snapshot.stopping]
+        deadlines = [snapshot.stopping[piece[0]] for piece in pieces if piece[0] in snapshot.stopping]
         if deadlines:
             held_back[start.request.id] = (
                 "waits for preempted or reclaimed work on its cards to checkpoint and stop "
@@ -121,9 +122,15 @@ def format_utc(timestamp: float) -> str:
     return f"{dt.datetime.fromtimestamp(timestamp, tz=dt.UTC):%Y-%m-%d %H:%M} UTC"
 
 
-def _pieces(start: Start, snapshot: ClusterSnapshot) -> list[tuple[int, int, int]]:
+def _pieces(start: Start, snapshot: ClusterSnapshot) -> list[tuple]:
     p = start.placement
-    return [(snapshot.gpu_ids[(p.node, i)], p.milli, p.gpu_memory_mib) for i in p.gpus]
+    pieces = [(snapshot.gpu_ids[(p.node, i)], p.milli, p.gpu_memory_mib) for i in p.gpus]
+    if p.mig:
+        return [
+            (*piece, *mig_slice(instance, layout))
+            for piece, (instance, layout) in zip(pieces, p.mig, strict=True)
+        ]
+    return pieces
 
 
 def _billing_mode(start: Start, snapshot: ClusterSnapshot) -> str:

@@ -13,6 +13,7 @@ from django.utils import timezone
 from audit.models import Event
 from scheduler_app.choices import NodeStatus, RequestState
 from scheduler_app.constants import MILLI_PER_GPU, UTILIZATION_MAX_POINTS, UTILIZATION_WINDOW_S
+from scheduler_app.core.mig import MEMORY_SLICES
 from scheduler_app.lifecycle import ACTIVE_STATES
 from scheduler_app.models import Allocation, Gpu, GpuRequest, GpuSample, LogChunk, Node, Pool, TeamQuota
 from scheduler_app.services.agents import checkpoint_dir
@@ -91,6 +92,21 @@ class SliceView:
     label: str
     colour: str  # "team-N" for a visible team, "other" otherwise
     request_id: int | None
+    mig_instance: str = ""
+
+
+@dataclass
+class MigSegmentView:
+    """A run of a MIG card's memory slices in the picture: an instance (used by `slice`, or free), or
+    slices no instance takes (`instance` empty)."""
+
+    instance: str
+    slots: int
+    slice: SliceView | None = None
+
+    @property
+    def percent(self) -> float:
+        return self.slots * 100 / MEMORY_SLICES
 
 
 @dataclass
@@ -100,6 +116,23 @@ class GpuView:
 
     def used_milli(self) -> int:
         return sum(s.milli for s in self.slices)
+
+    def mig_segments(self) -> list[MigSegmentView]:
+        """The card's MIG layout left to right by memory slice (empty when it has none)."""
+        if not self.gpu.mig_layout:
+            return []
+        holders = {s.mig_instance: s for s in self.slices if s.mig_instance}
+        segments, at = [], 0
+        for instance in self.gpu.mig_instances():
+            if instance.start > at:
+                segments.append(MigSegmentView("", instance.start - at))
+            segments.append(
+                MigSegmentView(str(instance), instance.profile.memory, holders.get(str(instance)))
+            )
+            at = instance.start + instance.profile.memory
+        if at < MEMORY_SLICES:
+            segments.append(MigSegmentView("", MEMORY_SLICES - at))
+        return segments
 
 
 @dataclass
@@ -209,9 +242,11 @@ def _node_views(pools: dict[int, PoolView], nodes: list[Node], colours: dict[int
     for segment in open_segments:
         request = segment.request
         if request.team_id in colours:
-            view = SliceView(segment.milli, request.name, colours[request.team_id], request.pk)
+            view = SliceView(
+                segment.milli, request.name, colours[request.team_id], request.pk, segment.mig_instance
+            )
         else:
-            view = SliceView(segment.milli, "other team", "other", None)
+            view = SliceView(segment.milli, "other team", "other", None, segment.mig_instance)
         gpus[segment.gpu_id].slices.append(view)
     return list(views.values())
 
@@ -374,7 +409,12 @@ def node_work(node: Node) -> list[dict]:
             },
         )
         item["gpus"].append(
-            {"uuid": allocation.gpu.uuid, "milli": allocation.milli, "memory_mib": allocation.gpu_memory_mib}
+            {
+                "uuid": allocation.gpu.uuid,
+                "milli": allocation.milli,
+                "memory_mib": allocation.gpu_memory_mib,
+                "mig_instance": allocation.mig_instance,
+            }
         )
     ends = (
         LogChunk.objects.filter(request_id__in=list(work))

@@ -16,11 +16,24 @@ from django.views.decorators.http import require_POST
 
 from billing_app.selectors import prices_in_force
 from billing_app.services import set_pool_price
-from portal.forms import NodeStatusForm, PoolForm, PoolPriceForm, QuotaForm, ReclaimForm, WhatIfForm
+from portal.forms import (
+    MigLayoutForm,
+    NodeStatusForm,
+    PoolForm,
+    PoolPriceForm,
+    QuotaForm,
+    ReclaimForm,
+    WhatIfForm,
+)
 from scheduler_app.models import Node, Pool, TeamQuota, WhatIfRun
 from scheduler_app.permissions import can_operate
 from scheduler_app.selectors import nodes_for_operators, recent_audit_events
-from scheduler_app.services.inventory import reissue_agent_credential, set_node_status, update_pool
+from scheduler_app.services.inventory import (
+    reissue_agent_credential,
+    set_mig_layout,
+    set_node_status,
+    update_pool,
+)
 from scheduler_app.services.migration import reclaim_node
 from scheduler_app.services.quotas import set_team_quota
 from scheduler_app.services.whatif import start_what_if
@@ -65,12 +78,7 @@ def node_status(request, pk):
         else:
             messages.success(request, f"{node.name} is now {node.get_status_display().lower()}.")
             return redirect("operator_nodes")
-    context = {
-        "node": node,
-        "form": form,
-        "reclaim": ReclaimForm(initial={"grace_s": settings.RECLAIM_DEFAULT_GRACE_S}),
-    }
-    return render(request, "portal/operator/node_form.html", context)
+    return _node_page(request, node, form)
 
 
 @staff_required
@@ -97,8 +105,37 @@ def node_reclaim(request, pk):
                 f"{node.name} reclaimed: {stopping} job(s) checkpoint and stop by {deadline:%H:%M:%S} UTC.",
             )
             return redirect("operator_node", pk=node.pk)
-    status = NodeStatusForm(initial={"status": node.status})
-    return render(request, "portal/operator/node_form.html", {"node": node, "form": status, "reclaim": form})
+    return _node_page(
+        request, node, NodeStatusForm(initial={"status": node.status}), reclaim=form, status=400
+    )
+
+
+@staff_required
+@require_POST
+def node_mig_layout(request, pk):
+    node = get_object_or_404(Node.objects.select_related("pool"), pk=pk)
+    form = MigLayoutForm(request.POST, node=node)
+    if form.is_valid():
+        gpu = node.gpus.get(index=form.cleaned_data["gpu_index"])
+        try:
+            set_mig_layout(gpu, form.cleaned_data["mig_layout"], actor=request.user)
+        except ValidationError as error:
+            form.add_service_errors(error)
+        else:
+            messages.success(request, f"{gpu} MIG layout: {gpu.mig_layout or 'none'}.")
+            return redirect("operator_node", pk=node.pk)
+    return _node_page(request, node, NodeStatusForm(initial={"status": node.status}), mig=form, status=400)
+
+
+def _node_page(request, node, form, *, reclaim=None, mig=None, status=200):
+    """The node's page: its status form, the reclaim form on spot pools, the MIG form on MIG pools."""
+    context = {
+        "node": node,
+        "form": form,
+        "reclaim": reclaim or ReclaimForm(initial={"grace_s": settings.RECLAIM_DEFAULT_GRACE_S}),
+        "mig_form": (mig or MigLayoutForm(node=node)) if node.pool.mig_mode else None,
+    }
+    return render(request, "portal/operator/node_form.html", context, status=status)
 
 
 @staff_required
@@ -138,7 +175,11 @@ def pool_index(request):
 @staff_required
 def pool_edit(request, pk):
     pool = get_object_or_404(Pool, pk=pk)
-    initial = {"description": pool.description, "granularity_milli": pool.granularity_milli}
+    initial = {
+        "description": pool.description,
+        "granularity_milli": pool.granularity_milli,
+        "mig_mode": pool.mig_mode,
+    }
     form = PoolForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
         changes = {name: form.cleaned_data[name] for name in form.changed_data}

@@ -53,6 +53,9 @@ class WorkCardSerializer(serializers.Serializer):
     uuid = serializers.CharField()
     milli = serializers.IntegerField(help_text="The slice of this card, in milli-GPU.")
     memory_mib = serializers.IntegerField(help_text="GPU memory the slice may use, in MiB.")
+    mig_instance = serializers.CharField(
+        allow_blank=True, help_text="On a MIG card: the GPU instance held whole (profile@start); else empty."
+    )
 
 
 class WorkSerializer(serializers.Serializer):

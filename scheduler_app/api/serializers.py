@@ -17,7 +17,7 @@ from portal.api.fields import (
     StrictIntegerField,
     StrictSlugField,
 )
-from scheduler_app.choices import BillingMode, RequestState, TaskType
+from scheduler_app.choices import BillingMode, MigMode, RequestState, TaskType
 from scheduler_app.constants import (
     MAX_GPUS_PER_REQUEST,
     MAX_GPUS_PER_SAMPLE_BATCH,
@@ -220,6 +220,16 @@ class SliceSerializer(serializers.Serializer):
     milli = serializers.IntegerField()
     label = serializers.CharField(help_text="The request's name, or 'other team' for work you may not see.")
     request_id = serializers.IntegerField(allow_null=True)
+    mig_instance = serializers.CharField(help_text="On a MIG card: the GPU instance held, profile@start.")
+
+
+class MigSegmentSerializer(serializers.Serializer):
+    instance = serializers.CharField(help_text="profile@start memory slice; empty: slices no instance takes.")
+    slots = serializers.IntegerField(help_text="Memory slices (of 8).")
+    used = serializers.SerializerMethodField()
+
+    def get_used(self, segment) -> bool:
+        return segment.slice is not None
 
 
 class GpuSerializer(serializers.Serializer):
@@ -229,6 +239,8 @@ class GpuSerializer(serializers.Serializer):
     memory_mib = serializers.IntegerField(source="gpu.memory_mib")
     allocated_milli = serializers.IntegerField(source="used_milli")
     slices = SliceSerializer(many=True)
+    mig_layout = serializers.CharField(source="gpu.mig_layout", help_text="MIG instances; empty outside MIG.")
+    mig = MigSegmentSerializer(many=True, source="mig_segments", help_text="The MIG layout, left to right.")
 
 
 class NodeSerializer(serializers.Serializer):
@@ -428,6 +440,11 @@ class OperatorNodeSerializer(serializers.ModelSerializer):
     pool = serializers.CharField(source="pool.name")
     gpu_count = serializers.IntegerField()
     allocated_milli = serializers.IntegerField(allow_null=True)
+    mig_mode = serializers.CharField(source="pool.mig_mode", help_text='The pool\'s MIG mode; "" is off.')
+    mig_layouts = serializers.SerializerMethodField(help_text="Each card's MIG layout, by card index.")
+
+    def get_mig_layouts(self, node) -> list[str]:
+        return [gpu.mig_layout for gpu in sorted(node.gpus.all(), key=lambda g: g.index)]
 
     class Meta:
         model = Node
@@ -441,6 +458,8 @@ class OperatorNodeSerializer(serializers.ModelSerializer):
             "memory_mib",
             "gpu_count",
             "allocated_milli",
+            "mig_mode",
+            "mig_layouts",
         ]
 
 
@@ -468,13 +487,23 @@ class ReclaimSerializer(serializers.Serializer):
 class PoolDetailSerializer(serializers.ModelSerializer):
     class Meta:
         model = Pool
-        fields = ["name", "gpu_model", "capacity_type", "granularity_milli", "description"]
+        fields = ["name", "gpu_model", "capacity_type", "granularity_milli", "description", "mig_mode"]
         read_only_fields = ["name", "gpu_model", "capacity_type"]
 
 
 class PoolChangeSerializer(serializers.Serializer):
     granularity_milli = StrictIntegerField(min_value=1, max_value=MILLI_PER_GPU, required=False)
     description = StrictCharField(max_length=200, required=False, allow_blank=True)
+    mig_mode = serializers.ChoiceField(
+        choices=MigMode.choices, required=False, help_text='"" (off), "fixed" or "dynamic".'
+    )
+
+
+class MigLayoutSerializer(serializers.Serializer):
+    gpu_index = StrictIntegerField(min_value=0, help_text="The card's index on the node.")
+    mig_layout = StrictCharField(
+        max_length=200, allow_blank=True, help_text="e.g. 3g.40gb@0,2g.20gb@4,1g.10gb@6; empty: none."
+    )
 
 
 class TelemetryRangeSerializer(serializers.Serializer):

@@ -23,6 +23,7 @@ from scheduler_app.api.serializers import (
     EstimateSerializer,
     GpuRequestDetailSerializer,
     GpuRequestSerializer,
+    MigLayoutSerializer,
     OperatorNodeSerializer,
     PoolChangeSerializer,
     PoolDetailSerializer,
@@ -45,7 +46,7 @@ from scheduler_app.selectors import (
     request_utilization,
     requests_visible_to,
 )
-from scheduler_app.services.inventory import set_node_status, update_pool
+from scheduler_app.services.inventory import set_mig_layout, set_node_status, update_pool
 from scheduler_app.services.migration import reclaim_node
 from scheduler_app.services.requests import cancel_request, release_request, submit_request
 from scheduler_app.telemetry import SampleMoment, record_sample_moments
@@ -232,7 +233,7 @@ class NodeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     lookup_value_converter = "int"
 
     def get_queryset(self):
-        nodes = nodes_for_operators().order_by("name")
+        nodes = nodes_for_operators().prefetch_related("gpus").order_by("name")
         if name := self.request.query_params.get("name"):
             nodes = nodes.filter(name=name)
         return nodes
@@ -256,6 +257,21 @@ class NodeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         reclaim_node(self.get_object(), source="operator", actor=request.user, **form.validated_data)
         return Response(self.get_serializer(self.get_queryset().get(pk=pk)).data)
 
+    @extend_schema(request=MigLayoutSerializer, responses=OperatorNodeSerializer)
+    @action(detail=True, methods=["post"], url_path="mig-layout")
+    def mig_layout(self, request, pk=None):
+        """Set one card's MIG layout (the node's pool must be in MIG mode; instances in use stay)."""
+        form = MigLayoutSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        node = self.get_object()
+        gpu = node.gpus.filter(index=form.validated_data["gpu_index"]).first()
+        if gpu is None:
+            raise ValidationError(
+                {"gpu_index": [f"{node.name} has no GPU {form.validated_data['gpu_index']}."]}
+            )
+        set_mig_layout(gpu, form.validated_data["mig_layout"], actor=request.user)
+        return Response(self.get_serializer(self.get_queryset().get(pk=pk)).data)
+
     def _set_status(self, request, pk, status):
         form = ReasonSerializer(data=request.data)
         form.is_valid(raise_exception=True)
@@ -277,6 +293,8 @@ class PoolViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         form = PoolChangeSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         if not form.validated_data:
-            raise ValidationError({"non_field_errors": ["Give granularity_milli or description to change."]})
+            raise ValidationError(
+                {"non_field_errors": ["Give granularity_milli, description or mig_mode to change."]}
+            )
         pool = update_pool(self.get_object(), actor=request.user, **form.validated_data)
         return Response(self.get_serializer(pool).data)

@@ -7,6 +7,10 @@ milli-cores, times in seconds since an arbitrary epoch chosen by the caller.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .mig import Instance, MigCard
 
 MILLI_PER_GPU = 1000
 
@@ -20,10 +24,15 @@ class GpuState:
     memory_mib: int
     free_milli: int = MILLI_PER_GPU
     free_memory_mib: int = -1
+    # In MIG mode: its layout and instances in use; free_milli/free_memory_mib are then the most a
+    # request could still get (core/mig.py).
+    mig: MigCard | None = None
 
     def __post_init__(self) -> None:
         if self.free_memory_mib < 0:
             self.free_memory_mib = self.memory_mib
+        if self.mig is not None:
+            self.free_milli, self.free_memory_mib = self.mig.best_free()
 
 
 @dataclass(slots=True)
@@ -84,10 +93,14 @@ class RequestSpec:
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """Where a request goes: a node and the indices of its cards, each getting `milli`."""
+    """Where a request goes: a node and the indices of its cards, each getting `milli`.
+
+    On MIG cards, `mig` holds per card the instance taken and, when the scheduler re-partitions or
+    extends the card's layout for it, the new layout (else None)."""
 
     request_id: int | str
     node: str
     gpus: tuple[int, ...]
     milli: int
     gpu_memory_mib: int
+    mig: tuple[tuple[Instance, tuple[Instance, ...] | None], ...] = ()

@@ -44,6 +44,7 @@ import numpy as np
 
 from .cluster import MILLI_PER_GPU, GpuState, NodeState, Placement, RequestSpec
 from .fragmentation import FragmentationModel, WorkloadMix
+from .mig import mig_placement, release_instances, take_instances
 
 DEFAULT_POLICY = "fgd-plus"
 # fgd-plus keeps nodes for a gang shape while at most this share of the nodes can still host it...
@@ -666,6 +667,8 @@ class Placer:
         node = self.index.nodes[j]
         if request.num_gpus == 0:
             return Placement(request.id, node.name, (), 0, 0)
+        if node.gpus[cards[0]].mig is not None:
+            return mig_placement(request, node, cards)
         return Placement(
             request.id, node.name, cards, request.gpu_milli, request.memory_on(node.gpus[cards[0]])
         )
@@ -718,6 +721,9 @@ def apply_placement(node: NodeState, request: RequestSpec, placement: Placement)
     """Take the placement's resources from the node (the caller checked it fits)."""
     node.free_cpu_milli -= request.cpu_milli
     node.free_memory_mib -= request.memory_mib
+    if placement.mig:
+        take_instances(node, placement)
+        return
     for index in placement.gpus:
         gpu = node.gpus[index]
         gpu.free_milli -= placement.milli
@@ -729,6 +735,9 @@ def release_placement(node: NodeState, request: RequestSpec, placement: Placemen
     """Give the placement's resources back to the node."""
     node.free_cpu_milli += request.cpu_milli
     node.free_memory_mib += request.memory_mib
+    if placement.mig:
+        release_instances(node, placement)
+        return
     for index in placement.gpus:
         gpu = node.gpus[index]
         gpu.free_milli += placement.milli

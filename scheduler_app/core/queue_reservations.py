@@ -66,7 +66,10 @@ class _Claims:
 
 def copy_node(node: NodeState) -> NodeState:
     """A scratch copy of a node's free state."""
-    gpus = [GpuState(g.index, g.model, g.memory_mib, g.free_milli, g.free_memory_mib) for g in node.gpus]
+    gpus = [
+        GpuState(g.index, g.model, g.memory_mib, g.free_milli, g.free_memory_mib, g.mig and g.mig.copy())
+        for g in node.gpus
+    ]
     return NodeState(
         node.name,
         node.pool,

@@ -5,7 +5,8 @@ from django.db import transaction
 
 from audit.events import log_event
 from scheduler_app.choices import NodeStatus
-from scheduler_app.models import Gpu, Node, Pool
+from scheduler_app.core.mig import LayoutError, format_layout, geometry_for, parse_layout
+from scheduler_app.models import Allocation, Gpu, Node, Pool
 from scheduler_app.permissions import can_operate
 from teams.permissions import require
 from teams.tokens import hash_token, new_token
@@ -94,11 +95,15 @@ def node_for_agent_token(token: str) -> Node | None:
 def update_pool(pool: Pool, *, actor, **fields) -> Pool:
     """Operators change a pool's description, granularity or capacity type; logged with the old values."""
     require(can_operate(actor), "Only platform operators change pools.")
-    allowed = {"description", "granularity_milli", "capacity_type", "gpu_model"}
+    allowed = {"description", "granularity_milli", "capacity_type", "gpu_model", "mig_mode"}
     if unknown := set(fields) - allowed:
         raise ValidationError({name: "This field cannot be changed here." for name in unknown})
     with transaction.atomic():
         locked = Pool.objects.select_for_update().get(pk=pool.pk)
+        if "mig_mode" in fields and fields["mig_mode"] != locked.mig_mode:
+            _check_mig_mode_change(locked, fields["mig_mode"])
+            if not fields["mig_mode"]:  # out of MIG, the cards are whole again
+                Gpu.objects.filter(node__pool=locked).update(mig_layout="")
         before = {name: getattr(locked, name) for name in fields}
         for name, value in fields.items():
             setattr(locked, name, value)
@@ -107,4 +112,51 @@ def update_pool(pool: Pool, *, actor, **fields) -> Pool:
         change = ", ".join(f"{name}: {before[name]} → {value}" for name, value in fields.items())
         data = {name: {"from": before[name], "to": value} for name, value in fields.items()}
         log_event(locked, "updated", actor=actor, reason=change, data=data)
+    return locked
+
+
+def _check_mig_mode_change(pool: Pool, mode: str) -> None:
+    """A pool enters or leaves MIG mode only with no work on its cards, and MIG only with cards that
+    have a MIG geometry (40 or 80 GB A100/H100 class)."""
+    cards = Gpu.objects.filter(node__pool=pool)
+    if Allocation.objects.committed().filter(gpu__in=cards).exists():
+        raise ValidationError({"mig_mode": f"Pool {pool.name} has work on its cards: drain it first."})
+    if mode and (
+        odd := next((g for g in cards.select_related("node") if not geometry_for(g.memory_mib)), None)
+    ):
+        raise ValidationError(
+            {"mig_mode": f"{odd} ({odd.memory_mib} MiB) has no MIG geometry: 40 or 80 GB cards only."}
+        )
+
+
+def set_mig_layout(gpu: Gpu, layout: str, *, actor) -> Gpu:
+    """Operators set a card's MIG layout (``profile@start,...``), checked against its geometry; the
+    instances in use must stay. Logged with the old layout."""
+    require(can_operate(actor), "Only platform operators set MIG layouts.")
+    with transaction.atomic():
+        locked = Gpu.objects.select_for_update(no_key=True).select_related("node__pool").get(pk=gpu.pk)
+        if not locked.node.pool.mig_mode:
+            raise ValidationError({"mig_layout": f"Pool {locked.node.pool.name} is not in MIG mode."})
+        try:
+            instances = parse_layout(layout, locked.memory_mib)
+        except LayoutError as error:
+            raise ValidationError({"mig_layout": f"Invalid MIG layout for {locked}: {error}."}) from None
+        text = format_layout(instances)
+        in_use = set(
+            Allocation.objects.committed()
+            .filter(gpu=locked)
+            .exclude(mig_instance="")
+            .values_list("mig_instance", flat=True)
+        )
+        if missing := sorted(in_use - {str(i) for i in instances}):
+            raise ValidationError({"mig_layout": f"{locked} has instance {missing[0]} in use: keep it."})
+        before, locked.mig_layout = locked.mig_layout, text
+        locked.save(update_fields=["mig_layout"])
+        log_event(
+            locked.node,
+            "mig_layout",
+            actor=actor,
+            reason=f"{locked}: {before or 'none'} → {text or 'none'}",
+            data={"gpu": locked.index, "from": before, "to": text},
+        )
     return locked

@@ -7,8 +7,9 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from scheduler_app.choices import RequestState
+from scheduler_app.choices import MigMode, RequestState
 from scheduler_app.constants import MILLI_PER_GPU
+from scheduler_app.core.mig import LayoutError, parse_layout
 from scheduler_app.lifecycle import StateConflict
 from scheduler_app.models import Allocation, Gpu, GpuRequest, Node
 from scheduler_app.services.transitions import _move
@@ -25,6 +26,8 @@ class Slice:
     gpu_id: int
     milli: int
     gpu_memory_mib: int
+    mig_instance: str = ""  # on a MIG card: the GPU instance held whole, profile@start
+    mig_layout: str | None = None  # the card's new layout when the slice re-partitions or extends it
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ def place(starts: Sequence[PlannedStart], *, actor_name: str = "scheduler", now=
         for gpu in gpus.values():
             gpu.node = nodes[gpu.node_id]
         committed = Allocation.objects.committed_by_gpu(gpu_ids)
+        mig = MigCheck(gpus, nodes)
         pending = {
             r.pk: r
             for r in GpuRequest.objects.select_for_update()
@@ -83,30 +87,37 @@ def place(starts: Sequence[PlannedStart], *, actor_name: str = "scheduler", now=
         allocations, reasons = [], {}
         for start in starts:
             request = pending.get(start.request_id)
-            refusal = _refusal(request, start, gpus, committed)
+            refusal = _refusal(request, start, gpus, committed) or mig.refusal(start.slices)
             if refusal:
                 result.refused[start.request_id] = refusal
                 continue
             for piece in start.slices:
                 milli, memory = committed.get(piece.gpu_id, (0, 0))
                 committed[piece.gpu_id] = (milli + piece.milli, memory + piece.gpu_memory_mib)
+            mig.take(start.slices)
             allocations += [
                 Allocation(
                     request_id=request.pk,
                     gpu_id=piece.gpu_id,
                     milli=piece.milli,
                     gpu_memory_mib=piece.gpu_memory_mib,
+                    mig_instance=piece.mig_instance,
+                    mig_slots=mig.slots(piece),
                     billing_mode=start.billing_mode,
                     borrowed=start.borrowed,
                     started_at=now,
                 )
                 for piece in start.slices
             ]
-            where = ", ".join(str(gpus[piece.gpu_id]) for piece in start.slices)
+            where = ", ".join(
+                str(gpus[piece.gpu_id]) + (f" MIG {piece.mig_instance}" if piece.mig_instance else "")
+                for piece in start.slices
+            )
             reasons[request.pk] = f"placed on {where}{start.note}"
             result.started.append(request.pk)
         moving = [pending[pk] for pk in sorted(result.started)]
         _move(moving, RequestState.SCHEDULED, actor_name=actor_name, reasons=reasons, now=now)
+        mig.save_layouts()
         Allocation.objects.bulk_create(allocations)
     return result
 
@@ -152,3 +163,74 @@ def _gang_refusal(request: GpuRequest, slices) -> str:
     if len(slices) != request.num_gpus or len({piece.gpu_id for piece in slices}) != request.num_gpus:
         return f"{request.name} needs {request.num_gpus} distinct card(s)"
     return ""
+
+
+class MigCheck:
+    """The MIG half of the re-check under the cards' locks: a slice on a card of a MIG pool holds one
+    whole instance of the card's layout (or of the new layout it brings), that no open slice holds,
+    with exactly that instance's share and memory; a new layout keeps every instance in use."""
+
+    def __init__(self, gpus: dict[int, Gpu], nodes: dict[int, Node]) -> None:
+        self.gpus = gpus
+        modes = dict(Node.objects.filter(pk__in=list(nodes)).values_list("pk", "pool__mig_mode"))
+        self.mig_gpus = {pk for pk, gpu in gpus.items() if modes.get(gpu.node_id)}
+        self.dynamic = {pk for pk, gpu in gpus.items() if modes.get(gpu.node_id) == MigMode.DYNAMIC}
+        self.used: dict[int, set[str]] = {pk: set() for pk in self.mig_gpus}
+        if self.mig_gpus:
+            held = Allocation.objects.committed().filter(gpu_id__in=self.mig_gpus).exclude(mig_instance="")
+            for gpu_id, instance in held.values_list("gpu_id", "mig_instance"):
+                self.used[gpu_id].add(instance)
+        self.layouts: dict[int, str] = {}  # new layouts to write
+
+    def refusal(self, slices) -> str:
+        for piece in slices:
+            if piece.gpu_id not in self.mig_gpus:
+                if piece.mig_instance:
+                    return f"{self.gpus[piece.gpu_id]} is not in a MIG pool"
+                continue
+            if why := self._refusal(piece):
+                return why
+        return ""
+
+    def _refusal(self, piece: Slice) -> str:
+        gpu = self.gpus[piece.gpu_id]
+        if not piece.mig_instance:
+            return f"{gpu} is in MIG mode: a slice holds a whole GPU instance"
+        if piece.mig_layout is not None and gpu.pk not in self.dynamic:
+            return f"{gpu} has a fixed MIG layout: only operators change it"
+        text = self.layouts.get(gpu.pk, gpu.mig_layout) if piece.mig_layout is None else piece.mig_layout
+        try:
+            layout = {str(i): i for i in parse_layout(text, gpu.memory_mib)}
+        except LayoutError as error:
+            return f"{gpu}: invalid MIG layout ({error})"
+        used = self.used[gpu.pk]
+        if missing := sorted(used - set(layout)):
+            return f"{gpu} has MIG instance {missing[0]} in use: only an idle card is re-partitioned"
+        instance = layout.get(piece.mig_instance)
+        if instance is None:
+            return f"{gpu} has no MIG instance {piece.mig_instance}"
+        if piece.mig_instance in used:
+            return f"{gpu} MIG instance {piece.mig_instance} is in use"
+        profile = instance.profile
+        if (piece.milli, piece.gpu_memory_mib) != (profile.milli, profile.memory_mib(gpu.memory_mib)):
+            return (
+                f"{gpu} MIG instance {piece.mig_instance} gives {profile.milli} milli-GPU, not {piece.milli}"
+            )
+        return ""
+
+    def take(self, slices) -> None:
+        for piece in slices:
+            if piece.gpu_id in self.mig_gpus:
+                self.used[piece.gpu_id].add(piece.mig_instance)
+                if piece.mig_layout is not None:
+                    self.layouts[piece.gpu_id] = piece.mig_layout
+
+    def slots(self, piece: Slice) -> int | None:
+        """The instance's memory slices, for the database guard (None outside MIG)."""
+        if not piece.mig_instance:
+            return None
+        return parse_layout(piece.mig_instance, self.gpus[piece.gpu_id].memory_mib)[0].profile.memory
+
+    def save_layouts(self) -> None:
+        for gpu_id, layout in self.layouts.items():
+            Gpu.objects.filter(pk=gpu_id).update(mig_layout=layout)

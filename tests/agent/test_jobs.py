@@ -42,6 +42,16 @@ def test_without_mps_no_mps_limits_are_set(tmp_path):
     assert env["GPU_PORTAL_GPU_MEMORY_MIB"] == "20480"
 
 
+def test_a_mig_slice_names_its_instance_and_gets_no_mps_limits(tmp_path):
+    slices = [Slice("GPU-a", 142, 10240, "1g.10gb@6")]
+
+    env = job_environment(work("x", tmp_path), slices, mps=True, base={})
+
+    assert env["GPU_PORTAL_MIG_INSTANCES"] == "1g.10gb@6"
+    assert env["CUDA_VISIBLE_DEVICES"] == "GPU-a"
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in env
+
+
 def test_a_plain_command_runs_as_itself_and_shell_syntax_under_sh():
     assert argv("python train.py --epochs 3") == ["python", "train.py", "--epochs", "3"]
     assert argv("python train.py && echo done") == ["/bin/sh", "-c", "python train.py && echo done"]

@@ -84,7 +84,9 @@ def test_cluster_page_of_nodes_shows_other_teams_work_only_as_capacity(
     response = api_client(member).get(URL, {"node": "spot-2"})
 
     (node,) = response.json()["results"]
-    assert node["gpus"][0]["slices"] == [{"milli": 500, "label": "other team", "request_id": None}]
+    assert node["gpus"][0]["slices"] == [
+        {"milli": 500, "label": "other team", "request_id": None, "mig_instance": ""}
+    ]
     assert "secret-run" not in response.content.decode()
 
 

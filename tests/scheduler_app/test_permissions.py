@@ -50,7 +50,7 @@ def test_outsider_never_sees_cancel_and_operator_sees_none_on_requests_not_their
         cancel_request(pending, user=operator)
 
 
-def test_release_follows_the_lifecycle_a_migrating_request_cannot_be_released(
+def test_release_follows_the_lifecycle_work_being_moved_can_be_released_pending_cannot(
     client, member, team, make_node
 ):
     running = running_request(member, team, make_node())
@@ -58,7 +58,9 @@ def test_release_follows_the_lifecycle_a_migrating_request_cannot_be_released(
 
     migrating = transition_request(running, RequestState.MIGRATING)
 
-    assert not can_release(member, migrating)  # migrating -> succeeded is no step of the lifecycle
-    assert f'action="/requests/{migrating.pk}/release/"' not in detail_page(client, member, migrating).text
+    assert can_release(member, migrating)  # migrating -> succeeded: the user is done with work being moved
+    assert f'action="/requests/{migrating.pk}/release/"' in detail_page(client, member, migrating).text
     assert can_cancel(member, migrating)
-    assert not can_release(member, pending_request(member, team))
+    pending = pending_request(member, team)
+    assert not can_release(member, pending)
+    assert f'action="/requests/{pending.pk}/release/"' not in detail_page(client, member, pending).text

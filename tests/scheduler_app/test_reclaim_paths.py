@@ -59,7 +59,7 @@ def test_the_reclaim_form_refuses_a_negative_grace_and_changes_nothing(client, o
 
     response = client.post(reverse("operator_node_reclaim", args=[spot_node.pk]), {"grace_s": -5})
 
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert "greater than or equal to 0" in response.text
     spot_node.refresh_from_db()
     assert spot_node.status == NodeStatus.READY
