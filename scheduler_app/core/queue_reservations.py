@@ -185,7 +185,7 @@ class ReservationBook:
 
     def reserve(self, request: RequestSpec, nodes: Sequence[NodeState]) -> Reservation | None:
         """Reserve the earliest cards the request could get; None if it never fits anywhere."""
-        found = self._earliest(request, nodes)
+        found = self.earliest(request, nodes)
         if found is None:
             return None
         start_at, firm, placement = found
@@ -195,11 +195,12 @@ class ReservationBook:
         self.reservations.append(reservation)
         return reservation
 
-    def _earliest(
+    def earliest(
         self, request: RequestSpec, nodes: Sequence[NodeState]
     ) -> tuple[float, bool, Placement] | None:
-        """Walk all releases in time order, claims held throughout, until the request fits a node.
+        """(start, firm, placement) of the earliest cards the request could get, reserving nothing.
 
+        Walk all releases in time order, claims held throughout, until the request fits a node.
         Only the node that just released something can newly fit, so each step checks one node.
         """
         live = {n.name: n for n in nodes}

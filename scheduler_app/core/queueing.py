@@ -26,6 +26,7 @@ from .queue_text import never_fits, no_room
 DEFAULT_POLICY: str = getattr(placement_policies, "DEFAULT_POLICY", "first-fit")
 
 __all__ = [
+    "EASY_BACKFILL",
     "STRICT_FIFO",
     "PassPlan",
     "Preemption",
@@ -64,6 +65,10 @@ class QueueMode:
     reservation_depth: how many blocked requests (in queue order) get a reservation
     per pass; the first blocked request always does, which is what rules out starvation.
     aging_s: waiting this long raises a request's priority by one level (None: never).
+    reclaim_grace_s: the quota's promise: within-quota work starts within this long of its submission.
+    It reclaims borrowed or spot work only when capacity would not free up by itself in that time (by the
+    max durations of what runs), since each reclaim costs its victims the work since their last
+    checkpoint (None: reclaim at once).
     """
 
     backfill: bool = True
@@ -71,9 +76,14 @@ class QueueMode:
     preemption: bool = True
     reservation_depth: int = 4
     aging_s: float | None = 3600.0
+    reclaim_grace_s: float | None = 600.0
 
 
 STRICT_FIFO = QueueMode(backfill=False, fair_share=False, preemption=False, reservation_depth=0, aging_s=None)
+# Slurm's default (sched/backfill with one reservation): submission order; the first request that does not
+# fit gets a reservation at the earliest time it fits given the max durations of running work, and later
+# requests start only where they do not delay it. No quotas, fair share or preemption.
+EASY_BACKFILL = QueueMode(fair_share=False, preemption=False, reservation_depth=1, aging_s=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,10 +328,19 @@ class _Pass:
             found = self._victims_on(node, request, len(best[0]) if best else None)
             if found:
                 best = found
-        if best is None:
+        if best is None or self._frees_in_time(request):
             return None
         victims, placement = best
         return placement, victims
+
+    def _frees_in_time(self, request: RequestSpec) -> bool:
+        """Whether room for the request frees up by itself (max durations, reservations held) within the
+        reclaim grace of its submission: then it waits for that instead of preempting anyone."""
+        grace = self.mode.reclaim_grace_s
+        if grace is None or request.submitted_at + grace < self.now:
+            return False
+        earliest = self.book.earliest(request, self.nodes)
+        return earliest is not None and earliest[1] and earliest[0] <= request.submitted_at + grace
 
     def _victims_on(
         self, node: NodeState, request: RequestSpec, fewer_than: int | None
