@@ -32,13 +32,14 @@ from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.core.cluster import NodeState
 from scheduler_app.core.placement import POLICIES, candidate_gpus, node_admits
 from scheduler_app.core.queue_ledger import TeamQuota as QuotaSpec
-from scheduler_app.core.queueing import DEFAULT_POLICY, STRICT_FIFO, QueueMode
+from scheduler_app.core.queueing import DEFAULT_POLICY, EASY_BACKFILL, STRICT_FIFO, QueueMode
 from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, Pool, TeamQuota
 from teams.models import Team
 
 QUEUE_MODES = {
     "fair": QueueMode(),
     "fifo-backfill": QueueMode(fair_share=False, preemption=False),
+    "easy-backfill": EASY_BACKFILL,
     "strict-fifo": STRICT_FIFO,
 }
 MAX_PERIOD = dt.timedelta(days=31)

@@ -277,3 +277,12 @@ def test_the_demos_own_history_replays_on_its_cluster(db):
     assert result["actual"]["gpus"] == 48 and result["scenario"]["gpus"] == 52  # 3x8 + 2x8 + 2x4, +4
     assert set(result["scenario"]["teams"]) == {"vision", "language"}
     assert result["recommendation"]["meets"] is True
+
+
+@pytest.mark.parametrize("queue", sorted(whatif.QUEUE_MODES))
+def test_every_queue_mode_replays_every_request_and_more_cards_never_wait_longer(history, queue):
+    same = whatif.run(scenario(history, queue=queue))
+    more = whatif.run(scenario(history, queue=queue, nodes={"a100": 2}))
+
+    assert same["scenario"]["requests"] == more["scenario"]["requests"] == 3
+    assert more["scenario"]["p95_delay_s"] <= same["scenario"]["p95_delay_s"]
