@@ -1,5 +1,8 @@
 """One database scheduling pass: load the cluster, let the pure core decide, apply it in one transaction.
 
+The cluster is read from the state the last pass stored plus the requests submitted, withdrawn or
+ended since, when the event log shows nothing else changed (`pass_state`); else loaded whole.
+
 The core decides on a snapshot; the apply step re-checks everything under row
 locks (cards first, in id order, then requests, in id order), so two passes
 running at once never double-book a card: the later one finds the capacity
@@ -17,7 +20,7 @@ from scheduler_app.cluster_state import ClusterSnapshot, load_cluster_snapshot
 from scheduler_app.core.placement import DEFAULT_POLICY
 from scheduler_app.core.queueing import PassPlan, Start, plan_pass
 from scheduler_app.models import GpuRequest
-from scheduler_app.pass_state import store_pass_state
+from scheduler_app.pass_state import snapshot_since_last_pass, store_pass_state
 from scheduler_app.services.placement import PlannedStart, Slice, place
 from scheduler_app.services.transitions import requeue
 
@@ -37,7 +40,7 @@ def run_scheduling_pass(*, policy: str = DEFAULT_POLICY, now: dt.datetime | None
     now = now or timezone.now()
     with transaction.atomic():
         _one_pass_at_a_time()
-        snapshot = load_cluster_snapshot()
+        snapshot = snapshot_since_last_pass() or load_cluster_snapshot()
         plan = plan_pass(
             snapshot.nodes,
             snapshot.pending,

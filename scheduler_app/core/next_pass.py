@@ -64,6 +64,7 @@ class PassState:
     quotas: list[TeamQuota]
     recent: list[RequestSpec]
     window: int
+    unplaceable: dict[int | str, str] | None = None
 
     def __getstate__(self) -> tuple:
         nodes = [_node_row(n) for n in self.nodes]
@@ -73,11 +74,23 @@ class PassState:
         ]
         waiting = [_REQUEST_ROW(r) for r in self.waiting]
         recent = [_REQUEST_ROW(r) for r in self.recent]
-        return (self.at, self.policy, nodes, running, waiting, self.tried, self.quotas, recent, self.window)
+        return (
+            self.at,
+            self.policy,
+            nodes,
+            running,
+            waiting,
+            self.tried,
+            self.quotas,
+            recent,
+            self.window,
+            self.unplaceable,
+        )
 
     def __setstate__(self, state: tuple) -> None:
-        at, policy, nodes, running, waiting, tried, quotas, recent, window = state
+        at, policy, nodes, running, waiting, tried, quotas, recent, window, unplaceable = state
         self.at, self.policy, self.tried, self.quotas, self.window = at, policy, tried, quotas, window
+        self.unplaceable = unplaceable
         self.nodes = [_node(row) for row in nodes]
         self.running = [
             RunningAllocation(RequestSpec(*r), Placement(*p), started_at, borrowed)
@@ -121,8 +134,10 @@ def after_pass(
     now: float,
     policy: str,
     window: int,
+    unplaceable: dict[int | str, str] | None = None,
 ) -> PassState:
-    """Apply a plan to its inputs: starts run from `now`, preempted work is pending again."""
+    """Apply a plan to its inputs: starts run from `now`, preempted work is pending again;
+    `unplaceable`: the pending requests the pass could not consider (see PassState)."""
     copies = [copy_node(n) for n in nodes]
     by_name = {n.name: n for n in copies}
     evicted = {p.allocation.request.id for p in plan.preemptions}
@@ -145,6 +160,7 @@ def after_pass(
         list(quotas),
         list(recent)[:window],
         window,
+        unplaceable,
     )
 
 
