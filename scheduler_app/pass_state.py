@@ -13,6 +13,7 @@ import logging
 import pickle
 
 from django.contrib.contenttypes.models import ContentType
+from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
@@ -61,14 +62,23 @@ def store_pass_state(snapshot: ClusterSnapshot, plan: PassPlan, result, now, pol
         WORKLOAD_WINDOW,
         None if snapshot.budget_held else snapshot.unplaceable,
     )
+    last_event_id = Event.objects.aggregate(last=Max("pk"))["last"] or 0
     PassRecord.objects.update_or_create(
         pk=RECORD_PK,
         defaults={
             "ran_at": now,
-            "last_event_id": Event.objects.aggregate(last=Max("pk"))["last"] or 0,
+            "last_event_id": last_event_id,
             "state": pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL),
         },
     )
+    # This process need not unpickle what it just stored, once it is committed (a rolled-back pass's
+    # key may come again with other contents where ids are reused).
+    transaction.on_commit(lambda: _keep_loaded((now, last_event_id), state))
+
+
+def _keep_loaded(key: tuple, state: PassState) -> None:
+    _loaded.clear()
+    _loaded.update(key=key, state=state)
 
 
 def snapshot_since_last_pass() -> ClusterSnapshot | None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from django.db import connection, transaction
 from django.utils import timezone
 
-from scheduler_app.choices import BillingMode, CapacityType, RequestState
+from scheduler_app.choices import BillingMode, CapacityType
 from scheduler_app.cluster_state import ClusterSnapshot, load_cluster_snapshot
 from scheduler_app.core.placement import DEFAULT_POLICY
 from scheduler_app.core.queueing import PassPlan, Start, plan_pass
@@ -133,16 +133,4 @@ def _explain_waiting(plan: PassPlan, snapshot: ClusterSnapshot, refused: dict[in
     for request_id, why in snapshot.unplaceable.items():
         reasons[request_id] = (why, None)
     with transaction.atomic():
-        rows = (
-            GpuRequest.objects.select_for_update(skip_locked=True)
-            .filter(pk__in=reasons, state=RequestState.PENDING)
-            .order_by("pk")
-            .only("state", "pending_reason", "estimated_start_at")
-        )
-        changed = []
-        for request in rows:
-            reason, estimate = reasons[request.pk]
-            if (request.pending_reason, request.estimated_start_at) != (reason[:300], estimate):
-                request.pending_reason, request.estimated_start_at = reason[:300], estimate
-                changed.append(request)
-        GpuRequest.objects.save_fields(changed, ["pending_reason", "estimated_start_at"])
+        GpuRequest.objects.explain_pending(reasons)

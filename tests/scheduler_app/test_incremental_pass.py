@@ -6,6 +6,7 @@ import random
 import pytest
 from django.utils import timezone
 
+from scheduler_app import pass_state
 from scheduler_app.choices import RequestState
 from scheduler_app.cluster_state import load_cluster_snapshot
 from scheduler_app.core.queueing import plan_pass
@@ -125,3 +126,24 @@ def test_a_request_back_in_the_queue_or_a_lost_event_makes_the_pass_load_the_who
     assert snapshot_since_last_pass() is not None
     validated_request(user=member, **job(team, name="unseen")).save()
     assert snapshot_since_last_pass() is None
+
+
+def test_the_next_pass_in_the_same_process_reuses_the_committed_state_without_unpickling(
+    make_node, team, member, django_capture_on_commit_callbacks, monkeypatch
+):
+    # Given a pass whose transaction committed in this process
+    make_node("od-0", gpus=4)
+    submit_request(user=member, **job(team, gpus=4, name="gang"))
+    with django_capture_on_commit_callbacks(execute=True):
+        run_scheduling_pass()
+
+    # When one more request is submitted, with unpickling made impossible
+    def unreadable(blob):
+        raise AssertionError("the stored state was unpickled again")
+
+    monkeypatch.setattr(pass_state.pickle, "loads", unreadable)
+    submit_request(user=member, **job(team, name="one-more"))
+
+    # Then the next pass starts from the state kept in memory, and decides as a full pass would
+    plan = decides_as_a_full_pass()
+    assert [w.request_id for w in plan.waiting] and not plan.starts
