@@ -62,6 +62,7 @@ def store_pass_state(snapshot: ClusterSnapshot, plan: PassPlan, result, now, pol
         WORKLOAD_WINDOW,
         None if snapshot.budget_held else snapshot.unplaceable,
     )
+    state.pools = _pools_key(Pool.objects.all())
     last_event_id = Event.objects.aggregate(last=Max("pk"))["last"] or 0
     PassRecord.objects.update_or_create(
         pk=RECORD_PK,
@@ -84,8 +85,9 @@ def _keep_loaded(key: tuple, state: PassState) -> None:
 def snapshot_since_last_pass() -> ClusterSnapshot | None:
     """What `load_cluster_snapshot` would read now, built from the state the last pass stored and the
     requests the event log shows submitted, withdrawn or ended since; None (load the whole cluster)
-    when none is stored, anything else changed, a request came back to the queue, a budget holds work,
-    or the pending requests do not add up (an event committed after a later one the pass saw)."""
+    when none is stored, anything else changed (the pools included), a request came back to the queue,
+    a budget holds work, or the pending requests do not add up (an event committed after a later one
+    the pass saw)."""
     record = PassRecord.objects.filter(pk=RECORD_PK).defer("state").first()
     state = _stored_state(record, "loading the whole cluster") if record else None
     if state is None or state.unplaceable is None or on_demand_holds(timezone.now()):
@@ -98,6 +100,8 @@ def snapshot_since_last_pass() -> ClusterSnapshot | None:
     if known.intersection(submitted):
         return None  # requeued: it keeps its place by age, and is not among the newest requests
     pools = list(Pool.objects.all())
+    if _pools_key(pools) != state.pools:
+        return None  # a pool was added or changed (not every such change is in the event log)
     new = GpuRequest.objects.filter(pk__in=submitted, state=RequestState.PENDING).order_by("created_at", "id")
     specs = request_specs(new, pools)
     state = replay(state, [s for s in specs if s.pools], withdrawn, ended)
@@ -120,6 +124,11 @@ def snapshot_since_last_pass() -> ClusterSnapshot | None:
         by_node.setdefault(node, (pool, []))[1].append(gpu_id)
     index_cards(snapshot, ((node, pool, gpu_ids) for node, (pool, gpu_ids) in by_node.items()))
     return snapshot
+
+
+def _pools_key(pools) -> tuple:
+    """What of the pools decides which pools a request may use and how its share rounds."""
+    return tuple(sorted((p.pk, p.name, p.capacity_type, p.granularity_milli) for p in pools))
 
 
 def _stored_state(record: PassRecord, fallback: str) -> PassState | None:

@@ -65,6 +65,7 @@ class PassState:
     recent: list[RequestSpec]
     window: int
     unplaceable: dict[int | str, str] | None = None
+    pools: tuple = ()  # the caller's description of the pools the state was loaded with
 
     def __getstate__(self) -> tuple:
         nodes = [_node_row(n) for n in self.nodes]
@@ -85,12 +86,13 @@ class PassState:
             recent,
             self.window,
             self.unplaceable,
+            self.pools,
         )
 
     def __setstate__(self, state: tuple) -> None:
-        at, policy, nodes, running, waiting, tried, quotas, recent, window, unplaceable = state
+        at, policy, nodes, running, waiting, tried, quotas, recent, window, unplaceable, pools = state
         self.at, self.policy, self.tried, self.quotas, self.window = at, policy, tried, quotas, window
-        self.unplaceable = unplaceable
+        self.unplaceable, self.pools = unplaceable, pools
         self.nodes = [_node(row) for row in nodes]
         self.running = [
             RunningAllocation(RequestSpec(*r), Placement(*p), started_at, borrowed)

@@ -7,12 +7,13 @@ import pytest
 from django.utils import timezone
 
 from scheduler_app import pass_state
-from scheduler_app.choices import RequestState
+from scheduler_app.choices import CapacityType, RequestState
 from scheduler_app.cluster_state import load_cluster_snapshot
 from scheduler_app.core.queueing import plan_pass
 from scheduler_app.models import GpuRequest
 from scheduler_app.pass_state import snapshot_since_last_pass
 from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.services.inventory import create_pool
 from scheduler_app.services.quotas import set_team_quota
 from scheduler_app.services.requests import cancel_request, release_request, submit_request, validated_request
 from scheduler_app.services.transitions import requeue
@@ -109,9 +110,7 @@ def test_a_short_submit_backfills_before_a_reservation_as_a_full_pass_would(make
     assert [w.request_id for w in plan.waiting] == [gang.pk]
 
 
-def test_a_request_back_in_the_queue_or_a_lost_event_makes_the_pass_load_the_whole_cluster(
-    make_node, team, member
-):
+def test_a_requeue_a_new_pool_or_a_lost_event_makes_the_pass_load_the_whole_cluster(make_node, team, member):
     # Given a pass that started one request
     make_node("od-0", gpus=4)
     started = submit_request(user=member, **job(team, name="started"))
@@ -119,6 +118,12 @@ def test_a_request_back_in_the_queue_or_a_lost_event_makes_the_pass_load_the_who
 
     # When it is requeued, the pass cannot start from the stored state (it keeps its place by age)
     requeue([started.pk], reason="node lost", actor_name="test")
+    assert snapshot_since_last_pass() is None
+    run_scheduling_pass()
+
+    # And when a pool is created (which logs no event), nor can it
+    assert snapshot_since_last_pass() is not None
+    create_pool(name="h100-spot", gpu_model="H100", capacity_type=CapacityType.SPOT)
     assert snapshot_since_last_pass() is None
     run_scheduling_pass()
 
