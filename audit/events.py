@@ -5,6 +5,7 @@ from collections.abc import Sequence
 from django.contrib.contenttypes.models import ContentType
 
 from audit.models import Event
+from portal.bulk_insert import insert_rows
 from scheduler_app.live import publish_events_after_commit
 
 
@@ -41,7 +42,7 @@ def build_event(
 def record_events(events: Sequence[Event]) -> list[Event]:
     """Append the events in one insert, then publish each to its team and to the operators' stream
     once the transaction commits."""
-    saved = Event.objects.bulk_create(events)
+    saved = insert_rows(Event, events)
     publish_events_after_commit(
         (
             event.team_id,

@@ -6,6 +6,7 @@ make the workload mix the placement policy keeps room for.
 """
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -42,6 +43,7 @@ class ClusterSnapshot:
     # Cards held by work checkpointing before it stops (Gpu.pk -> its deadline): the core counts their
     # capacity as free, so it plans on it without preempting anyone else; a start on them waits.
     stopping: dict[int, datetime] = field(default_factory=dict)
+    budget_held: bool = False  # some pending request waits on a spent budget (in unplaceable)
 
     @property
     def workload(self) -> WorkloadMix:
@@ -155,34 +157,44 @@ def load_cluster_snapshot() -> ClusterSnapshot:
     cards = defaultdict(list)
     for gpu in Gpu.objects.filter(node_id__in=nodes).order_by("node_id", "index"):
         cards[gpu.node_id].append(gpu)
-    states: dict[int, NodeState] = {}
-    for node_id, node in nodes.items():
-        states[node_id] = node_state(node, cards[node_id])
-        snapshot.node_pool[node.name] = node.pool.name
-        for position, gpu in enumerate(cards[node_id]):
-            snapshot.gpu_ids[(node.name, position)] = gpu.pk
-            snapshot.gpu_position[gpu.pk] = position
+    states = {node_id: node_state(node, cards[node_id]) for node_id, node in nodes.items()}
+    index_cards(snapshot, ((n.name, n.pool.name, [g.pk for g in cards[pk]]) for pk, n in nodes.items()))
     snapshot.nodes = list(states.values())
 
     _take_out_running(snapshot, states, pools)
 
     pending = GpuRequest.objects.filter(state=RequestState.PENDING).order_by("created_at", "id")
     held = _held_by_budgets(pending)
+    snapshot.budget_held = bool(held)
     for spec in request_specs(pending, pools):
         if spec.id in held:
             snapshot.unplaceable[spec.id] = held[spec.id]
         elif spec.pools:
             snapshot.pending.append(spec)
         else:
-            snapshot.unplaceable[spec.id] = f"no {spec.billing_mode} pool exists" + (
-                "; allow on-demand fallback to run elsewhere" if spec.billing_mode == BillingMode.SPOT else ""
-            )
+            snapshot.unplaceable[spec.id] = no_pool(spec)
     snapshot.recent = recent_specs(pools)
     snapshot.quotas = [
         QuotaSpec(team=q.team.slug, pool=q.pool.name, guaranteed_milli=q.guaranteed_milli)
         for q in TeamQuota.objects.select_related("team", "pool")
     ]
     return snapshot
+
+
+def index_cards(snapshot: ClusterSnapshot, nodes: Iterable[tuple[str, str, list[int]]]) -> None:
+    """Map the core's (node, card position) to card ids and back, and nodes to pools, from
+    (node name, pool name, the node's card ids in index order) of each ready node."""
+    for name, pool, gpu_ids in nodes:
+        snapshot.node_pool[name] = pool
+        for position, gpu_id in enumerate(gpu_ids):
+            snapshot.gpu_ids[(name, position)] = gpu_id
+            snapshot.gpu_position[gpu_id] = position
+
+
+def no_pool(spec: RequestSpec) -> str:
+    """Why a pending request no pool may take waits."""
+    fallback = "; allow on-demand fallback to run elsewhere" if spec.billing_mode == BillingMode.SPOT else ""
+    return f"no {spec.billing_mode} pool exists{fallback}"
 
 
 def node_state(node: Node, cards: list[Gpu]) -> NodeState:

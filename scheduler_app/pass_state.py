@@ -4,23 +4,36 @@ The pass stores the core's post-plan state in one row at the end of its
 transaction; an estimate loads it in one query and replays the few request
 changes the event log shows since. Anything else changed since (a node, a pool,
 a quota, a pass that did not apply all it planned) makes the state unusable and
-the estimate falls back to a full dry run.
+the estimate falls back to a full dry run. The next pass starts from it the same
+way (`snapshot_since_last_pass`), so a pass after a submit on a busy cluster
+reads what changed, not the whole cluster.
 """
 
 import logging
 import pickle
 
 from django.contrib.contenttypes.models import ContentType
+from django.db import transaction
 from django.db.models import Max
+from django.utils import timezone
 
 from audit.choices import NoticeKind
 from audit.models import Event
-from scheduler_app.choices import RequestState
-from scheduler_app.cluster_state import WORKLOAD_WINDOW, ClusterSnapshot, request_spec
-from scheduler_app.core.next_pass import NextPass, after_pass, replay
+from billing_app.budgets import on_demand_holds
+from scheduler_app.choices import NodeStatus, RequestState
+from scheduler_app.cluster_state import (
+    WORKLOAD_WINDOW,
+    ClusterSnapshot,
+    index_cards,
+    no_pool,
+    recent_specs,
+    request_spec,
+    request_specs,
+)
+from scheduler_app.core.next_pass import NextPass, PassState, after_pass, replay
 from scheduler_app.core.queueing import PassPlan
 from scheduler_app.lifecycle import ACTIVE_STATES
-from scheduler_app.models import GpuRequest, PassRecord, Pool
+from scheduler_app.models import Gpu, GpuRequest, PassRecord, Pool
 
 RECORD_PK = 1
 log = logging.getLogger(__name__)
@@ -47,23 +60,83 @@ def store_pass_state(snapshot: ClusterSnapshot, plan: PassPlan, result, now, pol
         now.timestamp(),
         policy,
         WORKLOAD_WINDOW,
+        None if snapshot.budget_held else snapshot.unplaceable,
     )
+    state.pools = _pools_key(Pool.objects.all())
+    last_event_id = Event.objects.aggregate(last=Max("pk"))["last"] or 0
     PassRecord.objects.update_or_create(
         pk=RECORD_PK,
         defaults={
             "ran_at": now,
-            "last_event_id": Event.objects.aggregate(last=Max("pk"))["last"] or 0,
+            "last_event_id": last_event_id,
             "state": pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL),
         },
     )
+    # This process need not unpickle what it just stored, once it is committed (a rolled-back pass's
+    # key may come again with other contents where ids are reused).
+    transaction.on_commit(lambda: _keep_loaded((now, last_event_id), state))
 
 
-def next_pass() -> NextPass | None:
-    """The next pass on the state the last one left, with the changes since; None when none is stored
-    or it is out of date."""
+def _keep_loaded(key: tuple, state: PassState) -> None:
+    _loaded.clear()
+    _loaded.update(key=key, state=state)
+
+
+def snapshot_since_last_pass() -> ClusterSnapshot | None:
+    """What `load_cluster_snapshot` would read now, built from the state the last pass stored and the
+    requests the event log shows submitted, withdrawn or ended since; None (load the whole cluster)
+    when none is stored, anything else changed (the pools included), a request came back to the queue,
+    a budget holds work, work is checkpointing before it stops (its cards' deadlines are read by the
+    full load only), or the pending requests do not add up (an event committed after a later one the
+    pass saw)."""
     record = PassRecord.objects.filter(pk=RECORD_PK).defer("state").first()
-    if record is None:
+    state = _stored_state(record, "loading the whole cluster") if record else None
+    if state is None or state.unplaceable is None or on_demand_holds(timezone.now()):
         return None
+    if GpuRequest.objects.filter(state=RequestState.MIGRATING).exists():
+        return None
+    changes = _changes_since(record.last_event_id)
+    if changes is None:
+        return None
+    submitted, withdrawn, ended = changes
+    known = {r.id for r in state.waiting} | {a.request.id for a in state.running} | set(state.unplaceable)
+    if known.intersection(submitted):
+        return None  # requeued: it keeps its place by age, and is not among the newest requests
+    pools = list(Pool.objects.all())
+    if _pools_key(pools) != state.pools:
+        return None  # a pool was added or changed (not every such change is in the event log)
+    new = GpuRequest.objects.filter(pk__in=submitted, state=RequestState.PENDING).order_by("created_at", "id")
+    specs = request_specs(new, pools)
+    state = replay(state, [s for s in specs if s.pools], withdrawn, ended)
+    unplaceable = {pk: why for pk, why in state.unplaceable.items() if pk not in withdrawn}
+    unplaceable |= {s.id: no_pool(s) for s in specs if not s.pools}
+    if GpuRequest.objects.filter(state=RequestState.PENDING).count() != len(state.waiting) + len(unplaceable):
+        return None
+    snapshot = ClusterSnapshot(
+        nodes=state.nodes,
+        pending=sorted(state.waiting, key=lambda r: (r.submitted_at, r.id)),
+        running=state.running,
+        quotas=state.quotas,
+        pool_capacity={p.name: p.capacity_type for p in pools},
+        unplaceable=unplaceable,
+        recent=recent_specs(pools),  # read: it counts requests submitted and withdrawn since, and others
+    )
+    cards = Gpu.objects.filter(node__status=NodeStatus.READY).order_by("node_id", "index")
+    by_node: dict[str, tuple[str, list[int]]] = {}
+    for gpu_id, node, pool in cards.values_list("pk", "node__name", "node__pool__name"):
+        by_node.setdefault(node, (pool, []))[1].append(gpu_id)
+    index_cards(snapshot, ((node, pool, gpu_ids) for node, (pool, gpu_ids) in by_node.items()))
+    return snapshot
+
+
+def _pools_key(pools) -> tuple:
+    """What of the pools decides which pools a request may use and how its share rounds."""
+    return tuple(sorted((p.pk, p.name, p.capacity_type, p.granularity_milli) for p in pools))
+
+
+def _stored_state(record: PassRecord, fallback: str) -> PassState | None:
+    """The stored state of `record`, unpickled once per process and record; None when this code cannot
+    read it (`fallback` says what is done instead)."""
     key = (record.ran_at, record.last_event_id)
     if _loaded.get("key") != key:
         blob = bytes(PassRecord.objects.filter(pk=RECORD_PK).values_list("state", flat=True).get())
@@ -72,9 +145,18 @@ def next_pass() -> NextPass | None:
             state = pickle.loads(blob)
         except Exception:  # any unpickling failure: a renamed class, another layout, a damaged blob
             # Left by another version of the code: unusable until the next pass stores its own.
-            log.warning("the stored pass state cannot be read; estimating with a full dry run")
+            log.warning("the stored pass state cannot be read; %s", fallback)
             return None
         _loaded.update(key=key, state=state)
+    return _loaded["state"]
+
+
+def next_pass() -> NextPass | None:
+    """The next pass on the state the last one left, with the changes since; None when none is stored
+    or it is out of date."""
+    record = PassRecord.objects.filter(pk=RECORD_PK).defer("state").first()
+    if record is None or _stored_state(record, "estimating with a full dry run") is None:
+        return None
     changes = _changes_since(record.last_event_id)
     if changes is None:
         return None

@@ -1,5 +1,8 @@
 """One database scheduling pass: load the cluster, let the pure core decide, apply it in one transaction.
 
+The cluster is read from the state the last pass stored plus the requests submitted, withdrawn or
+ended since, when the event log shows nothing else changed (`pass_state`); else loaded whole.
+
 The core decides on a snapshot; the apply step re-checks everything under row
 locks (cards first, in id order, then requests, in id order), so two passes
 running at once never double-book a card: the later one finds the capacity
@@ -13,13 +16,13 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from scheduler_app.choices import BillingMode, CapacityType, RequestState
+from scheduler_app.choices import BillingMode, CapacityType
 from scheduler_app.cluster_state import ClusterSnapshot, load_cluster_snapshot
 from scheduler_app.core.mig import mig_slice
 from scheduler_app.core.placement import DEFAULT_POLICY
 from scheduler_app.core.queueing import PassPlan, Start, plan_pass
 from scheduler_app.models import Allocation, GpuRequest
-from scheduler_app.pass_state import store_pass_state
+from scheduler_app.pass_state import snapshot_since_last_pass, store_pass_state
 from scheduler_app.services.placement import PlannedStart, Slice, place
 from scheduler_app.services.transitions import stop_gracefully
 
@@ -39,7 +42,7 @@ def run_scheduling_pass(*, policy: str = DEFAULT_POLICY, now: dt.datetime | None
     now = now or timezone.now()
     with transaction.atomic():
         _one_pass_at_a_time()
-        snapshot = load_cluster_snapshot()
+        snapshot = snapshot_since_last_pass() or load_cluster_snapshot()
         plan = plan_pass(
             snapshot.nodes,
             snapshot.pending,
@@ -163,16 +166,4 @@ def _explain_waiting(
     for request_id, why in snapshot.unplaceable.items():
         reasons[request_id] = (why, None)
     with transaction.atomic():
-        rows = (
-            GpuRequest.objects.select_for_update(skip_locked=True)
-            .filter(pk__in=reasons, state=RequestState.PENDING)
-            .order_by("pk")
-            .only("state", "pending_reason", "estimated_start_at")
-        )
-        changed = []
-        for request in rows:
-            reason, estimate = reasons[request.pk]
-            if (request.pending_reason, request.estimated_start_at) != (reason[:300], estimate):
-                request.pending_reason, request.estimated_start_at = reason[:300], estimate
-                changed.append(request)
-        GpuRequest.objects.save_fields(changed, ["pending_reason", "estimated_start_at"])
+        GpuRequest.objects.explain_pending(reasons)

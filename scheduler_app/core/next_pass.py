@@ -64,6 +64,8 @@ class PassState:
     quotas: list[TeamQuota]
     recent: list[RequestSpec]
     window: int
+    unplaceable: dict[int | str, str] | None = None
+    pools: tuple = ()  # the caller's description of the pools the state was loaded with
 
     def __getstate__(self) -> tuple:
         nodes = [_node_row(n) for n in self.nodes]
@@ -73,11 +75,24 @@ class PassState:
         ]
         waiting = [_REQUEST_ROW(r) for r in self.waiting]
         recent = [_REQUEST_ROW(r) for r in self.recent]
-        return (self.at, self.policy, nodes, running, waiting, self.tried, self.quotas, recent, self.window)
+        return (
+            self.at,
+            self.policy,
+            nodes,
+            running,
+            waiting,
+            self.tried,
+            self.quotas,
+            recent,
+            self.window,
+            self.unplaceable,
+            self.pools,
+        )
 
     def __setstate__(self, state: tuple) -> None:
-        at, policy, nodes, running, waiting, tried, quotas, recent, window = state
+        at, policy, nodes, running, waiting, tried, quotas, recent, window, unplaceable, pools = state
         self.at, self.policy, self.tried, self.quotas, self.window = at, policy, tried, quotas, window
+        self.unplaceable, self.pools = unplaceable, pools
         self.nodes = [_node(row) for row in nodes]
         self.running = [
             RunningAllocation(RequestSpec(*r), Placement(*p), started_at, borrowed)
@@ -121,8 +136,10 @@ def after_pass(
     now: float,
     policy: str,
     window: int,
+    unplaceable: dict[int | str, str] | None = None,
 ) -> PassState:
-    """Apply a plan to its inputs: starts run from `now`, preempted work is pending again."""
+    """Apply a plan to its inputs: starts run from `now`, preempted work is pending again;
+    `unplaceable`: the pending requests the pass could not consider (see PassState)."""
     copies = [copy_node(n) for n in nodes]
     by_name = {n.name: n for n in copies}
     evicted = {p.allocation.request.id for p in plan.preemptions}
@@ -145,6 +162,7 @@ def after_pass(
         list(quotas),
         list(recent)[:window],
         window,
+        unplaceable,
     )
 
 

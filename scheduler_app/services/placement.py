@@ -7,6 +7,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from portal.bulk_insert import insert_rows
 from scheduler_app.choices import MigMode, RequestState
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.core.mig import LayoutError, parse_layout
@@ -118,7 +119,7 @@ def place(starts: Sequence[PlannedStart], *, actor_name: str = "scheduler", now=
         moving = [pending[pk] for pk in sorted(result.started)]
         _move(moving, RequestState.SCHEDULED, actor_name=actor_name, reasons=reasons, now=now)
         mig.save_layouts()
-        Allocation.objects.bulk_create(allocations)
+        insert_rows(Allocation, allocations)
     return result
 
 
