@@ -265,13 +265,32 @@ class BestFit(Policy):
 
 
 class _ShapeScores:
-    """Cached per-node scores for one request shape: valid where version matches the index."""
+    """Cached per-node scores for one request shape: valid where version matches the index.
+
+    Scores are a function of the node state and the request shape alone, so they are also kept per
+    state id (``known``, ``state_*``): a node reaching a state another node was scored in costs no
+    rescoring.
+    """
 
     def __init__(self, n: int) -> None:
         self.version = np.full(n, -1, dtype=np.int64)
         self.score = np.zeros(n, dtype=np.float64)
         self.host = np.zeros(n, dtype=np.float64)
         self.card = np.full(n, -1, dtype=np.int64)
+        self.known = np.zeros(0, dtype=bool)
+        self.state_score = np.zeros(0, dtype=np.float64)
+        self.state_host = np.zeros(0, dtype=np.float64)
+        self.state_card = np.zeros(0, dtype=np.int64)
+
+    def cover(self, states: int) -> None:
+        """Make room for state ids below `states` (doubling, so growing is rare)."""
+        if len(self.known) >= states:
+            return
+        grow = max(states, 2 * len(self.known)) - len(self.known)
+        self.known = np.concatenate([self.known, np.zeros(grow, dtype=bool)])
+        self.state_score = np.concatenate([self.state_score, np.zeros(grow)])
+        self.state_host = np.concatenate([self.state_host, np.zeros(grow)])
+        self.state_card = np.concatenate([self.state_card, np.zeros(grow, dtype=np.int64)])
 
 
 class Fgd(Policy):
@@ -292,10 +311,6 @@ class Fgd(Policy):
         super().__init__(index, workload)
         self.model = FragmentationModel(workload or WorkloadMix(), index.models)
         self.cache: dict[tuple, _ShapeScores] = {}
-        # Scores are a function of the node state and the request shape alone, so they are also kept
-        # by (shape, state id): a node reaching a state another node was scored in costs no rescoring.
-        self.shape_ids: dict[tuple, int] = {}
-        self.by_state: dict[tuple[int, int], tuple[float, float, int]] = {}
         self.current: tuple[np.ndarray, ...] = ()  # ``_frag`` of each state id, where known
         self.current_known = np.zeros(0, dtype=bool)
 
@@ -333,10 +348,9 @@ class Fgd(Policy):
         scores = self.cache.get(key)
         if scores is None:
             scores = self.cache[key] = _ShapeScores(len(ix.nodes))
-            self.shape_ids[key] = len(self.shape_ids)
         stale = np.flatnonzero(ok & (scores.version != ix.version))
         if len(stale):
-            self._rescore(request, stale, cards[stale], scores, self.shape_ids[key])
+            self._rescore(request, stale, cards[stale], scores)
         j = self._select(request, ok, cards, scores)
         if j is None:
             return None
@@ -350,21 +364,24 @@ class Fgd(Policy):
         return _lexmin(ok, scores.score)
 
     def _rescore(
-        self, request: RequestSpec, rows: np.ndarray, cards: np.ndarray, scores: _ShapeScores, shape: int
+        self, request: RequestSpec, rows: np.ndarray, cards: np.ndarray, scores: _ShapeScores
     ) -> None:
         """Score the rows: each node state not yet scored for this shape once, the rest from memory."""
-        ix, memo = self.index, self.by_state
-        states = ix.state[rows].tolist()
-        new = [i for i, state in enumerate(states) if (shape, state) not in memo]
-        if new:
-            unique, first = np.unique(ix.state[rows[new]], return_index=True)
-            scored = rows[new][first]
-            self._rescore_rows(request, scored, cards[new][first], scores)
-            for state, row in zip(unique.tolist(), scored.tolist(), strict=True):
-                memo[shape, state] = (scores.score[row], scores.host[row], scores.card[row])
-        known = np.array([memo[shape, state] for state in states])
-        scores.score[rows], scores.host[rows] = known[:, 0], known[:, 1]
-        scores.card[rows] = known[:, 2].astype(np.int64)
+        ix = self.index
+        scores.cover(ix.states)
+        states = ix.state[rows]
+        new = np.flatnonzero(~scores.known[states])
+        if len(new):
+            unique, first = np.unique(states[new], return_index=True)
+            scored = rows[new[first]]
+            self._rescore_rows(request, scored, cards[new[first]], scores)
+            scores.state_score[unique] = scores.score[scored]
+            scores.state_host[unique] = scores.host[scored]
+            scores.state_card[unique] = scores.card[scored]
+            scores.known[unique] = True
+        scores.score[rows] = scores.state_score[states]
+        scores.host[rows] = scores.state_host[states]
+        scores.card[rows] = scores.state_card[states]
         scores.version[rows] = ix.version[rows]
 
     def _rescore_rows(
@@ -375,12 +392,18 @@ class Fgd(Policy):
         cpu_after, mem_after = cpu - request.cpu_milli, mem - request.memory_mib
         if request.num_gpus == 1:
             r, c = np.nonzero(cards)
-            gpu_after = gpu[r].copy()
-            gpu_after[np.arange(len(r)), c] -= request.gpu_milli
+            # Cards of a node with the same free share and model leave it in the same state (its
+            # fragmentation does not depend on the cards' order): each such state is scored once.
+            alike = (r * (MILLI_PER_GPU + 1) + gpu[r, c]) * (len(ix.models) + 1) + model[r, c]
+            _, first, alike_of = np.unique(alike, return_index=True, return_inverse=True)
+            fr, fc = r[first], c[first]
+            gpu_after = gpu[fr].copy()
+            gpu_after[np.arange(len(fr)), fc] -= request.gpu_milli
             rank = np.full(cards.shape, np.inf)
             host = np.full(cards.shape, np.inf)
-            before, after = self._before_and_after(rows, cpu_after[r], gpu_after, model[r], mem_after[r])
-            rank[r, c], host[r, c] = self._ranks(tuple(f[r] for f in before), after)
+            before, after = self._before_and_after(rows, cpu_after[fr], gpu_after, model[fr], mem_after[fr])
+            ranked, hosted = self._ranks(tuple(f[fr] for f in before), after)
+            rank[r, c], host[r, c] = ranked[alike_of], hosted[alike_of]
             if self.pack:
                 # Equal rank: the card left with the least free share, i.e. an already-used card.
                 free_left = np.where(cards, gpu - request.gpu_milli, MILLI_PER_GPU + 1)
@@ -447,6 +470,7 @@ class _GangRoom:
         self.eligible = np.array(
             [[not s.models or m in s.models for m in index.models] + [False] for s, _ in gangs], dtype=bool
         ).reshape(len(gangs), len(index.models) + 1)
+        self.any_model = bool(self.eligible[:, :-1].all())
         self.all = np.arange(len(gangs))
         self.can = np.zeros((len(gangs), len(index.nodes)), dtype=bool)
         self.hosts = np.zeros(len(gangs), dtype=np.int64)
@@ -457,7 +481,10 @@ class _GangRoom:
         self, gangs: np.ndarray, cpu: np.ndarray, mem: np.ndarray, whole: np.ndarray, model: np.ndarray
     ) -> np.ndarray:
         """can[g, k]: node state k has the whole cards, CPU and memory for gang shape gangs[g]."""
-        count = (whole[None, :, :] & self.eligible[gangs][:, model]).sum(axis=2)
+        if self.any_model:  # (a missing card is never whole)
+            count = whole.sum(axis=1)[None, :]
+        else:
+            count = (whole[None, :, :] & self.eligible[gangs][:, model]).sum(axis=2)
         return (
             (count >= self.num[gangs, None])
             & (cpu[None, :] >= self.cpu[gangs, None])
