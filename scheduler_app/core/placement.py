@@ -53,6 +53,7 @@ SCARCE_GANG_SHARE = 0.1
 GANG_SHARE_PER_CPU_PRESSURE = 2.0
 CALM_CPU_PRESSURE = 0.9
 _DEDUPE_FROM = 64
+_FEASIBLE_SHAPES_KEPT = 512
 
 
 def gpu_fits(request: RequestSpec, gpu: GpuState) -> bool:
@@ -122,8 +123,8 @@ class ClusterIndex:
         self.state = np.zeros(n, dtype=np.int64)
         self._state_ids: dict[bytes, int] = {}
         self._fixed: dict[tuple, np.ndarray] = {}  # masks of what never changes: pools, models, card memory
-        self.changes = 0  # syncs so far
-        self._last_feasible: tuple[tuple, tuple] = ((), ())
+        # Per request shape: (the node versions it was computed at, feasible nodes, usable cards).
+        self._feasible_by_shape: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         for j in range(n):
             self.sync(j)
         self.cpu_scale = max(1, int(max((node.cpu_milli for node in self.nodes), default=1)))
@@ -140,7 +141,6 @@ class ClusterIndex:
             self.gpu_mem_total[j, g.index] = g.memory_mib
             self.gpu_model[j, g.index] = self.model_id[g.model]
         self.version[j] += 1
-        self.changes += 1
         key = (
             b"".join(
                 a[j].tobytes()
@@ -166,24 +166,36 @@ class ClusterIndex:
 
     def feasible(self, request: RequestSpec) -> tuple[np.ndarray, np.ndarray]:
         """(nodes that can take the request (N,), cards that can hold one slice (N, slots)); callers must
-        not change them in place (the last answer is kept until a node changes: a pass asks whether a
-        request fits anywhere, then where)."""
-        key = (self.changes, request.cpu_milli, request.memory_mib, request.pools, request.num_gpus)
-        key += (request.gpu_milli, request.models, request.gpu_memory_mib)
-        if self._last_feasible[0] != key:
-            self._last_feasible = (key, self._feasible(request))
-        return self._last_feasible[1]
+        not change them in place. Kept per request shape, only the nodes changed since are re-checked."""
+        shape = (request.cpu_milli, request.memory_mib, request.pools, request.num_gpus)
+        shape += (request.gpu_milli, request.models, request.gpu_memory_mib)
+        known = self._feasible_by_shape.get(shape)
+        if known is None:
+            if len(self._feasible_by_shape) >= _FEASIBLE_SHAPES_KEPT:
+                del self._feasible_by_shape[next(iter(self._feasible_by_shape))]
+            ok, cards = self._feasible(request)
+            self._feasible_by_shape[shape] = (self.version.copy(), ok, cards)
+            return ok, cards
+        version, ok, cards = known
+        stale = np.flatnonzero(version != self.version)
+        if len(stale):
+            ok[stale], cards[stale] = self._feasible(request, stale)
+            version[stale] = self.version[stale]
+        return ok, cards
 
-    def _feasible(self, request: RequestSpec) -> tuple[np.ndarray, np.ndarray]:
-        ok = (self.cpu_free >= request.cpu_milli) & (self.mem_free >= request.memory_mib)
+    def _feasible(
+        self, request: RequestSpec, rows: np.ndarray | slice = slice(None)
+    ) -> tuple[np.ndarray, np.ndarray]:
+        ok = (self.cpu_free[rows] >= request.cpu_milli) & (self.mem_free[rows] >= request.memory_mib)
         if request.pools:
-            ok &= self._in_pools(request.pools)
+            ok &= self._in_pools(request.pools)[rows]
         if request.num_gpus == 0:
-            return ok, np.zeros_like(self.gpu_free, dtype=bool)
-        cards = self.gpu_free >= request.gpu_milli
+            return ok, np.zeros_like(self.gpu_free[rows], dtype=bool)
+        cards = self.gpu_free[rows] >= request.gpu_milli
         if request.models:
-            cards &= self._of_models(request.models)
-        cards &= self.gpu_mem_free >= self._memory_need(request.gpu_milli, request.gpu_memory_mib)
+            cards &= self._of_models(request.models)[rows]
+        need = self._memory_need(request.gpu_milli, request.gpu_memory_mib)
+        cards &= self.gpu_mem_free[rows] >= (need[rows] if isinstance(need, np.ndarray) else need)
         ok &= cards.sum(axis=1) >= request.num_gpus
         return ok, cards
 
