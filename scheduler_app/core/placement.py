@@ -441,17 +441,17 @@ class Fgd(Policy):
         self, rows: np.ndarray, cpu: np.ndarray, gpu: np.ndarray, model: np.ndarray, mem: np.ndarray
     ) -> tuple[tuple, tuple]:
         """(``_frag`` of the rows' current states, ``_frag`` of the K states given), in one batch: each
-        node state's current fragmentation is computed once, ever."""
+        node state's current fragmentation is computed once, ever. The rows are in distinct states."""
         ix = self.index
         states = ix.state[rows]
         if len(self.current_known) < ix.states:
             grow = max(ix.states, 2 * len(self.current_known)) - len(self.current_known)
             self.current_known = np.concatenate([self.current_known, np.zeros(grow, dtype=bool)])
             self.current = tuple(np.concatenate([c, np.zeros(grow)]) for c in self.current)
-        unknown, first = np.unique(states[~self.current_known[states]], return_index=True)
-        if not len(unknown):
+        unknown_at = ~self.current_known[states]  # (the rows' states are distinct: see _rescore)
+        if not unknown_at.any():
             return tuple(known[states] for known in self.current), self._frag(cpu, gpu, model, mem)
-        new = rows[~self.current_known[states]][first]
+        unknown, new = states[unknown_at], rows[unknown_at]
         values = self._frag(
             np.concatenate([ix.cpu_free[new], cpu]),
             np.concatenate([ix.gpu_free[new], gpu]),
