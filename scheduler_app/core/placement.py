@@ -488,6 +488,9 @@ class _GangRoom:
         self.hosts = np.zeros(len(gangs), dtype=np.int64)
         self.scarce_limit = max(1, share * len(index.nodes))
         self.version = np.full(len(index.nodes), -1, dtype=np.int64)
+        # The gang shapes with at most scarce_limit hosts, and 1 / their hosts (updated with `can`).
+        self.scarce = np.zeros(0, dtype=np.int64)
+        self.scarce_weight = np.zeros(0)
 
     def _hosts(
         self, gangs: np.ndarray, cpu: np.ndarray, mem: np.ndarray, whole: np.ndarray, model: np.ndarray
@@ -508,19 +511,20 @@ class _GangRoom:
         ix = self.index
         stale = np.flatnonzero(self.version != ix.version)
         if len(stale):
-            self.hosts -= self.can[:, stale].sum(axis=1)
-            self.can[:, stale] = self._hosts(
+            can = self._hosts(
                 self.all,
                 ix.cpu_free[stale],
                 ix.mem_free[stale],
                 ix.gpu_free[stale] == MILLI_PER_GPU,
                 ix.gpu_model[stale],
             )
-            self.hosts += self.can[:, stale].sum(axis=1)
+            self.hosts += can.sum(axis=1) - self.can[:, stale].sum(axis=1)
+            self.can[:, stale] = can
             self.version[stale] = ix.version[stale]
+            self.scarce = np.flatnonzero(self.hosts <= self.scarce_limit)
+            self.scarce_weight = 1 / np.maximum(self.hosts[self.scarce], 1)
         cost = np.zeros(len(rows))
-        hosts = self.hosts
-        scarce = np.flatnonzero(hosts <= self.scarce_limit)
+        scarce = self.scarce
         if not len(scarce):
             return cost
         before = self.can[scarce[:, None], rows]
@@ -535,7 +539,7 @@ class _GangRoom:
             (ix.gpu_free[sub] == MILLI_PER_GPU) & ~taken[hit],
             ix.gpu_model[sub],
         )
-        cost[hit] = _weighted_sum(1 / np.maximum(hosts[scarce], 1), before[:, hit] & ~after)
+        cost[hit] = _weighted_sum(self.scarce_weight, before[:, hit] & ~after)
         return cost
 
 
@@ -587,7 +591,8 @@ class FgdPlus(Fgd):
         rows = np.flatnonzero(ok)
         if not len(rows):
             return None
-        rows = rows[scores.score[rows] == scores.score[rows].min()]
+        score = scores.score[rows]
+        rows = rows[score == score.min()]
         if len(rows) > 1 and self.gangs is not None:
             if request.num_gpus <= 1:
                 taken = np.zeros((len(rows), cards.shape[1]), dtype=bool)
@@ -601,7 +606,8 @@ class FgdPlus(Fgd):
             pressure = self._model_pressure(request, rows, cards, scores)
             rows = rows[pressure == pressure.min()]
         if len(rows) > 1:
-            rows = rows[scores.host[rows] == scores.host[rows].min()]
+            host = scores.host[rows]
+            rows = rows[host == host.min()]
         if len(rows) > 1:
             left = self._left(request, rows)
             rows = rows[left == left.min()]
