@@ -194,6 +194,7 @@ class FragmentationModel:
         self.memory_pad = np.where(self.memory > 0, 0.0, float(_NO_LIMIT))[:, None]
         self.milli = np.array([mix.shapes[i].gpu_milli for i in gpu], dtype=np.int64)
         self.num = np.array([mix.shapes[i].num_gpus for i in gpu], dtype=np.int64)
+        self.shares_positive = bool((self.milli > 0).all())
         # eligible[s, m]: shape s may run on model m; the extra last column is "no card".
         self.eligible = np.zeros((len(gpu), len(models) + 1), dtype=bool)
         for row, i in enumerate(gpu):
@@ -230,10 +231,26 @@ class FragmentationModel:
         frag = self.cpu_only_units * idle
         if not len(self.weights):
             return frag / _UNIT, frag / _UNIT
-        usable = (gpu_free[None, :, :] >= self.milli[:, None, None]) & self.eligible[:, gpu_model]
-        count = usable.sum(axis=2)
+        # Cards roomiest first: on a node of one model a shape's usable cards are the first `count`
+        # (those with at least its share, if the model is eligible), and the free milli of any first
+        # few is one lookup in the running sums. Nodes mixing models are counted card by card.
+        free = np.sort(gpu_free, axis=1)[:, ::-1]
+        prefix = np.zeros((len(free), free.shape[1] + 1), dtype=np.int64)
+        np.cumsum(free, axis=1, out=prefix[:, 1:])
+        rows = np.arange(len(free))[None, :]
+        count = (free[None, :, :] >= self.milli[:, None, None]).sum(axis=2)
+        count *= self.eligible[:, gpu_model[:, 0]]
+        usable_milli = prefix[rows, count]
+        mixed = np.flatnonzero(((gpu_model != gpu_model[:, :1]) & (gpu_model >= 0)).any(axis=1))
+        if not self.shares_positive:  # a missing card (free 0) would pass a share of 0
+            mixed = np.arange(len(free))
+        if len(mixed):
+            usable = (gpu_free[mixed][None, :, :] >= self.milli[:, None, None]) & self.eligible[
+                :, gpu_model[mixed]
+            ]
+            count[:, mixed] = usable.sum(axis=2)
+            usable_milli[:, mixed] = np.where(usable, gpu_free[mixed][None, :, :], 0).sum(axis=2)
         fits = (count >= self.num[:, None]) & (cpu_free[None, :] >= self.cpu[:, None])
-        usable_milli = np.where(usable, gpu_free[None, :, :], 0).sum(axis=2)
         plain = (frag + self.units @ (idle[None, :] - np.where(fits, usable_milli, 0))) / _UNIT
         if mem_free is None:
             return plain, plain
@@ -244,13 +261,7 @@ class FragmentationModel:
         ).astype(np.int64)
         fits &= room >= 1
         take = np.minimum(room * self.num[:, None], count)
-        # Cards roomiest first: on a node of one model, a shape's usable cards are then the first
-        # `count`, and the `take` roomiest of them a prefix, summed by one lookup.
-        free = np.sort(gpu_free, axis=1)[:, ::-1]
-        prefix = np.zeros((len(free), free.shape[1] + 1), dtype=np.int64)
-        np.cumsum(free, axis=1, out=prefix[:, 1:])
-        usable_milli = prefix[np.arange(len(free))[None, :], take]
-        mixed = np.flatnonzero(((gpu_model != gpu_model[:, :1]) & (gpu_model >= 0)).any(axis=1))
+        usable_milli = prefix[rows, take]
         if len(mixed):
             usable_milli[:, mixed] = self._top_usable(gpu_free[mixed], gpu_model[mixed], take[:, mixed])
         host = (frag + self.units @ (idle[None, :] - np.where(fits, usable_milli, 0))) / _UNIT

@@ -53,6 +53,7 @@ SCARCE_GANG_SHARE = 0.1
 GANG_SHARE_PER_CPU_PRESSURE = 2.0
 CALM_CPU_PRESSURE = 0.9
 _DEDUPE_FROM = 64
+_FEASIBLE_SHAPES_KEPT = 512
 
 
 def gpu_fits(request: RequestSpec, gpu: GpuState) -> bool:
@@ -122,8 +123,8 @@ class ClusterIndex:
         self.state = np.zeros(n, dtype=np.int64)
         self._state_ids: dict[bytes, int] = {}
         self._fixed: dict[tuple, np.ndarray] = {}  # masks of what never changes: pools, models, card memory
-        self.changes = 0  # syncs so far
-        self._last_feasible: tuple[tuple, tuple] = ((), ())
+        # Per request shape: (the node versions it was computed at, feasible nodes, usable cards).
+        self._feasible_by_shape: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         for j in range(n):
             self.sync(j)
         self.cpu_scale = max(1, int(max((node.cpu_milli for node in self.nodes), default=1)))
@@ -140,7 +141,6 @@ class ClusterIndex:
             self.gpu_mem_total[j, g.index] = g.memory_mib
             self.gpu_model[j, g.index] = self.model_id[g.model]
         self.version[j] += 1
-        self.changes += 1
         key = (
             b"".join(
                 a[j].tobytes()
@@ -166,24 +166,36 @@ class ClusterIndex:
 
     def feasible(self, request: RequestSpec) -> tuple[np.ndarray, np.ndarray]:
         """(nodes that can take the request (N,), cards that can hold one slice (N, slots)); callers must
-        not change them in place (the last answer is kept until a node changes: a pass asks whether a
-        request fits anywhere, then where)."""
-        key = (self.changes, request.cpu_milli, request.memory_mib, request.pools, request.num_gpus)
-        key += (request.gpu_milli, request.models, request.gpu_memory_mib)
-        if self._last_feasible[0] != key:
-            self._last_feasible = (key, self._feasible(request))
-        return self._last_feasible[1]
+        not change them in place. Kept per request shape, only the nodes changed since are re-checked."""
+        shape = (request.cpu_milli, request.memory_mib, request.pools, request.num_gpus)
+        shape += (request.gpu_milli, request.models, request.gpu_memory_mib)
+        known = self._feasible_by_shape.get(shape)
+        if known is None:
+            if len(self._feasible_by_shape) >= _FEASIBLE_SHAPES_KEPT:
+                del self._feasible_by_shape[next(iter(self._feasible_by_shape))]
+            ok, cards = self._feasible(request)
+            self._feasible_by_shape[shape] = (self.version.copy(), ok, cards)
+            return ok, cards
+        version, ok, cards = known
+        stale = np.flatnonzero(version != self.version)
+        if len(stale):
+            ok[stale], cards[stale] = self._feasible(request, stale)
+            version[stale] = self.version[stale]
+        return ok, cards
 
-    def _feasible(self, request: RequestSpec) -> tuple[np.ndarray, np.ndarray]:
-        ok = (self.cpu_free >= request.cpu_milli) & (self.mem_free >= request.memory_mib)
+    def _feasible(
+        self, request: RequestSpec, rows: np.ndarray | slice = slice(None)
+    ) -> tuple[np.ndarray, np.ndarray]:
+        ok = (self.cpu_free[rows] >= request.cpu_milli) & (self.mem_free[rows] >= request.memory_mib)
         if request.pools:
-            ok &= self._in_pools(request.pools)
+            ok &= self._in_pools(request.pools)[rows]
         if request.num_gpus == 0:
-            return ok, np.zeros_like(self.gpu_free, dtype=bool)
-        cards = self.gpu_free >= request.gpu_milli
+            return ok, np.zeros_like(self.gpu_free[rows], dtype=bool)
+        cards = self.gpu_free[rows] >= request.gpu_milli
         if request.models:
-            cards &= self._of_models(request.models)
-        cards &= self.gpu_mem_free >= self._memory_need(request.gpu_milli, request.gpu_memory_mib)
+            cards &= self._of_models(request.models)[rows]
+        need = self._memory_need(request.gpu_milli, request.gpu_memory_mib)
+        cards &= self.gpu_mem_free[rows] >= (need[rows] if isinstance(need, np.ndarray) else need)
         ok &= cards.sum(axis=1) >= request.num_gpus
         return ok, cards
 
@@ -265,13 +277,32 @@ class BestFit(Policy):
 
 
 class _ShapeScores:
-    """Cached per-node scores for one request shape: valid where version matches the index."""
+    """Cached per-node scores for one request shape: valid where version matches the index.
+
+    Scores are a function of the node state and the request shape alone, so they are also kept per
+    state id (``known``, ``state_*``): a node reaching a state another node was scored in costs no
+    rescoring.
+    """
 
     def __init__(self, n: int) -> None:
         self.version = np.full(n, -1, dtype=np.int64)
         self.score = np.zeros(n, dtype=np.float64)
         self.host = np.zeros(n, dtype=np.float64)
         self.card = np.full(n, -1, dtype=np.int64)
+        self.known = np.zeros(0, dtype=bool)
+        self.state_score = np.zeros(0, dtype=np.float64)
+        self.state_host = np.zeros(0, dtype=np.float64)
+        self.state_card = np.zeros(0, dtype=np.int64)
+
+    def cover(self, states: int) -> None:
+        """Make room for state ids below `states` (doubling, so growing is rare)."""
+        if len(self.known) >= states:
+            return
+        grow = max(states, 2 * len(self.known)) - len(self.known)
+        self.known = np.concatenate([self.known, np.zeros(grow, dtype=bool)])
+        self.state_score = np.concatenate([self.state_score, np.zeros(grow)])
+        self.state_host = np.concatenate([self.state_host, np.zeros(grow)])
+        self.state_card = np.concatenate([self.state_card, np.zeros(grow, dtype=np.int64)])
 
 
 class Fgd(Policy):
@@ -292,10 +323,6 @@ class Fgd(Policy):
         super().__init__(index, workload)
         self.model = FragmentationModel(workload or WorkloadMix(), index.models)
         self.cache: dict[tuple, _ShapeScores] = {}
-        # Scores are a function of the node state and the request shape alone, so they are also kept
-        # by (shape, state id): a node reaching a state another node was scored in costs no rescoring.
-        self.shape_ids: dict[tuple, int] = {}
-        self.by_state: dict[tuple[int, int], tuple[float, float, int]] = {}
         self.current: tuple[np.ndarray, ...] = ()  # ``_frag`` of each state id, where known
         self.current_known = np.zeros(0, dtype=bool)
 
@@ -333,10 +360,9 @@ class Fgd(Policy):
         scores = self.cache.get(key)
         if scores is None:
             scores = self.cache[key] = _ShapeScores(len(ix.nodes))
-            self.shape_ids[key] = len(self.shape_ids)
         stale = np.flatnonzero(ok & (scores.version != ix.version))
         if len(stale):
-            self._rescore(request, stale, cards[stale], scores, self.shape_ids[key])
+            self._rescore(request, stale, cards[stale], scores)
         j = self._select(request, ok, cards, scores)
         if j is None:
             return None
@@ -350,21 +376,24 @@ class Fgd(Policy):
         return _lexmin(ok, scores.score)
 
     def _rescore(
-        self, request: RequestSpec, rows: np.ndarray, cards: np.ndarray, scores: _ShapeScores, shape: int
+        self, request: RequestSpec, rows: np.ndarray, cards: np.ndarray, scores: _ShapeScores
     ) -> None:
         """Score the rows: each node state not yet scored for this shape once, the rest from memory."""
-        ix, memo = self.index, self.by_state
-        states = ix.state[rows].tolist()
-        new = [i for i, state in enumerate(states) if (shape, state) not in memo]
-        if new:
-            unique, first = np.unique(ix.state[rows[new]], return_index=True)
-            scored = rows[new][first]
-            self._rescore_rows(request, scored, cards[new][first], scores)
-            for state, row in zip(unique.tolist(), scored.tolist(), strict=True):
-                memo[shape, state] = (scores.score[row], scores.host[row], scores.card[row])
-        known = np.array([memo[shape, state] for state in states])
-        scores.score[rows], scores.host[rows] = known[:, 0], known[:, 1]
-        scores.card[rows] = known[:, 2].astype(np.int64)
+        ix = self.index
+        scores.cover(ix.states)
+        states = ix.state[rows]
+        new = np.flatnonzero(~scores.known[states])
+        if len(new):
+            unique, first = np.unique(states[new], return_index=True)
+            scored = rows[new[first]]
+            self._rescore_rows(request, scored, cards[new[first]], scores)
+            scores.state_score[unique] = scores.score[scored]
+            scores.state_host[unique] = scores.host[scored]
+            scores.state_card[unique] = scores.card[scored]
+            scores.known[unique] = True
+        scores.score[rows] = scores.state_score[states]
+        scores.host[rows] = scores.state_host[states]
+        scores.card[rows] = scores.state_card[states]
         scores.version[rows] = ix.version[rows]
 
     def _rescore_rows(
@@ -375,12 +404,18 @@ class Fgd(Policy):
         cpu_after, mem_after = cpu - request.cpu_milli, mem - request.memory_mib
         if request.num_gpus == 1:
             r, c = np.nonzero(cards)
-            gpu_after = gpu[r].copy()
-            gpu_after[np.arange(len(r)), c] -= request.gpu_milli
+            # Cards of a node with the same free share and model leave it in the same state (its
+            # fragmentation does not depend on the cards' order): each such state is scored once.
+            alike = (r * (MILLI_PER_GPU + 1) + gpu[r, c]) * (len(ix.models) + 1) + model[r, c]
+            _, first, alike_of = np.unique(alike, return_index=True, return_inverse=True)
+            fr, fc = r[first], c[first]
+            gpu_after = gpu[fr].copy()
+            gpu_after[np.arange(len(fr)), fc] -= request.gpu_milli
             rank = np.full(cards.shape, np.inf)
             host = np.full(cards.shape, np.inf)
-            before, after = self._before_and_after(rows, cpu_after[r], gpu_after, model[r], mem_after[r])
-            rank[r, c], host[r, c] = self._ranks(tuple(f[r] for f in before), after)
+            before, after = self._before_and_after(rows, cpu_after[fr], gpu_after, model[fr], mem_after[fr])
+            ranked, hosted = self._ranks(tuple(f[fr] for f in before), after)
+            rank[r, c], host[r, c] = ranked[alike_of], hosted[alike_of]
             if self.pack:
                 # Equal rank: the card left with the least free share, i.e. an already-used card.
                 free_left = np.where(cards, gpu - request.gpu_milli, MILLI_PER_GPU + 1)
@@ -406,17 +441,17 @@ class Fgd(Policy):
         self, rows: np.ndarray, cpu: np.ndarray, gpu: np.ndarray, model: np.ndarray, mem: np.ndarray
     ) -> tuple[tuple, tuple]:
         """(``_frag`` of the rows' current states, ``_frag`` of the K states given), in one batch: each
-        node state's current fragmentation is computed once, ever."""
+        node state's current fragmentation is computed once, ever. The rows are in distinct states."""
         ix = self.index
         states = ix.state[rows]
         if len(self.current_known) < ix.states:
             grow = max(ix.states, 2 * len(self.current_known)) - len(self.current_known)
             self.current_known = np.concatenate([self.current_known, np.zeros(grow, dtype=bool)])
             self.current = tuple(np.concatenate([c, np.zeros(grow)]) for c in self.current)
-        unknown, first = np.unique(states[~self.current_known[states]], return_index=True)
-        if not len(unknown):
+        unknown_at = ~self.current_known[states]  # (the rows' states are distinct: see _rescore)
+        if not unknown_at.any():
             return tuple(known[states] for known in self.current), self._frag(cpu, gpu, model, mem)
-        new = rows[~self.current_known[states]][first]
+        unknown, new = states[unknown_at], rows[unknown_at]
         values = self._frag(
             np.concatenate([ix.cpu_free[new], cpu]),
             np.concatenate([ix.gpu_free[new], gpu]),
@@ -447,17 +482,24 @@ class _GangRoom:
         self.eligible = np.array(
             [[not s.models or m in s.models for m in index.models] + [False] for s, _ in gangs], dtype=bool
         ).reshape(len(gangs), len(index.models) + 1)
+        self.any_model = bool(self.eligible[:, :-1].all())
         self.all = np.arange(len(gangs))
         self.can = np.zeros((len(gangs), len(index.nodes)), dtype=bool)
         self.hosts = np.zeros(len(gangs), dtype=np.int64)
         self.scarce_limit = max(1, share * len(index.nodes))
         self.version = np.full(len(index.nodes), -1, dtype=np.int64)
+        # The gang shapes with at most scarce_limit hosts, and 1 / their hosts (updated with `can`).
+        self.scarce = np.zeros(0, dtype=np.int64)
+        self.scarce_weight = np.zeros(0)
 
     def _hosts(
         self, gangs: np.ndarray, cpu: np.ndarray, mem: np.ndarray, whole: np.ndarray, model: np.ndarray
     ) -> np.ndarray:
         """can[g, k]: node state k has the whole cards, CPU and memory for gang shape gangs[g]."""
-        count = (whole[None, :, :] & self.eligible[gangs][:, model]).sum(axis=2)
+        if self.any_model:  # (a missing card is never whole)
+            count = whole.sum(axis=1)[None, :]
+        else:
+            count = (whole[None, :, :] & self.eligible[gangs][:, model]).sum(axis=2)
         return (
             (count >= self.num[gangs, None])
             & (cpu[None, :] >= self.cpu[gangs, None])
@@ -469,19 +511,20 @@ class _GangRoom:
         ix = self.index
         stale = np.flatnonzero(self.version != ix.version)
         if len(stale):
-            self.hosts -= self.can[:, stale].sum(axis=1)
-            self.can[:, stale] = self._hosts(
+            can = self._hosts(
                 self.all,
                 ix.cpu_free[stale],
                 ix.mem_free[stale],
                 ix.gpu_free[stale] == MILLI_PER_GPU,
                 ix.gpu_model[stale],
             )
-            self.hosts += self.can[:, stale].sum(axis=1)
+            self.hosts += can.sum(axis=1) - self.can[:, stale].sum(axis=1)
+            self.can[:, stale] = can
             self.version[stale] = ix.version[stale]
+            self.scarce = np.flatnonzero(self.hosts <= self.scarce_limit)
+            self.scarce_weight = 1 / np.maximum(self.hosts[self.scarce], 1)
         cost = np.zeros(len(rows))
-        hosts = self.hosts
-        scarce = np.flatnonzero(hosts <= self.scarce_limit)
+        scarce = self.scarce
         if not len(scarce):
             return cost
         before = self.can[scarce[:, None], rows]
@@ -496,7 +539,7 @@ class _GangRoom:
             (ix.gpu_free[sub] == MILLI_PER_GPU) & ~taken[hit],
             ix.gpu_model[sub],
         )
-        cost[hit] = _weighted_sum(1 / np.maximum(hosts[scarce], 1), before[:, hit] & ~after)
+        cost[hit] = _weighted_sum(self.scarce_weight, before[:, hit] & ~after)
         return cost
 
 
@@ -548,7 +591,8 @@ class FgdPlus(Fgd):
         rows = np.flatnonzero(ok)
         if not len(rows):
             return None
-        rows = rows[scores.score[rows] == scores.score[rows].min()]
+        score = scores.score[rows]
+        rows = rows[score == score.min()]
         if len(rows) > 1 and self.gangs is not None:
             if request.num_gpus <= 1:
                 taken = np.zeros((len(rows), cards.shape[1]), dtype=bool)
@@ -562,7 +606,8 @@ class FgdPlus(Fgd):
             pressure = self._model_pressure(request, rows, cards, scores)
             rows = rows[pressure == pressure.min()]
         if len(rows) > 1:
-            rows = rows[scores.host[rows] == scores.host[rows].min()]
+            host = scores.host[rows]
+            rows = rows[host == host.min()]
         if len(rows) > 1:
             left = self._left(request, rows)
             rows = rows[left == left.min()]

@@ -2,8 +2,9 @@
 
 The records (data/*.json.gz) were made before the placement engine and the pass were made faster,
 once fragmentation sums no longer depended on the batch a node state was scored in (before that,
-exact ties were broken by rounding noise, which no cache can reproduce). Rewrite them only for a
-change meant to alter decisions:
+exact ties were broken by rounding noise, which no cache can reproduce). The replays of seeds 7 and
+2026 were recorded with the code before the running-sum fragmentation and the alike-card shortcut
+(issue 11, placement speed). Rewrite them only for a change meant to alter decisions:
 
     PIN_DECISIONS_RECORD=1 pytest tests/scheduler_app/core/test_decisions_pinned.py
 """
@@ -40,12 +41,16 @@ def check(name: str, decisions: list) -> None:
     assert len(decisions) == len(recorded)
 
 
-@pytest.mark.parametrize("policy", [DEFAULT_POLICY, "fgd"])
-def test_trace_replay_places_every_pod_where_it_did(policy):
-    # given the Alibaba trace in seed 42's arrival order (bench.trace_replay), every pod tried once
+@pytest.mark.parametrize(
+    ("policy", "seed"),
+    [(DEFAULT_POLICY, 42), ("fgd", 42), (DEFAULT_POLICY, 7), (DEFAULT_POLICY, 2026), ("fgd", 7)],
+)
+def test_trace_replay_places_every_pod_where_it_did(policy, seed):
+    # given the Alibaba trace in the seed's arrival order and node order (bench.trace_replay), every pod
+    # tried once
     pods = load_pods(DEFAULT_PODS)
-    nodes = shuffled_nodes(load_nodes(DEFAULT_NODES), 42)
-    order = arrival_order(pods, sum(len(n.gpus) for n in nodes) * MILLI_PER_GPU, 42)
+    nodes = shuffled_nodes(load_nodes(DEFAULT_NODES), seed)
+    order = arrival_order(pods, sum(len(n.gpus) for n in nodes) * MILLI_PER_GPU, seed)
     placer = Placer(nodes, policy, WorkloadMix.from_requests(pods))
     # when
     decisions = []
@@ -54,7 +59,7 @@ def test_trace_replay_places_every_pod_where_it_did(policy):
         decisions.append(None if placement is None else [placement.node, *placement.gpus])
     # then
     assert sum(d is None for d in decisions) > 100  # the replay runs well past a full cluster
-    check(f"trace_replay_{policy}", decisions)
+    check(f"trace_replay_{policy}" + ("" if seed == 42 else f"_seed{seed}"), decisions)
 
 
 POOL_CHOICES = [
