@@ -27,7 +27,7 @@ class _ClientPerPool(redis.RedisCacheClient):
 # strings and integers, so the cache API reads the counter (cache.decr in take_back).
 _HIT = """
 local anchor = redis.call('GET', KEYS[1])
-if not anchor or not tonumber(anchor) then
+if not anchor then
   anchor = ARGV[1]
   redis.call('SET', KEYS[1], anchor, 'EX', ARGV[3])
 end
@@ -53,7 +53,8 @@ class RedisCache(redis.RedisCache):
             self._hit_script = client.register_script(_HIT)
         counters = self.make_key(f"{key}:")  # + anchor:index, as make_key would name the counter
         anchor, index, hits = self._hit_script(
-            keys=[self.make_key(f"{key}:anchor")],
+            # Not the cache API's `:anchor` (a pickled float): processes of either kind may share Redis.
+            keys=[self.make_key(f"{key}:anchored-at")],
             args=[repr(now), duration_s, anchor_ttl_s, counters],
             client=client,
         )
