@@ -2,7 +2,7 @@
 
 Django's RedisCacheClient makes a new `redis.Redis` for every cache operation; building one (its
 response callbacks and options) cost about as much CPU as the round trip itself, and an API call
-makes three or four (token, throttle, pass queue). A client over a pool is thread-safe, and Django
+makes three (token, throttle, pass queue). A client over a pool is thread-safe, and Django
 already keeps one cache object per thread.
 """
 
