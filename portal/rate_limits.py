@@ -34,10 +34,15 @@ class Window:
 def hit(key: str, duration_s: int, now: float | None = None) -> Window:
     """Count one hit for `key` in its current window of `duration_s` seconds.
 
-    Two cache round trips in the usual case (read the anchor, increment the counter); the
-    first hit of an identity or of a window adds what is missing, with `add` so racers agree.
+    One round trip on Redis (portal.redis_cache.RedisCache.count_hit, a script). Elsewhere two cache
+    round trips in the usual case (read the anchor, increment the counter); the first hit of an
+    identity or of a window adds what is missing, with `add` so racers agree.
     """
     now = time.time() if now is None else now
+    count_hit = getattr(cache, "count_hit", None)  # the production Redis cache: one round trip
+    if count_hit is not None:
+        anchor, index, hits = count_hit(key, duration_s, now, max(ANCHOR_TTL_S, 2 * duration_s))
+        return Window(f"{key}:{anchor}:{index}", hits, anchor + (index + 1) * duration_s - now)
     anchor = cache.get(f"{key}:anchor")
     if anchor is None:
         cache.add(f"{key}:anchor", now, max(ANCHOR_TTL_S, 2 * duration_s))

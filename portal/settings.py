@@ -127,7 +127,7 @@ REDIS_CONNECT_TIMEOUT_S = 1
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "BACKEND": "portal.channel_layers.RedisChannelLayer",
             # No socket_timeout here: receivers block up to 5 s on purpose (channels_redis brpop_timeout).
             "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_connect_timeout": REDIS_CONNECT_TIMEOUT_S}]},
         }

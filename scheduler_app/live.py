@@ -77,8 +77,12 @@ def send_to_groups(batch: list[tuple[str, dict]]) -> None:
 async def _send_all(batch: list[tuple[str, dict]]) -> None:
     layer = get_channel_layer()
     try:
+        # The Redis layer names the groups anyone listens to in one round trip (portal.channel_layers).
+        asked = getattr(layer, "groups_with_members", None)
+        listened = await asked(group for group, _ in batch) if asked else None
         for group, message in batch:
-            await layer.group_send(group, message)
+            if listened is None or group in listened:
+                await layer.group_send(group, message)
     except RedisError as error:
         log.warning("cannot reach Redis to publish a live update to %s: %s", group, error)
 

@@ -50,6 +50,7 @@ from scheduler_app.services.inventory import set_mig_layout, set_node_status, up
 from scheduler_app.services.migration import reclaim_node
 from scheduler_app.services.requests import cancel_request, release_request, submit_request
 from scheduler_app.telemetry import SampleMoment, record_sample_moments
+from teams.permissions import note_membership
 from teams.selectors import team_for_submit
 
 
@@ -143,8 +144,13 @@ class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
 
     def _target(self) -> GpuRequest:
         """The request an action changes, without its segments: the answer reads them only if needed."""
-        visible = requests_visible_to(self.request.user).select_related("team", "user", "pool")
-        return get_object_or_404(visible, pk=self.kwargs["pk"])
+        user = self.request.user
+        gpu_request = get_object_or_404(
+            requests_visible_to(user).select_related("team", "user", "pool"), pk=self.kwargs["pk"]
+        )
+        if not user.is_staff:  # found through the user's memberships: the permission check needs no query
+            note_membership(user, gpu_request.team)
+        return gpu_request
 
     def _answer(self, gpu_request: GpuRequest) -> Response:
         """The request after an action; only an active one holds slices worth reading back."""

@@ -11,7 +11,7 @@ from scheduler_app.dispatch import schedule_soon
 from scheduler_app.lifecycle import StateConflict, release_target
 from scheduler_app.models import Gpu, GpuRequest, Pool
 from scheduler_app.permissions import can_act_on, can_submit
-from scheduler_app.services.transitions import transition_request
+from scheduler_app.services.transitions import move_locked, transition_request
 from teams.models import Team
 from teams.permissions import require
 
@@ -84,8 +84,7 @@ def release_request(request: GpuRequest, *, user) -> GpuRequest:
             reason = "released before it started running: cancelled"
         else:
             reason = "released by user"
-        # The row stays locked: transition_request's own lock is taken again in this transaction.
-        return transition_request(request, to_state, actor=user, reason=reason)
+        return move_locked(request, locked, to_state, actor=user, reason=reason)
 
 
 def cancel_request(request: GpuRequest, *, user, reason: str = "cancelled by user") -> GpuRequest:

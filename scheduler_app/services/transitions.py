@@ -35,9 +35,23 @@ def transition_request(
     """The one way a single request changes state; IllegalTransition (nothing written) if not allowed."""
     with transaction.atomic():
         locked = GpuRequest.objects.select_for_update().get(pk=request.pk)
-        check_transition(locked.state, to_state)
-        _refuse_scheduling_without_cards(to_state)
-        _move([locked], to_state, actor=actor, actor_name=actor_name, reasons={locked.pk: reason})
+        return move_locked(request, locked, to_state, actor=actor, reason=reason, actor_name=actor_name)
+
+
+def move_locked(
+    request: GpuRequest,
+    locked: GpuRequest,
+    to_state: str,
+    *,
+    actor=None,
+    reason: str = "",
+    actor_name: str = "",
+) -> GpuRequest:
+    """transition_request for a caller that holds `locked`, the row of `request` locked in its open
+    transaction (it chose `to_state` from the locked state): no second read of the row."""
+    check_transition(locked.state, to_state)
+    _refuse_scheduling_without_cards(to_state)
+    _move([locked], to_state, actor=actor, actor_name=actor_name, reasons={locked.pk: reason})
     for field in GpuRequest._meta.concrete_fields:  # the caller's object as saved; relations stay loaded
         setattr(request, field.attname, getattr(locked, field.attname))
     return request

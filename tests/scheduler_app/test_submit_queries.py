@@ -4,6 +4,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from scheduler_app.scheduling import run_scheduling_pass
 from scheduler_app.services.requests import validated_request
 
 SHARE = {"name": "train", "task_type": "training", "gpu_milli": 250}
@@ -58,5 +59,37 @@ def test_cancel_answers_from_the_row_it_moved(api_client, member, team):
         answer = client.post(f"/api/v1/requests/{created['id']}/cancel/")
 
     assert answer.status_code == 200 and answer.json()["state"] == "cancelled"
+    request_reads = [sql for sql in selects(captured) if 'FROM "scheduler_app_gpurequest"' in sql]
+    assert len(request_reads) == 2, request_reads  # the visible row, then the same row locked
+
+
+@pytest.mark.parametrize(("action", "status"), [("cancel", 200), ("release", 409)])
+def test_cancel_and_release_ask_the_membership_only_through_the_visible_row(
+    api_client, member, team, action, status
+):
+    """The request is found through the user's memberships; that answers the permission check too
+    (a pending request has nothing to release: refused after the check)."""
+    client = api_client(member)
+    created = client.post("/api/v1/requests/", SHARE, format="json").json()
+
+    with CaptureQueriesContext(connection) as captured:
+        answer = client.post(f"/api/v1/requests/{created['id']}/{action}/")
+
+    assert answer.status_code == status, answer.content
+    membership_reads = [sql for sql in selects(captured) if "portal_membership" in sql]
+    assert len(membership_reads) == 1, membership_reads
+    assert 'FROM "scheduler_app_gpurequest"' in membership_reads[0]
+
+
+def test_release_moves_the_row_it_locked_without_reading_it_again(api_client, member, team, make_node):
+    make_node()
+    client = api_client(member)
+    created = client.post("/api/v1/requests/", SHARE, format="json").json()
+    run_scheduling_pass()
+
+    with CaptureQueriesContext(connection) as captured:
+        answer = client.post(f"/api/v1/requests/{created['id']}/release/")
+
+    assert answer.status_code == 200 and answer.json()["state"] == "cancelled"  # it never started
     request_reads = [sql for sql in selects(captured) if 'FROM "scheduler_app_gpurequest"' in sql]
     assert len(request_reads) == 2, request_reads  # the visible row, then the same row locked
