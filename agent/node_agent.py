@@ -76,7 +76,7 @@ class NodeAgent:
         self.jobs: dict[int, Job] = {}
         # Reports not sent yet, with their run's generation: {request: generation} and
         # {request: (exit status, generation)}.
-        self.unreported_starts: dict[int, int | None] = {}
+        self.unreported_starts: dict[int, tuple[int | None, dt.datetime | None]] = {}
         self.unreported_exits: dict[int, tuple[int, int | None]] = {}
         self.registered = False
         self.owner = ""  # "<node> at <portal>" once registered: marks the jobs this node's agents start
@@ -213,8 +213,8 @@ class NodeAgent:
             elif work[request_id]["stop_by"]:
                 deadline = dt.datetime.fromisoformat(work[request_id]["stop_by"])
                 job.stop_by(deadline, f"being moved: checkpoint and stop by {deadline:%H:%M:%S} UTC")
-        for request_id, generation in list(self.unreported_starts.items()):
-            self.client.started(request_id, generation)
+        for request_id, (generation, resumed_from) in list(self.unreported_starts.items()):
+            self.client.started(request_id, generation, resumed_from)
             del self.unreported_starts[request_id]
 
     def _watch_cloud(self) -> None:
@@ -239,7 +239,8 @@ class NodeAgent:
             return
         log.info("request %s: started pid %s: %s", item["request_id"], job.process.pid, item["command"])
         self.jobs[item["request_id"]] = job
-        self.unreported_starts[item["request_id"]] = job.generation
+        # The checkpoint the run starts from (its directory's marker), for the portal's resume rule.
+        self.unreported_starts[item["request_id"]] = (job.generation, job.last_checkpoint())
 
     def _watch_checkpoints(self) -> None:
         """Report each job's new checkpoints (its marker file's mtime) to the portal."""

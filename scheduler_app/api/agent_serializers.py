@@ -84,6 +84,12 @@ class StartedSerializer(serializers.Serializer):
     generation = StrictIntegerField(
         min_value=0, required=False, allow_null=True, default=None, help_text=GENERATION_HELP
     )
+    resumed_from = AwareDateTimeField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="The checkpoint the run found when it started (the marker file's mtime); null: none.",
+    )
 
 
 class CheckpointedSerializer(serializers.Serializer):

@@ -134,8 +134,13 @@ def _runs_here(node: Node, request: GpuRequest, generation: int | None = None) -
     return Allocation.objects.committed().filter(request=request, gpu__node=node).exists()
 
 
-def report_started(node: Node, request_id: int, generation: int | None = None) -> GpuRequest:
+def report_started(
+    node: Node, request_id: int, generation: int | None = None, resumed_from: dt.datetime | None = None
+) -> GpuRequest:
     """The job's process started: scheduled becomes running. Already running: nothing changes.
+    `resumed_from`: the checkpoint the run found in its checkpoint directory when it started (None:
+    none, it starts from the beginning), recorded on the event for the resume rule
+    (scheduler_app.invariants.unresumed_moves).
 
     A request no longer placed on this node (released, requeued, moved) is left as it is: the
     agent learns from its work list that the job must stop.
@@ -144,8 +149,9 @@ def report_started(node: Node, request_id: int, generation: int | None = None) -
     with transaction.atomic():
         locked = GpuRequest.objects.select_for_update().get(pk=request.pk)
         if locked.state == RequestState.SCHEDULED and _runs_here(node, locked, generation):
+            resumed = {"resumed_from": resumed_from.isoformat() if resumed_from else None}
             return transition_request(
-                locked, RequestState.RUNNING, actor_name=AGENT, reason="process started"
+                locked, RequestState.RUNNING, actor_name=AGENT, reason="process started", data=resumed
             )
     return locked
 

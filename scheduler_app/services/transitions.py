@@ -30,14 +30,28 @@ MOVED_FIELDS = [
 
 
 def transition_request(
-    request: GpuRequest, to_state: str, *, actor=None, reason: str = "", actor_name: str = ""
+    request: GpuRequest,
+    to_state: str,
+    *,
+    actor=None,
+    reason: str = "",
+    actor_name: str = "",
+    data: dict | None = None,
 ) -> GpuRequest:
-    """The one way a single request changes state; IllegalTransition (nothing written) if not allowed."""
+    """The one way a single request changes state; IllegalTransition (nothing written) if not allowed.
+    `data` goes on its event."""
     with transaction.atomic():
         locked = GpuRequest.objects.select_for_update().get(pk=request.pk)
         check_transition(locked.state, to_state)
         _refuse_scheduling_without_cards(to_state)
-        _move([locked], to_state, actor=actor, actor_name=actor_name, reasons={locked.pk: reason})
+        _move(
+            [locked],
+            to_state,
+            actor=actor,
+            actor_name=actor_name,
+            reasons={locked.pk: reason},
+            data={locked.pk: data} if data is not None else None,
+        )
     for field in GpuRequest._meta.concrete_fields:  # the caller's object as saved; relations stay loaded
         setattr(request, field.attname, getattr(locked, field.attname))
     return request
