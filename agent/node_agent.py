@@ -77,7 +77,7 @@ class NodeAgent:
         # Reports not sent yet, with their run's generation: {request: generation} and
         # {request: (exit status, generation)}.
         self.unreported_starts: dict[int, tuple[int | None, dt.datetime | None]] = {}
-        self.unreported_exits: dict[int, tuple[int, int | None]] = {}
+        self.unreported_exits: dict[int, tuple[int, int | None, dt.datetime | None]] = {}
         self.registered = False
         self.owner = ""  # "<node> at <portal>" once registered: marks the jobs this node's agents start
         self.refused = False  # the portal refused the credential
@@ -235,7 +235,7 @@ class NodeAgent:
             job = Job(item, mps=self.mps, workdir=self.workdir, owner=self.owner)
         except OSError as error:
             log.error("request %s: cannot start %r: %s", item["request_id"], item["command"], error)
-            self.unreported_exits[item["request_id"]] = (127, item.get("generation"))
+            self.unreported_exits[item["request_id"]] = (127, item.get("generation"), None)
             return
         log.info("request %s: started pid %s: %s", item["request_id"], job.process.pid, item["command"])
         self.jobs[item["request_id"]] = job
@@ -329,12 +329,12 @@ class NodeAgent:
                 if request_id in self.fenced:
                     self.fenced.discard(request_id)
                     continue  # stopped for being cut off: the portal decides whether it runs again
-                self.unreported_exits[request_id] = (job.exit_code, job.generation)
-        for request_id, (exit_code, generation) in list(self.unreported_exits.items()):
+                self.unreported_exits[request_id] = (job.exit_code, job.generation, job.exited_at)
+        for request_id, (exit_code, generation, exited_at) in list(self.unreported_exits.items()):
             if request_id in self.unreported_starts or request_id in self.overuse:
                 continue  # in the order it happened: started, stopped by the watchdog, exited
             try:
-                self.client.finished(request_id, exit_code, generation)
+                self.client.finished(request_id, exit_code, generation, exited_at)
             except NotFoundError:
                 log.warning("request %s: the portal has no such request on this node", request_id)
             del self.unreported_exits[request_id]

@@ -128,6 +128,9 @@ class FinishedSerializer(serializers.Serializer):
     generation = StrictIntegerField(
         min_value=0, required=False, allow_null=True, default=None, help_text=GENERATION_HELP
     )
+    stopped_at = AwareDateTimeField(
+        required=False, allow_null=True, default=None, help_text="When the process ended; null: now."
+    )
 
 
 class LogChunkSerializer(serializers.Serializer):

@@ -39,8 +39,19 @@ class NodeClient:
         body = {"generation": generation, "resumed_from": resumed_from.isoformat() if resumed_from else None}
         return self._post(f"agent/requests/{int(request_id)}/started/", body)
 
-    def finished(self, request_id: int, exit_code: int, generation: int | None = None) -> dict:
-        body = {"exit_code": exit_code, "generation": generation}
+    def finished(
+        self,
+        request_id: int,
+        exit_code: int,
+        generation: int | None = None,
+        stopped_at: dt.datetime | None = None,
+    ) -> dict:
+        """The job's process ended with `exit_code`; `stopped_at` (aware): when, if the agent knows."""
+        body = {
+            "exit_code": exit_code,
+            "generation": generation,
+            "stopped_at": stopped_at.isoformat() if stopped_at else None,
+        }
         return self._post(f"agent/requests/{int(request_id)}/finished/", body)
 
     def checkpointed(
