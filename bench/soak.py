@@ -204,7 +204,7 @@ class Soak:
             if next_failure <= now:
                 self._fail(self.rng.choice(self.nodes))
                 next_failure += self.rng.expovariate(self.args.failures_per_hour) * 3600 / self.speedup
-            if next_reclaim <= now:
+            while next_reclaim <= now:  # a round comes seconds apart: several notices may land in one
                 self._reclaim(self.rng.choice(self.nodes[: len(self.nodes) // 2]))
                 next_reclaim += self._gap(self.args.reclaims_per_hour)
             self._take_reclaimed(now)
