@@ -27,13 +27,13 @@ Failures, chosen at random (`--failures-per-hour`, simulated):
 A node the watchdog declared lost is returned to service by the operator when it is back.
 
 Spot reclaims (`--reclaims-per-hour`, simulated): half the nodes are spot capacity and half the
-requests are spot work that checkpoints every `--checkpoint-minutes` (simulated) and on SIGTERM
-(SOAK_JOB: its progress survives a move). A random spot node gets a reclaim notice through
-scheduler_app.services.migration.reclaim_node with a deadline `--reclaim-grace-s` ahead on the
-portal's clock (real seconds, like the watchdog's thresholds: AWS's two minutes), its agent stops
-its work and the portal requeues it (spot work waits for spot capacity); at the deadline, or once
-its work has left, the provider takes the node (whatever still runs there dies) and a fresh spot
-node takes its place 30 min to 2 h (simulated) later.
+requests are spot work that checkpoints every `--checkpoint-minutes` (simulated), and on SIGTERM for
+`--term-checkpoint-share` of them (SOAK_JOB: its progress survives a move). A random spot node gets
+a reclaim notice through scheduler_app.services.migration.reclaim_node with a deadline `--reclaim-
+grace-s` ahead on the portal's clock (real seconds, like the watchdog's thresholds: AWS's two
+minutes), its agent stops its work and the portal requeues it (spot work waits for spot capacity);
+at the deadline, or once its work has left, the provider takes the node (whatever still runs there
+dies) and a fresh spot node takes its place 30 min to 2 h (simulated) later.
 
 Reports: requests lost, double runs (a request running twice where the portal can reach both
 runs; runs on a partitioned node are counted apart: only the node itself could stop them before
@@ -73,11 +73,12 @@ SUSPECT_AFTER_S, LOST_AFTER_S = 20, 40
 METER_EVERY_S = 60.0  # real seconds: a run meters every open slice, the loop's dearest step
 STEP_S = 0.5  # real seconds: one step of a spot job's work
 # A spot job: $1 steps of $3 seconds in all, a checkpoint (its step, then the marker the agent watches)
-# every $2 steps and on SIGTERM; it starts from the step of its last checkpoint.
+# every $2 steps, and on SIGTERM when $4 is 1 (else SIGTERM loses the work since the last one); it
+# starts from the step of its last checkpoint.
 SOAK_JOB = """d="$GPU_PORTAL_CHECKPOINT_DIR"; mkdir -p "$d"
 n=$(cat "$d/step" 2>/dev/null || echo 0)
 save() { echo "$n" > "$d/step.partial" && mv "$d/step.partial" "$d/step" && touch "$d/.checkpointed"; }
-trap 'save; exit 143' TERM
+if [ "$4" = 1 ]; then trap 'save; exit 143' TERM; else trap 'exit 143' TERM; fi
 echo "starting at step $n"
 while [ "$n" -lt "$1" ]; do
   sleep "$3" & wait $!
@@ -108,6 +109,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--checkpoint-minutes", type=float, default=30.0, help="spot jobs' checkpoint interval, simulated"
+    )
+    parser.add_argument(
+        "--term-checkpoint-share",
+        type=float,
+        default=0.5,
+        help="the share of spot jobs that checkpoint on SIGTERM (the rest lose the work since their last)",
     )
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
@@ -240,10 +247,11 @@ class Soak:
         hours = self.rng.uniform(*JOB_HOURS)
         if self.rng.random() < 0.5:
             steps = max(1, round(self.real_s(hours) / STEP_S))
+            on_term = int(self.rng.random() < self.args.term_checkpoint_share)
             kind = {
                 "billing_mode": BillingMode.SPOT,
                 "checkpoint_interval_s": max(1, round(self.checkpoint_steps * STEP_S)),
-                "command": f"sh {self.job_script} {steps} {self.checkpoint_steps} {STEP_S}",
+                "command": f"sh {self.job_script} {steps} {self.checkpoint_steps} {STEP_S} {on_term}",
             }
         else:
             kind = {"command": f"sleep {self.real_s(hours):.1f}"}
