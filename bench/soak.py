@@ -38,9 +38,9 @@ dies) and a fresh spot node takes its place 30 min to 2 h (simulated) later.
 Reports: requests lost, double runs (a request running twice where the portal can reach both
 runs; runs on a partitioned node are counted apart: only the node itself could stop them before
 it is heard again), over-committed GPUs, billing error in seconds (ledger against the slices),
-moves that did not resume from their checkpoint, and per reclaim: the mean work lost per moved
-job (the requeue's `work_lost_s`: from its last checkpoint to when the portal learned it stopped)
-against half the checkpoint interval, and the share of reclaimed jobs requeued before the deadline.
+moves that did not resume from their checkpoint, and per job a reclaim stopped (reclaim_figures):
+the mean work lost (the requeue's `work_lost_s`: from its last checkpoint to its exit as its agent
+saw it) against half the checkpoint interval, and the share requeued before the deadline.
 """
 
 import argparse
@@ -367,7 +367,6 @@ class Soak:
         from scheduler_app.choices import RequestState
         from scheduler_app.invariants import after_fault, billing_error_seconds, settled_by, unresumed_moves
         from scheduler_app.models import GpuRequest
-        from scheduler_app.services.migration import WATCHDOG
 
         for agent in self.agents.values():
             agent.grace_s = 0.2
@@ -376,15 +375,6 @@ class Soak:
         meter_usage(later)
         broken = after_fault(accepted=self.accepted, now=later)
         states = Counter(GpuRequest.objects.filter(pk__in=self.accepted).values_list("state", flat=True))
-        moves = list(
-            Event.objects.filter(
-                to_state=RequestState.PENDING,
-                reason__contains=" reclaimed (soak",
-                data__has_key="work_lost_s",
-            ).values_list("actor_label", "data")
-        )
-        lost_s = [data["work_lost_s"] for _, data in moves]
-        in_time = sum(data["before_deadline"] and label != WATCHDOG for label, data in moves)
         return {
             "gpus": self.args.nodes * self.args.gpus_per_node,
             "simulated_hours": self.args.hours,
@@ -405,11 +395,7 @@ class Soak:
             "after_fault_violations": broken[:20],
             "finished": states.get(RequestState.SUCCEEDED, 0),
             "reclaims": self.reclaims,
-            "jobs_moved_by_reclaims": len(moves),
-            "mean_work_lost_per_moved_job_s": round(sum(lost_s) / len(lost_s), 2) if lost_s else None,
-            "max_work_lost_s": max(lost_s, default=None),
-            "half_the_checkpoint_interval_s": self.checkpoint_steps * STEP_S / 2,
-            "moved_jobs_requeued_before_the_deadline": f"{in_time} of {len(moves)}",
+            **reclaim_figures(self.args.reclaim_grace_s, self.checkpoint_steps * STEP_S),
             "runs_started_from_a_checkpoint": Event.objects.filter(
                 to_state=RequestState.RUNNING, data__has_key="resumed_from"
             )
@@ -426,6 +412,39 @@ class Soak:
                 with suppress(ProcessLookupError):
                     os.killpg(int(run.split()[1]), signal.SIGKILL)
         shutil.rmtree(self.checkpoints, ignore_errors=True)
+
+
+def reclaim_figures(grace_s: float, checkpoint_interval_s: float) -> dict:
+    """From the requeue events of the soak's reclaims: the work lost per job a reclaim stopped (its
+    `work_lost_s`) against half the checkpoint interval, and how many were requeued by their own stop
+    before the deadline (not by the watchdog at it). A job that had already ended when the notice came
+    (its exit not yet reported) is counted apart: it lost nothing to the reclaim."""
+    import datetime as dt
+
+    from audit.models import Event
+    from scheduler_app.choices import RequestState
+    from scheduler_app.services.migration import WATCHDOG
+
+    moves = Event.objects.filter(
+        to_state=RequestState.PENDING, reason__contains=" reclaimed (soak", data__has_key="work_lost_s"
+    ).values_list("actor_label", "data")
+    stopped, ended_before = [], 0
+    for label, data in moves:
+        noticed = dt.datetime.fromisoformat(data["stop_by"]) - dt.timedelta(seconds=grace_s)
+        if dt.datetime.fromisoformat(data["stopped_at"]) < noticed:
+            ended_before += 1
+        else:
+            stopped.append((label, data))
+    lost_s = [data["work_lost_s"] for _, data in stopped]
+    in_time = sum(data["before_deadline"] and label != WATCHDOG for label, data in stopped)
+    return {
+        "jobs_stopped_by_reclaims": len(stopped),
+        "jobs_ended_before_the_notice_came": ended_before,
+        "mean_work_lost_per_stopped_job_s": round(sum(lost_s) / len(lost_s), 2) if lost_s else None,
+        "max_work_lost_s": max(lost_s, default=None),
+        "half_the_checkpoint_interval_s": checkpoint_interval_s / 2,
+        "stopped_jobs_requeued_before_the_deadline": f"{in_time} of {len(stopped)}",
+    }
 
 
 def _cluster(nodes: int, gpus_per_node: int):
