@@ -137,6 +137,7 @@ class Job:
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: a stop signals the whole job
         )
+        self.exited_at: dt.datetime | None = None  # when its output closed and its process ended
         self._reader = threading.Thread(target=self._read, name=f"job-{self.request_id}-output", daemon=True)
         self._reader.start()
 
@@ -147,6 +148,8 @@ class Job:
             self._append(decoder.decode(chunk))
         self._append(decoder.decode(b"", final=True))
         stream.close()
+        self.process.wait()
+        self.exited_at = dt.datetime.now(dt.UTC)
 
     def _append(self, text: str) -> None:
         with self._lock:

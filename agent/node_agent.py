@@ -76,8 +76,8 @@ class NodeAgent:
         self.jobs: dict[int, Job] = {}
         # Reports not sent yet, with their run's generation: {request: generation} and
         # {request: (exit status, generation)}.
-        self.unreported_starts: dict[int, int | None] = {}
-        self.unreported_exits: dict[int, tuple[int, int | None]] = {}
+        self.unreported_starts: dict[int, tuple[int | None, dt.datetime | None]] = {}
+        self.unreported_exits: dict[int, tuple[int, int | None, dt.datetime | None]] = {}
         self.registered = False
         self.owner = ""  # "<node> at <portal>" once registered: marks the jobs this node's agents start
         self.refused = False  # the portal refused the credential
@@ -213,8 +213,8 @@ class NodeAgent:
             elif work[request_id]["stop_by"]:
                 deadline = dt.datetime.fromisoformat(work[request_id]["stop_by"])
                 job.stop_by(deadline, f"being moved: checkpoint and stop by {deadline:%H:%M:%S} UTC")
-        for request_id, generation in list(self.unreported_starts.items()):
-            self.client.started(request_id, generation)
+        for request_id, (generation, resumed_from) in list(self.unreported_starts.items()):
+            self.client.started(request_id, generation, resumed_from)
             del self.unreported_starts[request_id]
 
     def _watch_cloud(self) -> None:
@@ -235,11 +235,12 @@ class NodeAgent:
             job = Job(item, mps=self.mps, workdir=self.workdir, owner=self.owner)
         except OSError as error:
             log.error("request %s: cannot start %r: %s", item["request_id"], item["command"], error)
-            self.unreported_exits[item["request_id"]] = (127, item.get("generation"))
+            self.unreported_exits[item["request_id"]] = (127, item.get("generation"), None)
             return
         log.info("request %s: started pid %s: %s", item["request_id"], job.process.pid, item["command"])
         self.jobs[item["request_id"]] = job
-        self.unreported_starts[item["request_id"]] = job.generation
+        # The checkpoint the run starts from (its directory's marker), for the portal's resume rule.
+        self.unreported_starts[item["request_id"]] = (job.generation, job.last_checkpoint())
 
     def _watch_checkpoints(self) -> None:
         """Report each job's new checkpoints (its marker file's mtime) to the portal."""
@@ -328,12 +329,12 @@ class NodeAgent:
                 if request_id in self.fenced:
                     self.fenced.discard(request_id)
                     continue  # stopped for being cut off: the portal decides whether it runs again
-                self.unreported_exits[request_id] = (job.exit_code, job.generation)
-        for request_id, (exit_code, generation) in list(self.unreported_exits.items()):
+                self.unreported_exits[request_id] = (job.exit_code, job.generation, job.exited_at)
+        for request_id, (exit_code, generation, exited_at) in list(self.unreported_exits.items()):
             if request_id in self.unreported_starts or request_id in self.overuse:
                 continue  # in the order it happened: started, stopped by the watchdog, exited
             try:
-                self.client.finished(request_id, exit_code, generation)
+                self.client.finished(request_id, exit_code, generation, exited_at)
             except NotFoundError:
                 log.warning("request %s: the portal has no such request on this node", request_id)
             del self.unreported_exits[request_id]

@@ -11,6 +11,8 @@ from django.conf import settings
 from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
+from audit.models import Event
+from scheduler_app.choices import RequestState
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.lifecycle import ACTIVE_STATES, TERMINAL_STATES
 from scheduler_app.models import Allocation, Gpu, GpuRequest
@@ -174,6 +176,38 @@ def lost_requests(accepted: Iterable[int]) -> list[str]:
     return [f"accepted request #{pk} is gone" for pk in sorted(missing)]
 
 
+def unresumed_moves() -> list[str]:
+    """Every migrated job resumed from its last checkpoint: after each requeue that recorded a checkpoint
+    (scheduler_app.services.migration.requeue_from_checkpoint), the request's next run started from
+    that checkpoint or a later one (what its agent found when it started it, on the run's event)."""
+    moved_at: dict[int, dt.datetime] = {}  # request -> the checkpoint its last move recorded
+    problems = []
+    for event in Event.objects.filter(
+        content_type__app_label="scheduler_app",
+        content_type__model="gpurequest",
+        to_state__in=[RequestState.PENDING, RequestState.RUNNING],
+    ).only("object_id", "to_state", "data", "created_at"):
+        data = event.data or {}
+        if event.to_state == RequestState.PENDING:
+            if data.get("checkpoint_at"):
+                moved_at[event.object_id] = dt.datetime.fromisoformat(data["checkpoint_at"])
+            continue
+        checkpoint = moved_at.pop(event.object_id, None)
+        if checkpoint is None:
+            continue
+        resumed = data.get("resumed_from")
+        if resumed is None:
+            problems.append(
+                f"request #{event.object_id} restarted from the beginning at {event.created_at}, "
+                f"not from its checkpoint of {checkpoint}"
+            )
+        elif dt.datetime.fromisoformat(resumed) < checkpoint:
+            problems.append(
+                f"request #{event.object_id} resumed from {resumed}, before its checkpoint of {checkpoint}"
+            )
+    return problems
+
+
 def after_fault(
     *,
     accepted: Iterable[int] = (),
@@ -181,11 +215,13 @@ def after_fault(
     now: dt.datetime | None = None,
 ) -> list[str]:
     """What must hold once a fault has been dealt with: no accepted request lost, every capacity rule, no
-    request on two nodes or run twice (`running`, see double_runs), the ledger equal to the slices."""
+    request on two nodes or run twice (`running`, see double_runs), the ledger equal to the slices,
+    every moved job resumed from its last checkpoint."""
     return [
         *lost_requests(accepted),
         *violations(),
         *requests_on_two_nodes(),
         *double_runs(running or {}),
         *billing_errors(now),
+        *unresumed_moves(),
     ]

@@ -87,6 +87,12 @@ class StartedSerializer(serializers.Serializer):
     generation = StrictIntegerField(
         min_value=0, required=False, allow_null=True, default=None, help_text=GENERATION_HELP
     )
+    resumed_from = AwareDateTimeField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="The checkpoint the run found when it started (the marker file's mtime); null: none.",
+    )
 
 
 class CheckpointedSerializer(serializers.Serializer):
@@ -124,6 +130,9 @@ class FinishedSerializer(serializers.Serializer):
     exit_code = StrictIntegerField(help_text="The exit status; negative: killed by that signal.")
     generation = StrictIntegerField(
         min_value=0, required=False, allow_null=True, default=None, help_text=GENERATION_HELP
+    )
+    stopped_at = AwareDateTimeField(
+        required=False, allow_null=True, default=None, help_text="When the process ended; null: now."
     )
 
 

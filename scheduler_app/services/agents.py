@@ -134,8 +134,13 @@ def _runs_here(node: Node, request: GpuRequest, generation: int | None = None) -
     return Allocation.objects.committed().filter(request=request, gpu__node=node).exists()
 
 
-def report_started(node: Node, request_id: int, generation: int | None = None) -> GpuRequest:
+def report_started(
+    node: Node, request_id: int, generation: int | None = None, resumed_from: dt.datetime | None = None
+) -> GpuRequest:
     """The job's process started: scheduled becomes running. Already running: nothing changes.
+    `resumed_from`: the checkpoint the run found in its checkpoint directory when it started (None:
+    none, it starts from the beginning), recorded on the event for the resume rule
+    (scheduler_app.invariants.unresumed_moves).
 
     A request no longer placed on this node (released, requeued, moved) is left as it is: the
     agent learns from its work list that the job must stop.
@@ -144,14 +149,22 @@ def report_started(node: Node, request_id: int, generation: int | None = None) -
     with transaction.atomic():
         locked = GpuRequest.objects.select_for_update().get(pk=request.pk)
         if locked.state == RequestState.SCHEDULED and _runs_here(node, locked, generation):
+            resumed = {"resumed_from": resumed_from.isoformat() if resumed_from else None}
             return transition_request(
-                locked, RequestState.RUNNING, actor_name=AGENT, reason="process started"
+                locked, RequestState.RUNNING, actor_name=AGENT, reason="process started", data=resumed
             )
     return locked
 
 
-def report_finished(node: Node, request_id: int, exit_code: int, generation: int | None = None) -> GpuRequest:
+def report_finished(
+    node: Node,
+    request_id: int,
+    exit_code: int,
+    generation: int | None = None,
+    stopped_at: dt.datetime | None = None,
+) -> GpuRequest:
     """The job's process ended: exit status 0 is succeeded, anything else failed; the status is kept.
+    `stopped_at`: when it ended, as the agent saw it (see stop_time); a report comes up to a round later.
 
     A request that had already ended (released, cancelled, stopped by the watchdog) keeps its state
     and takes the exit status if it has none; one that left this node (requeued, moved) is left as
@@ -161,22 +174,34 @@ def report_finished(node: Node, request_id: int, exit_code: int, generation: int
     if isinstance(exit_code, bool) or not isinstance(exit_code, int) or not low <= exit_code <= high:
         raise ValidationError({"exit_code": f"Give the exit status as a whole number from {low} to {high}."})
     outcome = RequestState.SUCCEEDED if exit_code == 0 else RequestState.FAILED
-    if stopped := _stopped_for_move(node, request_id, generation):
+    if stopped := _stopped_for_move(node, request_id, generation, stop_time(stopped_at)):
         return stopped
     return _end_here(
         node, request_id, outcome, exit_reason(exit_code), exit_code=exit_code, generation=generation
     )
 
 
-def _stopped_for_move(node: Node, request_id: int, generation: int | None) -> GpuRequest | None:
+def stop_time(reported: dt.datetime | None, now: dt.datetime | None = None) -> dt.datetime:
+    """When a reported stop counts from: the agent's time, no later than now and no earlier than the
+    metering settle time ago (metering may have billed the open slice up to there already)."""
+    now = now or timezone.now()
+    if reported is None:
+        return now
+    return min(now, max(reported, now - dt.timedelta(seconds=settings.METERING_SETTLE_S)))
+
+
+def _stopped_for_move(
+    node: Node, request_id: int, generation: int | None, stopped_at: dt.datetime
+) -> GpuRequest | None:
     """A job that ends while it is being moved (migrating, on this node) stopped for the move, whatever
-    its status: requeued now, from its checkpoint. None when the request is not being moved from here."""
+    its status: requeued from its checkpoint, its slices closed at `stopped_at`. None when the request is
+    not being moved from here."""
     request = _own_request(node, request_id)
     with transaction.atomic():
         locked = GpuRequest.objects.select_for_update().get(pk=request.pk)
         if locked.state != RequestState.MIGRATING or not _runs_here(node, locked, generation):
             return None
-        requeue_from_checkpoint([locked.pk], stopped_at=timezone.now(), actor_name=AGENT)
+        requeue_from_checkpoint([locked.pk], stopped_at=stopped_at, actor_name=AGENT)
     locked.refresh_from_db()
     return locked
 

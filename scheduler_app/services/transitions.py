@@ -30,12 +30,21 @@ MOVED_FIELDS = [
 
 
 def transition_request(
-    request: GpuRequest, to_state: str, *, actor=None, reason: str = "", actor_name: str = ""
+    request: GpuRequest,
+    to_state: str,
+    *,
+    actor=None,
+    reason: str = "",
+    actor_name: str = "",
+    data: dict | None = None,
 ) -> GpuRequest:
-    """The one way a single request changes state; IllegalTransition (nothing written) if not allowed."""
+    """The one way a single request changes state; IllegalTransition (nothing written) if not allowed.
+    `data` goes on its event."""
     with transaction.atomic():
         locked = GpuRequest.objects.select_for_update().get(pk=request.pk)
-        return move_locked(request, locked, to_state, actor=actor, reason=reason, actor_name=actor_name)
+        return move_locked(
+            request, locked, to_state, actor=actor, reason=reason, actor_name=actor_name, data=data
+        )
 
 
 def move_locked(
@@ -46,12 +55,20 @@ def move_locked(
     actor=None,
     reason: str = "",
     actor_name: str = "",
+    data: dict | None = None,
 ) -> GpuRequest:
     """transition_request for a caller that holds `locked`, the row of `request` locked in its open
     transaction (it chose `to_state` from the locked state): no second read of the row."""
     check_transition(locked.state, to_state)
     _refuse_scheduling_without_cards(to_state)
-    _move([locked], to_state, actor=actor, actor_name=actor_name, reasons={locked.pk: reason})
+    _move(
+        [locked],
+        to_state,
+        actor=actor,
+        actor_name=actor_name,
+        reasons={locked.pk: reason},
+        data={locked.pk: data} if data is not None else None,
+    )
     for field in GpuRequest._meta.concrete_fields:  # the caller's object as saved; relations stay loaded
         setattr(request, field.attname, getattr(locked, field.attname))
     return request

@@ -32,11 +32,26 @@ class NodeClient:
 
     # `generation`: the run's, from the work list; the portal ignores a report of an earlier run.
 
-    def started(self, request_id: int, generation: int | None = None) -> dict:
-        return self._post(f"agent/requests/{int(request_id)}/started/", {"generation": generation})
+    def started(
+        self, request_id: int, generation: int | None = None, resumed_from: dt.datetime | None = None
+    ) -> dict:
+        """The job's process started; `resumed_from` (aware): the checkpoint it found, if any."""
+        body = {"generation": generation, "resumed_from": resumed_from.isoformat() if resumed_from else None}
+        return self._post(f"agent/requests/{int(request_id)}/started/", body)
 
-    def finished(self, request_id: int, exit_code: int, generation: int | None = None) -> dict:
-        body = {"exit_code": exit_code, "generation": generation}
+    def finished(
+        self,
+        request_id: int,
+        exit_code: int,
+        generation: int | None = None,
+        stopped_at: dt.datetime | None = None,
+    ) -> dict:
+        """The job's process ended with `exit_code`; `stopped_at` (aware): when, if the agent knows."""
+        body = {
+            "exit_code": exit_code,
+            "generation": generation,
+            "stopped_at": stopped_at.isoformat() if stopped_at else None,
+        }
         return self._post(f"agent/requests/{int(request_id)}/finished/", body)
 
     def checkpointed(

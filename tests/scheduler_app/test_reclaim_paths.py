@@ -5,17 +5,20 @@ import datetime as dt
 import io
 
 import pytest
+import time_machine
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 from django.utils import timezone
 
 from billing_app.services import set_pool_price
 from scheduler_app.choices import BillingMode, CapacityType, NodeStatus, RequestState
-from scheduler_app.services.agents import record_checkpoint, report_finished, report_started
+from scheduler_app.selectors import request_events
+from scheduler_app.services.agents import record_checkpoint, report_finished, report_started, stop_time
 from scheduler_app.services.inventory import create_pool
 from scheduler_app.services.migration import reclaim_node
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import submit_request
+from tests.scheduler_app.test_agent_api import agent_client
 
 
 @pytest.fixture
@@ -120,3 +123,49 @@ def test_the_request_page_shows_each_move_with_its_work_lost_and_each_segments_c
     assert segment.ended_at is not None
     seconds = (segment.ended_at - segment.started_at).total_seconds()
     assert f'class="segment-cost">${0.5 * seconds / 3600:.4f}<' in page  # half a card at $1 per GPU-hour
+
+
+@pytest.fixture
+def moving(spot_node, job):
+    """The job told to checkpoint and stop: its node reclaimed with two minutes' notice."""
+    record_checkpoint(spot_node, job.pk, timezone.now() - dt.timedelta(seconds=20))
+    reclaim_node(spot_node, deadline=timezone.now() + dt.timedelta(minutes=2), source="operator")
+    job.refresh_from_db()
+    return job
+
+
+def test_a_moved_job_stops_when_its_agent_saw_it_exit_not_when_the_report_came(spot_node, job):
+    began = job.allocations.get().started_at
+    checkpoint, exited = began + dt.timedelta(seconds=10), began + dt.timedelta(seconds=22)
+    with time_machine.travel(began + dt.timedelta(seconds=30), tick=False):  # the report, 8 s after the exit
+        record_checkpoint(spot_node, job.pk, checkpoint)
+        reclaim_node(spot_node, deadline=timezone.now() + dt.timedelta(minutes=2), source="operator")
+        report_finished(spot_node, job.pk, 143, stopped_at=exited)
+
+    job.refresh_from_db()
+    assert job.state == RequestState.PENDING
+    assert job.allocations.get().ended_at == exited  # billed to its exit, not to the report
+    move = request_events(job).filter(to_state=RequestState.PENDING).last()
+    assert move.data["stopped_at"] == exited.isoformat() and move.data["work_lost_s"] == 12
+
+
+def test_a_reported_exit_time_is_kept_between_the_metering_settle_time_and_now(settings):
+    now = timezone.now()
+    settle = dt.timedelta(seconds=settings.METERING_SETTLE_S)
+
+    assert stop_time(None, now) == now
+    assert stop_time(now - dt.timedelta(seconds=1), now) == now - dt.timedelta(seconds=1)
+    assert stop_time(now + dt.timedelta(minutes=5), now) == now  # a clock ahead: never in the future
+    assert stop_time(now - settle - dt.timedelta(hours=1), now) == now - settle  # never before billed time
+
+
+def test_the_finished_endpoint_refuses_a_stop_time_without_a_timezone(spot_node, moving):
+    answer = agent_client(spot_node).post(
+        f"/api/v1/agent/requests/{moving.pk}/finished/",
+        {"exit_code": 143, "stopped_at": "2026-01-01T00:00:00"},
+        format="json",
+    )
+
+    assert answer.status_code == 400 and "stopped_at" in answer.json()["error"]["fields"]
+    moving.refresh_from_db()
+    assert moving.state == RequestState.MIGRATING
