@@ -448,6 +448,8 @@ class _GangRoom:
             [[not s.models or m in s.models for m in index.models] + [False] for s, _ in gangs], dtype=bool
         ).reshape(len(gangs), len(index.models) + 1)
         self.all = np.arange(len(gangs))
+        # Gang shapes pinned to GPU models: no other model's nodes can stand in for their hosts.
+        self.pinned = np.array([bool(s.models) for s, _ in gangs], dtype=bool)
         self.can = np.zeros((len(gangs), len(index.nodes)), dtype=bool)
         self.hosts = np.zeros(len(gangs), dtype=np.int64)
         self.scarce_limit = max(1, share * len(index.nodes))
@@ -464,8 +466,11 @@ class _GangRoom:
             & (mem[None, :] >= self.mem[gangs, None])
         )
 
-    def cost(self, request: RequestSpec, rows: np.ndarray, taken: np.ndarray) -> np.ndarray:
-        """Per candidate row: the scarce gang shapes it would stop hosting, each weighted 1 / its hosts."""
+    def cost(
+        self, request: RequestSpec, rows: np.ndarray, taken: np.ndarray, pinned_only: bool = False
+    ) -> np.ndarray:
+        """Per candidate row: the scarce gang shapes (only those pinned to models if `pinned_only`) it
+        would stop hosting, each weighted 1 / its hosts."""
         ix = self.index
         stale = np.flatnonzero(self.version != ix.version)
         if len(stale):
@@ -481,7 +486,7 @@ class _GangRoom:
             self.version[stale] = ix.version[stale]
         cost = np.zeros(len(rows))
         hosts = self.hosts
-        scarce = np.flatnonzero(hosts <= self.scarce_limit)
+        scarce = np.flatnonzero((hosts <= self.scarce_limit) & (self.pinned | (not pinned_only)))
         if not len(scarce):
             return cost
         before = self.can[scarce[:, None], rows]
@@ -548,15 +553,13 @@ class FgdPlus(Fgd):
         rows = np.flatnonzero(ok)
         if not len(rows):
             return None
+        if len(rows) > 1 and self.gangs is not None and self.gangs.pinned.any():
+            # Before FGD's rank: a scarce gang pinned to a model loses hosts no other model can replace.
+            cost = self.gangs.cost(request, rows, self._taken(request, rows, cards, scores), pinned_only=True)
+            rows = rows[cost == cost.min()]
         rows = rows[scores.score[rows] == scores.score[rows].min()]
         if len(rows) > 1 and self.gangs is not None:
-            if request.num_gpus <= 1:
-                taken = np.zeros((len(rows), cards.shape[1]), dtype=bool)
-                if request.num_gpus:
-                    taken[np.arange(len(rows)), scores.card[rows]] = True
-            else:
-                taken = _first_cards(cards[rows], request.num_gpus)
-            cost = self.gangs.cost(request, rows, taken)
+            cost = self.gangs.cost(request, rows, self._taken(request, rows, cards, scores))
             rows = rows[cost == cost.min()]
         if len(rows) > 1 and self.pinned is not None and request.num_gpus and not request.models:
             pressure = self._model_pressure(request, rows, cards, scores)
@@ -567,6 +570,16 @@ class FgdPlus(Fgd):
             left = self._left(request, rows)
             rows = rows[left == left.min()]
         return int(rows[0])
+
+    @staticmethod
+    def _taken(request: RequestSpec, rows: np.ndarray, cards: np.ndarray, scores: _ShapeScores) -> np.ndarray:
+        """Per candidate row, the cards the request would take there."""
+        if request.num_gpus > 1:
+            return _first_cards(cards[rows], request.num_gpus)
+        taken = np.zeros((len(rows), cards.shape[1]), dtype=bool)
+        if request.num_gpus:
+            taken[np.arange(len(rows)), scores.card[rows]] = True
+        return taken
 
     def _model_pressure(
         self, request: RequestSpec, rows: np.ndarray, cards: np.ndarray, scores: _ShapeScores
