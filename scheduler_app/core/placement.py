@@ -18,10 +18,12 @@ Policies (``POLICIES``, by name):
   largest node), tightest cards; the simulator's BestFit.
 * ``fgd``: Fragmentation Gradient Descent (Weng et al., ATC 2023): the node and
   card whose fragmentation (see ``fragmentation.py``) grows least.
-* ``fgd-plus`` (``DEFAULT_POLICY``): FGD's rank, then, among equally ranked
-  choices: (1) do not take the last nodes able to host a rare gang (a
-  multi-card shape at most a tenth of the nodes can still host, more when the
-  mix asks for as much CPU per GPU as the cluster has: ``scarce_gang_share``);
+* ``fgd-plus`` (``DEFAULT_POLICY``): first, do not take the last hosts of a
+  scarce gang pinned to GPU models (no other model can stand in for them);
+  then FGD's rank, then, among equally ranked choices: (1) do not take the
+  last nodes able to host a rare gang (a multi-card shape at most a tenth of
+  the nodes can still host, more when the mix asks for as much CPU per GPU as
+  the cluster has: ``scarce_gang_share``);
   (2) a request free to use any model takes the model with the least demand
   pinned to it per free milli (``WorkloadMix.pinned``); (3) the least growth
   of host-aware fragmentation (idle cards count as usable only as far as the
@@ -507,7 +509,7 @@ class _GangRoom:
 
 class FgdPlus(Fgd):
     """FGD whose ties go to gang room, model pressure, host-aware fragmentation, then packing;
-    task-aware cards.
+    task-aware cards; before FGD's rank, room for scarce gangs pinned to GPU models.
 
     FGD's rank stays first: ranking by host-aware fragmentation outright
     scatters pods onto CPU-rich nodes and breaks the few that big gangs need.
