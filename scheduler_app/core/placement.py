@@ -18,10 +18,12 @@ Policies (``POLICIES``, by name):
   largest node), tightest cards; the simulator's BestFit.
 * ``fgd``: Fragmentation Gradient Descent (Weng et al., ATC 2023): the node and
   card whose fragmentation (see ``fragmentation.py``) grows least.
-* ``fgd-plus`` (``DEFAULT_POLICY``): FGD's rank, then, among equally ranked
-  choices: (1) do not take the last nodes able to host a rare gang (a
-  multi-card shape at most a tenth of the nodes can still host, more when the
-  mix asks for as much CPU per GPU as the cluster has: ``scarce_gang_share``);
+* ``fgd-plus`` (``DEFAULT_POLICY``): first, do not take the last hosts of a
+  scarce gang pinned to GPU models (no other model can stand in for them);
+  then FGD's rank, then, among equally ranked choices: (1) do not take the
+  last nodes able to host a rare gang (a multi-card shape at most a tenth of
+  the nodes can still host, more when the mix asks for as much CPU per GPU as
+  the cluster has: ``scarce_gang_share``);
   (2) a request free to use any model takes the model with the least demand
   pinned to it per free milli (``WorkloadMix.pinned``); (3) the least growth
   of host-aware fragmentation (idle cards count as usable only as far as the
@@ -484,6 +486,8 @@ class _GangRoom:
         ).reshape(len(gangs), len(index.models) + 1)
         self.any_model = bool(self.eligible[:, :-1].all())
         self.all = np.arange(len(gangs))
+        # Gang shapes pinned to GPU models: no other model's nodes can stand in for their hosts.
+        self.pinned = np.array([bool(s.models) for s, _ in gangs], dtype=bool)
         self.can = np.zeros((len(gangs), len(index.nodes)), dtype=bool)
         self.hosts = np.zeros(len(gangs), dtype=np.int64)
         self.scarce_limit = max(1, share * len(index.nodes))
@@ -506,8 +510,11 @@ class _GangRoom:
             & (mem[None, :] >= self.mem[gangs, None])
         )
 
-    def cost(self, request: RequestSpec, rows: np.ndarray, taken: np.ndarray) -> np.ndarray:
-        """Per candidate row: the scarce gang shapes it would stop hosting, each weighted 1 / its hosts."""
+    def cost(
+        self, request: RequestSpec, rows: np.ndarray, taken: np.ndarray, pinned_only: bool = False
+    ) -> np.ndarray:
+        """Per candidate row: the scarce gang shapes (only those pinned to models if `pinned_only`) it
+        would stop hosting, each weighted 1 / its hosts."""
         ix = self.index
         stale = np.flatnonzero(self.version != ix.version)
         if len(stale):
@@ -524,7 +531,10 @@ class _GangRoom:
             self.scarce = np.flatnonzero(self.hosts <= self.scarce_limit)
             self.scarce_weight = 1 / np.maximum(self.hosts[self.scarce], 1)
         cost = np.zeros(len(rows))
-        scarce = self.scarce
+        scarce, weight = self.scarce, self.scarce_weight
+        if pinned_only:
+            keep = self.pinned[scarce]
+            scarce, weight = scarce[keep], weight[keep]
         if not len(scarce):
             return cost
         before = self.can[scarce[:, None], rows]
@@ -539,13 +549,13 @@ class _GangRoom:
             (ix.gpu_free[sub] == MILLI_PER_GPU) & ~taken[hit],
             ix.gpu_model[sub],
         )
-        cost[hit] = _weighted_sum(self.scarce_weight, before[:, hit] & ~after)
+        cost[hit] = _weighted_sum(weight, before[:, hit] & ~after)
         return cost
 
 
 class FgdPlus(Fgd):
     """FGD whose ties go to gang room, model pressure, host-aware fragmentation, then packing;
-    task-aware cards.
+    task-aware cards; before FGD's rank, room for scarce gangs pinned to GPU models.
 
     FGD's rank stays first: ranking by host-aware fragmentation outright
     scatters pods onto CPU-rich nodes and breaks the few that big gangs need.
@@ -591,16 +601,14 @@ class FgdPlus(Fgd):
         rows = np.flatnonzero(ok)
         if not len(rows):
             return None
+        if len(rows) > 1 and self.gangs is not None and self.gangs.pinned.any():
+            # Before FGD's rank: a scarce gang pinned to a model loses hosts no other model can replace.
+            cost = self.gangs.cost(request, rows, self._taken(request, rows, cards, scores), pinned_only=True)
+            rows = rows[cost == cost.min()]
         score = scores.score[rows]
         rows = rows[score == score.min()]
         if len(rows) > 1 and self.gangs is not None:
-            if request.num_gpus <= 1:
-                taken = np.zeros((len(rows), cards.shape[1]), dtype=bool)
-                if request.num_gpus:
-                    taken[np.arange(len(rows)), scores.card[rows]] = True
-            else:
-                taken = _first_cards(cards[rows], request.num_gpus)
-            cost = self.gangs.cost(request, rows, taken)
+            cost = self.gangs.cost(request, rows, self._taken(request, rows, cards, scores))
             rows = rows[cost == cost.min()]
         if len(rows) > 1 and self.pinned is not None and request.num_gpus and not request.models:
             pressure = self._model_pressure(request, rows, cards, scores)
@@ -612,6 +620,16 @@ class FgdPlus(Fgd):
             left = self._left(request, rows)
             rows = rows[left == left.min()]
         return int(rows[0])
+
+    @staticmethod
+    def _taken(request: RequestSpec, rows: np.ndarray, cards: np.ndarray, scores: _ShapeScores) -> np.ndarray:
+        """Per candidate row, the cards the request would take there."""
+        if request.num_gpus > 1:
+            return _first_cards(cards[rows], request.num_gpus)
+        taken = np.zeros((len(rows), cards.shape[1]), dtype=bool)
+        if request.num_gpus:
+            taken[np.arange(len(rows)), scores.card[rows]] = True
+        return taken
 
     def _model_pressure(
         self, request: RequestSpec, rows: np.ndarray, cards: np.ndarray, scores: _ShapeScores

@@ -272,3 +272,16 @@ def test_scarce_gang_share_grows_with_cpu_pressure_above_calm(cpu_per_gpu, share
     # the cluster has 12 cores per card: pressure is cpu_per_gpu / 12 (0.9 is calm)
     index = Placer(gang_cluster()).index
     assert scarce_gang_share(index, WorkloadMix(cpu_per_gpu=cpu_per_gpu)) == pytest.approx(share)
+
+
+@pytest.mark.parametrize(("gang_models", "expected"), [(frozenset({"V"}), "v4"), (frozenset(), "v8")])
+def test_scarce_gang_pinned_to_a_model_keeps_its_host_over_fgds_rank(gang_models, expected):
+    # given a gang of 4 cards and 50 cores: only "v8" (8 V cards, 64 cores) can host it. A pod of one V
+    # card and 20 cores leaves "v4" (32 cores) unable to host the typical pod, so FGD's rank prefers
+    # "v8", which breaks the gang's only host (44 cores left).
+    mix = WorkloadMix((Shape(20_000, 1000, 1),), (1.0,), gangs=((Shape(50_000, 1000, 4, gang_models), 0),))
+    nodes = [make_node("v8", [1000] * 8, model="V", cpu=64_000), make_node("v4", [1000] * 4, model="V")]
+    pod = req(1000, cpu_milli=20_000, models=frozenset({"V"}))
+    assert choose_placement(nodes, pod, "fgd", mix).node == "v8"
+    # when / then: pinned to a model, its host is kept before FGD's rank; unpinned, only FGD's ties see it
+    assert choose_placement(nodes, pod, DEFAULT_POLICY, mix).node == expected
