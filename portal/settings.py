@@ -104,9 +104,11 @@ if DATABASE_URL:
     except ValueError as error:
         raise ImproperlyConfigured(f"DATABASE_URL is not a database URL: {error}") from None
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-        # timeout: seconds a request waits for a free connection before it fails.
+        # timeout: seconds a request waits for a free connection before it fails. The URL's own
+        # options (?sslmode=require, ?application_name=...) are kept.
         DATABASES["default"]["OPTIONS"] = {
-            "pool": {"min_size": 1, "max_size": DATABASE_POOL_MAX_SIZE, "timeout": 10}
+            **DATABASES["default"].get("OPTIONS", {}),
+            "pool": {"min_size": 1, "max_size": DATABASE_POOL_MAX_SIZE, "timeout": 10},
         }
 else:
     DATABASES = {

@@ -10,6 +10,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 
 from django.conf import settings
+from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Max, Sum
@@ -18,6 +19,7 @@ from django.http import Http404
 from django.utils import timezone
 
 from audit.events import log_event
+from audit.models import Event
 from scheduler_app.choices import RequestState
 from scheduler_app.constants import (
     EXIT_CODE_RANGE,
@@ -25,6 +27,7 @@ from scheduler_app.constants import (
     LOG_MAX_CHARS_PER_REQUEST,
     MAX_GPUS_PER_NODE,
 )
+from scheduler_app.lifecycle import ACTIVE_STATES
 from scheduler_app.models import Allocation, AllocationSample, Gpu, GpuRequest, LogChunk, Node, NodeSample
 from scheduler_app.services.migration import move_reasons, requeue_from_checkpoint
 from scheduler_app.services.transitions import stop_gracefully, transition_request
@@ -174,7 +177,7 @@ def report_finished(
     if isinstance(exit_code, bool) or not isinstance(exit_code, int) or not low <= exit_code <= high:
         raise ValidationError({"exit_code": f"Give the exit status as a whole number from {low} to {high}."})
     outcome = RequestState.SUCCEEDED if exit_code == 0 else RequestState.FAILED
-    if stopped := _stopped_for_move(node, request_id, generation, stop_time(stopped_at)):
+    if stopped := _stopped_for_move(node, request_id, generation, stopped_at):
         return stopped
     return _end_here(
         node, request_id, outcome, exit_reason(exit_code), exit_code=exit_code, generation=generation
@@ -191,19 +194,36 @@ def stop_time(reported: dt.datetime | None, now: dt.datetime | None = None) -> d
 
 
 def _stopped_for_move(
-    node: Node, request_id: int, generation: int | None, stopped_at: dt.datetime
+    node: Node, request_id: int, generation: int | None, reported: dt.datetime | None
 ) -> GpuRequest | None:
     """A job that ends while it is being moved (migrating, on this node) stopped for the move, whatever
-    its status: requeued from its checkpoint, its slices closed at `stopped_at`. None when the request is
-    not being moved from here."""
+    its status: requeued from its checkpoint, its slices closed at its stop time. None when the request
+    is not being moved from here, or when the agent saw the job exit before the move began: that exit
+    is the job's own end (it finished, or failed, before it was told to stop), not a stop to move."""
     request = _own_request(node, request_id)
     with transaction.atomic():
         locked = GpuRequest.objects.select_for_update().get(pk=request.pk)
         if locked.state != RequestState.MIGRATING or not _runs_here(node, locked, generation):
             return None
-        requeue_from_checkpoint([locked.pk], stopped_at=stopped_at, actor_name=AGENT)
+        if reported is not None and reported < _move_began(locked):
+            return None
+        requeue_from_checkpoint([locked.pk], stopped_at=stop_time(reported), actor_name=AGENT)
     locked.refresh_from_db()
     return locked
+
+
+def _move_began(request: GpuRequest) -> dt.datetime:
+    """When the request was told to checkpoint and stop: its latest move to migrating."""
+    return (
+        Event.objects.filter(
+            content_type=ContentType.objects.get_for_model(GpuRequest),
+            object_id=request.pk,
+            to_state=RequestState.MIGRATING,
+        )
+        .order_by("-created_at")
+        .values_list("created_at", flat=True)
+        .first()
+    ) or timezone.now()
 
 
 def record_checkpoint(
@@ -265,7 +285,7 @@ def _end_here(
                 GpuRequest.objects.filter(pk=locked.pk).update(exit_code=exit_code)
                 locked.exit_code = exit_code
             return locked
-        if locked.state not in (RequestState.SCHEDULED, RequestState.RUNNING) or not _runs_here(node, locked):
+        if locked.state not in ACTIVE_STATES or not _runs_here(node, locked):
             return locked
         if locked.state == RequestState.SCHEDULED and outcome == RequestState.SUCCEEDED:
             # It ended before its "started" got through: it did run.

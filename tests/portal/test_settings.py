@@ -90,3 +90,20 @@ def test_secret_from_file_or_variable_but_not_both(monkeypatch, tmp_path):
     monkeypatch.setenv("API_SECRET", "from-env")
     with pytest.raises(ImproperlyConfigured, match="either API_SECRET or API_SECRET_FILE"):
         env_secret("API_SECRET")
+
+
+def test_a_postgresql_urls_options_are_kept_beside_the_connection_pool():
+    code = (
+        "from django.conf import settings; o = settings.DATABASES['default']['OPTIONS'];"
+        " print(o['application_name'], o['sslmode'], o['pool']['max_size'])"
+    )
+    done = manage(
+        "shell",
+        "-c",
+        code,
+        DATABASE_URL="postgres://postgres@127.0.0.1:5432/x?application_name=web-1&sslmode=prefer",
+        DATABASE_POOL_MAX_SIZE="5",
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1].split() == ["web-1", "prefer", "5"]

@@ -137,9 +137,10 @@ def moving(spot_node, job):
 def test_a_moved_job_stops_when_its_agent_saw_it_exit_not_when_the_report_came(spot_node, job):
     began = job.allocations.get().started_at
     checkpoint, exited = began + dt.timedelta(seconds=10), began + dt.timedelta(seconds=22)
-    with time_machine.travel(began + dt.timedelta(seconds=30), tick=False):  # the report, 8 s after the exit
+    with time_machine.travel(began + dt.timedelta(seconds=15), tick=False):  # the notice
         record_checkpoint(spot_node, job.pk, checkpoint)
         reclaim_node(spot_node, deadline=timezone.now() + dt.timedelta(minutes=2), source="operator")
+    with time_machine.travel(began + dt.timedelta(seconds=30), tick=False):  # the report, 8 s after the exit
         report_finished(spot_node, job.pk, 143, stopped_at=exited)
 
     job.refresh_from_db()
@@ -169,3 +170,31 @@ def test_the_finished_endpoint_refuses_a_stop_time_without_a_timezone(spot_node,
     assert answer.status_code == 400 and "stopped_at" in answer.json()["error"]["fields"]
     moving.refresh_from_db()
     assert moving.state == RequestState.MIGRATING
+
+
+def test_a_job_that_finished_before_its_reclaim_but_was_reported_after_is_not_run_again(spot_node, job):
+    began = job.allocations.get().started_at
+    finished, noticed = began + dt.timedelta(seconds=20), began + dt.timedelta(seconds=25)
+    with time_machine.travel(noticed, tick=False):
+        reclaim_node(spot_node, deadline=timezone.now() + dt.timedelta(minutes=2), source="operator")
+    with time_machine.travel(noticed + dt.timedelta(seconds=3), tick=False):  # the exit, reported late
+        report_finished(spot_node, job.pk, 0, stopped_at=finished)
+
+    job.refresh_from_db()
+    assert job.state == RequestState.SUCCEEDED and job.exit_code == 0
+    assert (
+        not request_events(job)
+        .filter(from_state=RequestState.MIGRATING, to_state=RequestState.PENDING)
+        .exists()
+    )
+    assert job.allocations.get().ended_at is not None
+
+
+def test_a_job_that_failed_before_its_reclaim_ends_failed_not_moved(spot_node, job):
+    began = job.allocations.get().started_at
+    with time_machine.travel(began + dt.timedelta(seconds=25), tick=False):
+        reclaim_node(spot_node, deadline=timezone.now() + dt.timedelta(minutes=2), source="operator")
+        report_finished(spot_node, job.pk, 3, stopped_at=began + dt.timedelta(seconds=10))
+
+    job.refresh_from_db()
+    assert job.state == RequestState.FAILED and job.exit_code == 3
