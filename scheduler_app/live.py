@@ -84,7 +84,8 @@ async def _send_all(batch: list[tuple[str, dict]]) -> None:
             if listened is None or group in listened:
                 await layer.group_send(group, message)
     except RedisError as error:
-        log.warning("cannot reach Redis to publish a live update to %s: %s", group, error)
+        groups = ", ".join(sorted({group for group, _ in batch}))
+        log.warning("cannot reach Redis to publish live updates to %s: %s", groups, error)
 
 
 class _OrderedSender:
