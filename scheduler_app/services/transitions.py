@@ -96,15 +96,20 @@ def transition_requests(
     for source in sources:
         check_transition(source, to_state)
     with transaction.atomic():
-        locked = list(
-            GpuRequest.objects.select_for_update(of=("self",))
-            .filter(pk__in=list(request_ids), state__in=sources)
-            .select_related("team")
-            .order_by("pk")
-        )
+        locked = _lock_requests(request_ids, sources)
         why = {r.pk: (reasons or {}).get(r.pk, reason) for r in locked}
         _move(locked, to_state, actor=actor, actor_name=actor_name, reasons=why, data=data, now=now)
     return locked
+
+
+def _lock_requests(request_ids: Iterable[int], states) -> list[GpuRequest]:
+    """The requests still in `states`, locked in id order (so bulk writers never deadlock), with teams."""
+    return list(
+        GpuRequest.objects.select_for_update(of=("self",))
+        .filter(pk__in=list(request_ids), state__in=states)
+        .select_related("team")
+        .order_by("pk")
+    )
 
 
 def _refuse_scheduling_without_cards(to_state: str) -> None:
@@ -156,12 +161,7 @@ def stop_gracefully(
     the earlier deadline. Returns the requests acted on."""
     now = now or timezone.now()
     with transaction.atomic():
-        locked = list(
-            GpuRequest.objects.select_for_update(of=("self",))
-            .filter(pk__in=list(request_ids), state__in=ACTIVE_STATES)
-            .select_related("team")
-            .order_by("pk")
-        )
+        locked = _lock_requests(request_ids, ACTIVE_STATES)
         why = {r.pk: (reasons or {}).get(r.pk, reason) for r in locked}
         by_state = {state: [r for r in locked if r.state == state] for state in ACTIVE_STATES}
         _move(
