@@ -102,6 +102,15 @@ def argv(command: str) -> list[str]:
     return ["/bin/sh", "-c", command]
 
 
+def checkpoint_time(checkpoint_dir: Path) -> dt.datetime | None:
+    """When a run in `checkpoint_dir` last checkpointed: its marker file's mtime (None before any)."""
+    try:
+        mtime = (checkpoint_dir / CHECKPOINT_MARKER).stat().st_mtime
+    except OSError:
+        return None
+    return dt.datetime.fromtimestamp(mtime, tz=dt.UTC)
+
+
 class Job:
     """A running command. Its output (stdout and stderr together) collects in memory until shipped."""
 
@@ -188,12 +197,8 @@ class Job:
             return {self.process.pid}
 
     def last_checkpoint(self) -> dt.datetime | None:
-        """When the job last checkpointed: its marker file's mtime (None before its first checkpoint)."""
-        try:
-            mtime = (self.checkpoint_dir / CHECKPOINT_MARKER).stat().st_mtime
-        except OSError:
-            return None
-        return dt.datetime.fromtimestamp(mtime, tz=dt.UTC)
+        """When the job last checkpointed (None before its first checkpoint)."""
+        return checkpoint_time(self.checkpoint_dir)
 
     def stop_by(self, deadline: dt.datetime, reason: str) -> None:
         """Checkpoint and stop by `deadline`: the deadline goes in the stop file, then SIGTERM with the

@@ -7,6 +7,7 @@ network blip) is simply sent again next round; jobs keep running meanwhile.
 
 import datetime as dt
 import logging
+import signal
 import threading
 import time
 from collections import deque
@@ -16,13 +17,14 @@ from gpu_portal_sdk.errors import AuthenticationError, NotFoundError, PortalErro
 
 from agent.checkpoint_sync import CheckpointSyncError
 from agent.host import host_meter
-from agent.jobs import Job, mps_available, stop_stale_jobs
+from agent.jobs import Job, checkpoint_time, mps_available, stop_stale_jobs
 from agent.nvml import read_cards, read_processes, read_samples
 
 log = logging.getLogger(__name__)
 
 LOG_CHUNK_CHARS = 64 * 1024  # the portal's limit per log report
 MAX_UNSENT_MOMENTS = 60  # the portal's limit per samples request: a longer outage keeps the last minute
+STOPPED_FOR_MOVE = 128 + signal.SIGTERM  # the status reported for a run stopped at registration mid-move
 
 
 class NodeAgent:
@@ -79,6 +81,7 @@ class NodeAgent:
         self.unreported_starts: dict[int, tuple[int | None, dt.datetime | None]] = {}
         self.unreported_exits: dict[int, tuple[int, int | None, dt.datetime | None]] = {}
         self.registered = False
+        self.registered_at: dt.datetime | None = None  # every earlier agent's job had stopped by then
         self.owner = ""  # "<node> at <portal>" once registered: marks the jobs this node's agents start
         self.refused = False  # the portal refused the credential
         self.overuse: dict[int, dict] = {}  # watchdog stops not yet reported
@@ -190,6 +193,7 @@ class NodeAgent:
         # have moved their work); what is still placed here starts again from its checkpoint.
         self.owner = f"{answer['node']} at {self.client.api_url}"
         stop_stale_jobs(self.owner, self.grace_s)
+        self.registered_at = dt.datetime.now(dt.UTC)
         self.registered = True
 
     def _follow_work(self) -> None:
@@ -203,6 +207,8 @@ class NodeAgent:
             # checkpoint directory; a migrating one is being moved and is left alone.
             if not known and item["state"] in ("scheduled", "running"):
                 self._start(item)
+            elif not known and item["state"] == "migrating":
+                self._report_left_behind(item)
         for request_id, job in self.jobs.items():
             if request_id not in work:
                 job.stop(self.grace_s, "released, cancelled or moved by the portal")
@@ -216,6 +222,19 @@ class NodeAgent:
         for request_id, (generation, resumed_from) in list(self.unreported_starts.items()):
             self.client.started(request_id, generation, resumed_from)
             del self.unreported_starts[request_id]
+
+    def _report_left_behind(self, item: dict) -> None:
+        """A request being moved that no job of this agent runs: an earlier agent of the node ran it and
+        went away mid-move, and its job was stopped at registration (with its SIGTERM checkpoint). It
+        has stopped for the move: report its checkpoint and its stop now, so the portal requeues it
+        rather than waiting for the move's deadline."""
+        request_id, generation = item["request_id"], item.get("generation")
+        at = checkpoint_time(Path(item["checkpoint_dir"]))
+        known_at = item.get("last_checkpoint_at")
+        if at is not None and (known_at is None or at > dt.datetime.fromisoformat(known_at)):
+            self._send_checkpoint(request_id, Path(item["checkpoint_dir"]), at, generation)
+        log.info("request %s: left behind by an earlier agent mid-move: reported stopped", request_id)
+        self.unreported_exits[request_id] = (STOPPED_FOR_MOVE, generation, self.registered_at)
 
     def _watch_cloud(self) -> None:
         """Tell the portal of the cloud's reclaim notice for this node, once per notice."""
@@ -266,17 +285,21 @@ class NodeAgent:
         at = job.last_checkpoint()
         if at is None or (job.checkpoint_reported is not None and at <= job.checkpoint_reported):
             return
+        self._send_checkpoint(job.request_id, job.checkpoint_dir, at, job.generation)
+        job.checkpoint_reported = at
+
+    def _send_checkpoint(self, request_id: int, checkpoint_dir: Path, at: dt.datetime, generation) -> None:
+        """Copy the checkpoint to the stores (the copy's URL is its reference), then report it."""
         ref = ""
         if self.checkpoint_sync is not None:
             try:
-                ref = self.checkpoint_sync.push(job.checkpoint_dir, sync_key(job.checkpoint_dir), at).url
+                ref = self.checkpoint_sync.push(checkpoint_dir, sync_key(checkpoint_dir), at).url
             except (CheckpointSyncError, OSError) as error:
-                log.error("request %s: checkpoint not copied (%s): reported as local", job.request_id, error)
+                log.error("request %s: checkpoint not copied (%s): reported as local", request_id, error)
         try:
-            self.client.checkpointed(job.request_id, at, ref=ref, generation=job.generation)
+            self.client.checkpointed(request_id, at, ref=ref, generation=generation)
         except NotFoundError:
-            log.warning("request %s: no longer placed here; its checkpoint is not reported", job.request_id)
-        job.checkpoint_reported = at
+            log.warning("request %s: no longer placed here; its checkpoint is not reported", request_id)
 
     def _watch_usage(self) -> None:
         """Attribute NVML's processes to the jobs that started them: report each job's memory and SM

@@ -11,6 +11,7 @@ from agent.checkpoint_sync import CheckpointSync, FilesystemStore
 from agent.cloud_notices import ReclaimNotice
 from audit.models import Event
 from scheduler_app.choices import CapacityType
+from scheduler_app.invariants import unresumed_moves, violations
 from scheduler_app.selectors import request_log
 from scheduler_app.services.inventory import create_pool
 from scheduler_app.services.migration import reclaim_node
@@ -76,6 +77,32 @@ def test_a_node_that_comes_back_stops_its_stale_run_before_the_new_one_starts(st
     fresh = agent.jobs[request.pk]
     assert fresh is not stale and fresh.generation == 2 == request.placements
     assert [piece.uuid for piece in fresh.slices] == ["GPU-node-1-1"]
+
+
+def test_a_job_left_behind_mid_move_by_a_replaced_agent_is_requeued_at_once_from_its_sigterm_checkpoint(
+    start_agent, place, make_node
+):
+    spot = create_pool(name="spot-a100", gpu_model="A100-80GB", capacity_type=CapacityType.SPOT)
+    spot_node = make_node("spot-1", gpus=1, pool=spot)
+    gone = start_agent(for_node=spot_node)
+    request = place(f"{DEMO_JOB} --seconds 60 --checkpoint-every 0", on=spot_node)
+    rounds_until(gone, lambda: refreshed(request).state == "running", what="running")
+    rounds_until(gone, lambda: "step 4:" in request_log(request).text, what="some steps")
+    deadline = timezone.now() + dt.timedelta(seconds=60)
+    reclaim_node(spot_node, deadline=deadline, source="test", notice_id="n-1")
+    assert refreshed(request).state == "migrating"
+    before = request.last_checkpoint_at
+
+    # The agent dies before it hears of the move (its job runs on); another takes the node over.
+    replacement = start_agent(for_node=spot_node)
+    rounds_until(replacement, lambda: refreshed(request).state == "pending", what="requeued", timeout_s=20)
+
+    assert gone.jobs[request.pk].process.poll() is not None  # the old run was stopped
+    assert request.last_checkpoint_at > before  # its SIGTERM checkpoint, reported by the new agent
+    assert timezone.now() < deadline - dt.timedelta(seconds=30)  # not left waiting for the deadline
+    assert request.allocations.get().ended_at is not None
+    assert request.exit_code is None  # stopped to move, not failed
+    assert violations() == [] and unresumed_moves() == []
 
 
 def test_an_agent_cut_off_from_the_portal_fences_its_jobs_and_runs_them_again_when_it_answers(
