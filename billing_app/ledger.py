@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from billing_app.budgets import month_spend, percent_used
 from billing_app.constants import CENT
-from billing_app.metering import month_start, next_month, price_now
+from billing_app.metering import month_start, next_month, price_book_at
 from billing_app.models import Budget, LedgerEntry
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.models import Allocation
@@ -119,8 +119,9 @@ def burn_usd_per_hour(team: Team, now: dt.datetime) -> Decimal:
     """What the team's open slices cost an hour at the prices in force now."""
     total = Decimal(0)
     running = Allocation.objects.committed().filter(request__team=team).select_related("gpu__node__pool")
+    book = price_book_at(now)
     for allocation in running:
-        price = price_now(allocation.gpu.node.pool, allocation.billing_mode, allocation.milli, now)
+        price = book.price_now(allocation.gpu.node.pool, allocation.billing_mode, allocation.milli, now)
         total += price * allocation.milli / MILLI_PER_GPU
     return total
 

@@ -2,81 +2,114 @@
 
 Each allocation (one card, one share, one billing mode) is billed from where its last ledger entry
 ended (its watermark, or its start) up to its end, or up to `now - settings.METERING_SETTLE_S` while open,
-split wherever the price in force changes and at each month's start. Each allocation is metered in
-its own transaction under its row lock, and an entry is unique per (allocation, start): a retry,
-a replay or a second worker finds the watermark moved and writes nothing; a run killed midway
-keeps the allocations it finished and the next run carries on from their watermarks.
+split wherever the price in force changes and at each month's start. Allocations are metered
+`METERING_CHUNK` at a time, each chunk in its own transaction under its rows' locks and in a fixed
+number of queries; an entry is unique per (allocation, start): a retry, a replay or a second worker
+finds the watermarks moved and writes nothing; a run killed midway keeps the chunks it finished and
+the next run carries on from their watermarks.
 """
 
 import datetime as dt
 import itertools
+from collections import defaultdict
 from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef, Q
+from django.db.models import Exists, F, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from billing_app.constants import AMOUNT_QUANTUM, PRICE_QUANTUM
 from billing_app.models import LedgerEntry, PoolPrice, SharePremium
+from portal.bulk_insert import insert_rows, update_rows
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.models import Allocation, GpuRequest, Pool
 
 SECONDS_PER_HOUR = 3600
+# Allocations billed in one transaction: a chunk costs the same eight queries whatever its size, and
+# holds its requests' row locks only for as long as it takes (a few milliseconds).
+METERING_CHUNK = 200
 
 
-def _price_pieces(pool: Pool, capacity_type: str, gpu_milli: int, start: dt.datetime, end: dt.datetime):
-    """THE seam to the price catalog: [(from, to, USD per GPU-hour)] covering [start, end) for slices
-    of gpu_milli.
+class PriceBook:
+    """THE seam to the price catalog: the pools' prices and the share premiums over [start, end), read
+    once (three queries) for any number of slices, as a metering chunk or a team's burn rate asks."""
 
-    The price of `capacity_type` capacity of the pool's GPU model: the pool's own price when the
-    pool is of that type, else the cheapest pool of that model and type (spot billing on on-demand
-    capacity pays the spot price); the pool's own price when no such pool is priced, 0 while
-    nothing is. Times the operator's premium or discount on slices of that size (a SharePremium),
-    as the catalog's slice_usd_per_hour prices them, rounded to the catalog's PRICE_QUANTUM; a
-    premium that changes also splits the time."""
-    pools = [pool.pk]
-    if pool.capacity_type != capacity_type:
-        same = Pool.objects.filter(gpu_model=pool.gpu_model, capacity_type=capacity_type)
-        others = list(same.filter(prices__isnull=False).values_list("pk", flat=True).distinct())
-        pools = others or pools
-    rows = list(
-        PoolPrice.objects.filter(pool_id__in=pools, effective_from__lt=end).order_by(
-            "pool_id", "effective_from", "id"
+    def __init__(self, start: dt.datetime, end: dt.datetime):
+        self.start, self.end = start, end
+        self._priced = defaultdict(list)  # (GPU model, capacity type) -> pools with any price
+        for pk, model, kind in (
+            Pool.objects.filter(prices__isnull=False)
+            .values_list("pk", "gpu_model", "capacity_type")
+            .distinct()
+        ):
+            self._priced[(model, kind)].append(pk)
+        # Per pool, the row in force at `start` and every later one before `end`: no earlier row can
+        # be in force or split any time in the range.
+        in_force = PoolPrice.objects.filter(pool=OuterRef("pk"), effective_from__lte=start).order_by(
+            "-effective_from", "-id"
         )
-    )
-    premiums = list(
-        SharePremium.objects.filter(gpu_milli=gpu_milli, effective_from__lt=end).order_by(
-            "effective_from", "id"
-        )
-    )
+        at_start = Pool.objects.annotate(price=Subquery(in_force.values("pk")[:1])).values("price")
+        self._prices = defaultdict(list)  # pool id -> [(effective_from, USD per GPU-hour)] in order
+        for pool_id, effective_from, usd in (
+            PoolPrice.objects.filter(Q(pk__in=at_start) | Q(effective_from__gt=start, effective_from__lt=end))
+            .order_by("pool_id", "effective_from", "id")
+            .values_list("pool_id", "effective_from", "usd_per_gpu_hour")
+        ):
+            self._prices[pool_id].append((effective_from, usd))
+        self._premiums = defaultdict(list)  # slice size -> [(effective_from, multiplier)] in order
+        for milli, effective_from, multiplier in (
+            SharePremium.objects.filter(effective_from__lt=end)
+            .order_by("gpu_milli", "effective_from", "id")
+            .values_list("gpu_milli", "effective_from", "multiplier")
+        ):
+            self._premiums[milli].append((effective_from, multiplier))
 
-    def price_at(at: dt.datetime) -> Decimal:
-        in_force = {}
-        for row in rows:
-            if row.effective_from <= at:
-                in_force[row.pool_id] = row.usd_per_gpu_hour
-        multiplier = Decimal(1)
-        for premium in premiums:
-            if premium.effective_from <= at:
-                multiplier = premium.multiplier
-        return (min(in_force.values(), default=Decimal(0)) * multiplier).quantize(PRICE_QUANTUM)
+    def pieces(self, pool: Pool, capacity_type: str, gpu_milli: int, start: dt.datetime, end: dt.datetime):
+        """[(from, to, USD per GPU-hour)] covering [start, end) (within the book's range) for slices of
+        gpu_milli.
 
-    changes = {r.effective_from for r in rows} | {p.effective_from for p in premiums}
-    instants = sorted({start} | {at for at in changes if start < at < end})
-    pieces = []
-    for begin, finish in zip(instants, [*instants[1:], end], strict=True):
-        price = price_at(begin)
-        if pieces and pieces[-1][2] == price:
-            pieces[-1] = (pieces[-1][0], finish, price)
-        else:
-            pieces.append((begin, finish, price))
-    return pieces
+        The price of `capacity_type` capacity of the pool's GPU model: the pool's own price when the
+        pool is of that type, else the cheapest pool of that model and type (spot billing on on-demand
+        capacity pays the spot price); the pool's own price when no such pool is priced, 0 while
+        nothing is. Times the operator's premium or discount on slices of that size (a SharePremium),
+        as the catalog's slice_usd_per_hour prices them, rounded to the catalog's PRICE_QUANTUM; a
+        premium that changes also splits the time."""
+        if not (self.start <= start < end <= self.end):
+            raise ValueError(f"[{start}, {end}) is not within the price book's [{self.start}, {self.end})")
+        pools = [pool.pk]
+        if pool.capacity_type != capacity_type:
+            pools = self._priced.get((pool.gpu_model, capacity_type)) or pools
+        rows = [(pk, at, usd) for pk in pools for at, usd in self._prices.get(pk, ()) if at < end]
+        premiums = [(at, m) for at, m in self._premiums.get(gpu_milli, ()) if at < end]
+
+        def price_at(at: dt.datetime) -> Decimal:
+            in_force = {pk: usd for pk, since, usd in rows if since <= at}  # the last in order wins
+            multiplier = Decimal(1)
+            for since, value in premiums:
+                if since <= at:
+                    multiplier = value
+            return (min(in_force.values(), default=Decimal(0)) * multiplier).quantize(PRICE_QUANTUM)
+
+        changes = {at for _, at, _ in rows} | {at for at, _ in premiums}
+        instants = sorted({start} | {at for at in changes if start < at < end})
+        pieces = []
+        for begin, finish in zip(instants, [*instants[1:], end], strict=True):
+            price = price_at(begin)
+            if pieces and pieces[-1][2] == price:
+                pieces[-1] = (pieces[-1][0], finish, price)
+            else:
+                pieces.append((begin, finish, price))
+        return pieces
+
+    def price_now(self, pool: Pool, capacity_type: str, gpu_milli: int, at: dt.datetime) -> Decimal:
+        """USD per GPU-hour in force at `at` for a slice of gpu_milli (what a running slice burns)."""
+        return self.pieces(pool, capacity_type, gpu_milli, at, at + dt.timedelta(seconds=1))[0][2]
 
 
-def price_now(pool: Pool, capacity_type: str, gpu_milli: int, at: dt.datetime) -> Decimal:
-    """USD per GPU-hour in force at `at` for a slice of gpu_milli (what a running slice burns)."""
-    return _price_pieces(pool, capacity_type, gpu_milli, at, at + dt.timedelta(seconds=1))[0][2]
+def price_book_at(at: dt.datetime) -> PriceBook:
+    """The prices in force at `at` (for `PriceBook.price_now(..., at)`)."""
+    return PriceBook(at, at + dt.timedelta(seconds=1))
 
 
 def segment_cost_usd(allocation: Allocation, now: dt.datetime) -> Decimal:
@@ -85,7 +118,7 @@ def segment_cost_usd(allocation: Allocation, now: dt.datetime) -> Decimal:
     until = allocation.ended_at or now
     if until <= allocation.started_at:
         return Decimal(0)
-    pieces = _price_pieces(
+    pieces = PriceBook(allocation.started_at, until).pieces(
         allocation.gpu.node.pool, allocation.billing_mode, allocation.milli, allocation.started_at, until
     )
     return sum(
@@ -122,67 +155,96 @@ def _month_cuts(start: dt.datetime, end: dt.datetime) -> list[dt.datetime]:
     return cuts
 
 
-def meter_allocation(allocation_id: int, now: dt.datetime) -> list[LedgerEntry]:
-    """Bill one allocation from its watermark up to its end (or now - settle); returns the entries
-    written or extended. Where the time carries on at the last entry's price within its month, that
-    entry is extended (its amount recomputed from its whole length), so an open slice metered every
-    few seconds keeps one entry per price and month rather than one per run."""
-    request_id = Allocation.objects.filter(pk=allocation_id).values_list("request_id", flat=True).get()
+def meter_allocations(allocation_ids, now: dt.datetime) -> list[LedgerEntry]:
+    """Bill these allocations, each from its watermark up to its end (or now - settle), in one
+    transaction; returns the entries written or extended. Where the time carries on at the last
+    entry's price within its month, that entry is extended (its amount recomputed from its whole
+    length), so an open slice metered every few seconds keeps one entry per price and month rather
+    than one per run."""
+    settled = now - dt.timedelta(seconds=settings.METERING_SETTLE_S)
     with transaction.atomic():
-        # The request first, as the lifecycle owner and the billing switch lock it before its slices:
-        # the entries' foreign key to it would otherwise wait on a transition holding it (a deadlock).
-        list(GpuRequest.objects.select_for_update(no_key=True).filter(pk=request_id).values_list("pk"))
-        allocation = (
+        # The requests first, in id order, as the lifecycle owner and the billing switch lock them
+        # before their slices: the entries' foreign key to a request would otherwise wait on a
+        # transition holding it (a deadlock).
+        requests = Allocation.objects.filter(pk__in=allocation_ids).values("request_id")
+        list(
+            GpuRequest.objects.select_for_update(no_key=True)
+            .filter(pk__in=requests)
+            .order_by("pk")
+            .values_list("pk")
+        )
+        allocations = list(
             Allocation.objects.select_for_update(of=("self",))
             .select_related("request", "gpu__node__pool")
-            .get(pk=allocation_id)
+            .filter(pk__in=allocation_ids)
+            .order_by("pk")
         )
-        last = allocation.ledger_entries.order_by("-end").first()
-        watermark = last.end if last else allocation.started_at
-        settled = now - dt.timedelta(seconds=settings.METERING_SETTLE_S)
-        until = min(allocation.ended_at, settled) if allocation.ended_at else settled
-        if until <= watermark:
+        # Read after the locks, in a statement of its own, so it sees what a worker that held them wrote.
+        last_entries = LedgerEntry.objects.filter(allocation=OuterRef("pk")).order_by("-end")
+        last_ids = Allocation.objects.filter(pk__in=allocation_ids).values(
+            last=Subquery(last_entries.values("pk")[:1])
+        )
+        last = {entry.allocation_id: entry for entry in LedgerEntry.objects.filter(pk__in=last_ids)}
+        spans = {}
+        for allocation in allocations:
+            entry = last.get(allocation.pk)
+            watermark = entry.end if entry else allocation.started_at
+            until = min(allocation.ended_at, settled) if allocation.ended_at else settled
+            if until > watermark:
+                spans[allocation.pk] = (watermark, until)
+        if not spans:
             return []
-        pool = allocation.gpu.node.pool
-        cuts = _month_cuts(watermark, until)
-        spans = [
-            (a, b, price)
-            for begin, finish, price in _price_pieces(
-                pool, allocation.billing_mode, allocation.milli, watermark, until
-            )
-            for a, b in itertools.pairwise([begin, *(c for c in cuts if begin < c < finish), finish])
-        ]
-        written = []
-        first_start, first_end, first_price = spans[0]
-        if (
-            last
-            and last.usd_per_gpu_hour == first_price
-            and month_start(last.start) == month_start(first_start)
-        ):
-            last.end = first_end
-            last.seconds = exact_seconds(last.start, first_end)
-            last.amount_usd = amount_usd(first_price, last.milli, last.seconds)
-            last.save(update_fields=["end", "seconds", "amount_usd"])
-            written.append(last)
-            spans = spans[1:]
-        entries = [
-            LedgerEntry(
-                team_id=allocation.request.team_id,
-                user_id=allocation.request.user_id,
-                request_id=allocation.request_id,
-                allocation=allocation,
-                pool=pool,
-                billing_mode=allocation.billing_mode,
-                milli=allocation.milli,
-                start=a,
-                end=b,
-                seconds=exact_seconds(a, b),
-                usd_per_gpu_hour=price,
-                amount_usd=amount_usd(price, allocation.milli, exact_seconds(a, b)),
-            )
-            for a, b, price in spans
-        ]
-        return written + LedgerEntry.objects.bulk_create(entries)
+        book = PriceBook(min(a for a, _ in spans.values()), max(b for _, b in spans.values()))
+        extended, created = [], []
+        for allocation in allocations:
+            if allocation.pk not in spans:
+                continue
+            entry, more = _bill(allocation, last.get(allocation.pk), *spans[allocation.pk], book)
+            if entry is not None:
+                extended.append(entry)
+            created.extend(more)
+        update_rows(LedgerEntry, extended, ["end", "seconds", "amount_usd"])
+        return extended + insert_rows(LedgerEntry, created)
+
+
+def _bill(allocation: Allocation, last: LedgerEntry | None, watermark, until, book: PriceBook):
+    """One allocation's time from its watermark to `until`: (its last entry extended, or None; the new
+    entries), split at each price change and month start."""
+    pool = allocation.gpu.node.pool
+    cuts = _month_cuts(watermark, until)
+    spans = [
+        (a, b, price)
+        for begin, finish, price in book.pieces(
+            pool, allocation.billing_mode, allocation.milli, watermark, until
+        )
+        for a, b in itertools.pairwise([begin, *(c for c in cuts if begin < c < finish), finish])
+    ]
+    extended = None
+    first_start, first_end, first_price = spans[0]
+    if last and last.usd_per_gpu_hour == first_price and month_start(last.start) == month_start(first_start):
+        last.end = first_end
+        last.seconds = exact_seconds(last.start, first_end)
+        last.amount_usd = amount_usd(first_price, last.milli, last.seconds)
+        extended = last
+        spans = spans[1:]
+    entries = [
+        LedgerEntry(
+            team_id=allocation.request.team_id,
+            user_id=allocation.request.user_id,
+            request_id=allocation.request_id,
+            allocation=allocation,
+            pool=pool,
+            billing_mode=allocation.billing_mode,
+            milli=allocation.milli,
+            start=a,
+            end=b,
+            seconds=exact_seconds(a, b),
+            usd_per_gpu_hour=price,
+            amount_usd=amount_usd(price, allocation.milli, exact_seconds(a, b)),
+        )
+        for a, b, price in spans
+    ]
+    return extended, entries
 
 
 def unmetered_allocations():
@@ -199,7 +261,12 @@ def unmetered_allocations():
 
 
 def meter_usage(now: dt.datetime | None = None) -> list[LedgerEntry]:
-    """Meter every allocation with unbilled time, each in its own transaction; returns the entries
+    """Meter every allocation with unbilled time, METERING_CHUNK to a transaction; returns the entries
     written or extended."""
     now = now or timezone.now()
-    return [entry for pk in list(unmetered_allocations()) for entry in meter_allocation(pk, now)]
+    ids = list(unmetered_allocations())
+    return [
+        entry
+        for at in range(0, len(ids), METERING_CHUNK)
+        for entry in meter_allocations(ids[at : at + METERING_CHUNK], now)
+    ]

@@ -1,4 +1,5 @@
-"""Appending thousands of rows in one statement: the scheduling pass writes a slice and an event per start."""
+"""Writing thousands of rows in one statement: the scheduling pass writes a slice and an event per start
+and rewrites the waiting requests' reasons; metering extends an entry per running slice."""
 
 import json
 from collections.abc import Sequence
@@ -47,3 +48,39 @@ def insert_rows(model: type[models.Model], rows: Sequence[models.Model]) -> list
         row.pk = pk
         row._state.adding, row._state.db = False, connection.alias
     return list(rows)
+
+
+def update_rows(
+    model: type[models.Model], rows: Sequence[models.Model], fields: Sequence[str], using=None
+) -> None:
+    """Write these fields of these rows (already validated and locked by the caller): on PostgreSQL
+    one UPDATE joined to the new values as column arrays (`unnest`), whatever the rows; elsewhere
+    one executemany. Not Django's `bulk_update`, whose CASE expression per field costs milliseconds of
+    Python per row, nor one UPDATE per row."""
+    if not rows:
+        return
+    connection = connections[using or router.db_for_write(model)]
+    meta = model._meta
+    columns = [meta.get_field(name) for name in fields]
+    values = [[c.get_db_prep_save(getattr(row, c.attname), connection) for row in rows] for c in columns]
+    quote = connection.ops.quote_name
+    table, pk = quote(meta.db_table), quote(meta.pk.column)
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            arrays = ", ".join(f"%s::{c.db_type(connection)}[]" for c in columns)
+            names = ", ".join(quote(c.column) for c in columns)
+            assignments = ", ".join(f"{quote(c.column)} = u.{quote(c.column)}" for c in columns)
+            cursor.execute(
+                f"UPDATE {table} SET {assignments} FROM unnest(%s::{meta.pk.db_type(connection)}[], "
+                f"{arrays}) AS u(row_pk, {names}) WHERE {table}.{pk} = u.row_pk",
+                [[row.pk for row in rows], *values],
+            )
+        else:
+            assignments = ", ".join(f"{quote(c.column)} = %s" for c in columns)
+            cursor.executemany(
+                f"UPDATE {table} SET {assignments} WHERE {pk} = %s",
+                [
+                    [*row_values, row.pk]
+                    for row_values, row in zip(zip(*values, strict=True), rows, strict=True)
+                ],
+            )

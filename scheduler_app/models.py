@@ -13,6 +13,7 @@ from django.db import connections, models
 from django.db.models import Q, Sum
 from django.utils import timezone
 
+from portal.bulk_insert import update_rows
 from scheduler_app.choices import (
     BillingMode,
     CapacityType,
@@ -162,37 +163,9 @@ class TeamQuota(models.Model):
 
 class GpuRequestQuerySet(models.QuerySet):
     def save_fields(self, rows: list["GpuRequest"], fields: list[str]) -> None:
-        """Write these fields of these rows (already validated and locked by the caller): on PostgreSQL
-        one UPDATE joined to the new values as column arrays (`unnest`), whatever the rows; elsewhere
-        one per row. Not Django's `bulk_update`, whose CASE expression per field costs milliseconds of
-        Python per row, nor one UPDATE per row (a busy pass rewrites ~15,000 waiting reasons)."""
-        if not rows:
-            return
-        connection = connections[self.db]
-        columns = [self.model._meta.get_field(name) for name in fields]
-        values = [[c.get_db_prep_save(getattr(row, c.attname), connection) for row in rows] for c in columns]
-        quote = connection.ops.quote_name
-        meta = self.model._meta
-        table, pk = quote(meta.db_table), quote(meta.pk.column)
-        with connection.cursor() as cursor:
-            if connection.vendor == "postgresql":
-                arrays = ", ".join(f"%s::{c.db_type(connection)}[]" for c in columns)
-                names = ", ".join(quote(c.column) for c in columns)
-                assignments = ", ".join(f"{quote(c.column)} = u.{quote(c.column)}" for c in columns)
-                cursor.execute(
-                    f"UPDATE {table} SET {assignments} FROM unnest(%s::{meta.pk.db_type(connection)}[], "
-                    f"{arrays}) AS u(row_pk, {names}) WHERE {table}.{pk} = u.row_pk",
-                    [[row.pk for row in rows], *values],
-                )
-            else:  # one executemany: the same query count whatever the rows
-                assignments = ", ".join(f"{quote(c.column)} = %s" for c in columns)
-                cursor.executemany(
-                    f"UPDATE {table} SET {assignments} WHERE {pk} = %s",
-                    [
-                        [*row_values, row.pk]
-                        for row_values, row in zip(zip(*values, strict=True), rows, strict=True)
-                    ],
-                )
+        """Write these fields of these rows (already validated and locked by the caller) in one
+        statement (`portal.bulk_insert.update_rows`): a busy pass rewrites ~15,000 waiting reasons."""
+        update_rows(self.model, rows, fields, using=self.db)
 
     def explain_pending(self, reasons: dict[int, tuple[str, datetime | None]]) -> None:
         """Set {id: (pending reason, estimated start)} on those of these requests still pending whose

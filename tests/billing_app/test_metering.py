@@ -146,20 +146,21 @@ def test_a_run_killed_midway_loses_nothing_and_bills_nothing_twice(
     for i in range(3):
         finish(start_running(milli=250, name=f"j{i}"), T0 + (i + 1) * H)
     finish(start_running(milli=500, gpu=gpu, name="j3"), T0 + H)
-    real = metering.meter_allocation
+    real = metering.meter_allocations
     calls = []
 
-    def dies_on_the_third(pk, now):
-        calls.append(pk)
+    def dies_on_the_third(ids, now):
+        calls.append(ids)
         if len(calls) == 3:
             raise RuntimeError("worker killed")
-        return real(pk, now)
+        return real(ids, now)
 
-    monkeypatch.setattr(metering, "meter_allocation", dies_on_the_third)
+    monkeypatch.setattr(metering, "METERING_CHUNK", 1)
+    monkeypatch.setattr(metering, "meter_allocations", dies_on_the_third)
     with pytest.raises(RuntimeError):
         meter_usage(T0 + 10 * H)
-    assert LedgerEntry.objects.count() == 2  # the two finished allocations kept their entries
-    monkeypatch.setattr(metering, "meter_allocation", real)
+    assert LedgerEntry.objects.count() == 2  # the two finished chunks kept their entries
+    monkeypatch.setattr(metering, "meter_allocations", real)
 
     meter_usage(T0 + 10 * H)
     meter_usage(T0 + 10 * H)
@@ -185,3 +186,28 @@ def test_metering_an_open_slice_often_keeps_one_entry_per_price(pool, price_hist
         ),  # the settle interval behind
     ]
     assert total() == Decimal("3.6") + Decimal("14.282")  # 7.2 USD/h for 7141 s
+
+
+def test_metering_many_slices_costs_the_queries_of_a_few(
+    pool, spot_pool, price_history, start_running, make_node, django_assert_max_num_queries
+):
+    price_history(pool, (T0 - H, "4.00"), (T0 + H, "3.00"))
+    price_history(spot_pool, (T0 - H, "1.00"))
+    SharePremium.objects.create(gpu_milli=250, multiplier=Decimal("1.1"), effective_from=T0 - H)
+    gpus = list(make_node(name="many", gpus=4).gpus.order_by("index"))
+    for i in range(12):
+        billing = BillingMode.SPOT if i % 3 == 0 else BillingMode.ON_DEMAND
+        request = start_running(milli=250, gpu=gpus[i % 4], name=f"j{i}", billing=billing)
+        if i % 2:
+            finish(request, T0 + 2 * H)
+    meter_usage(T0 + 30 * dt.timedelta(minutes=1))  # some entries to extend next time
+
+    with django_assert_max_num_queries(12):  # the ids, then one chunk: locks, watermarks, prices, writes
+        written = meter_usage(T0 + 10 * H)
+
+    assert len({entry.allocation_id for entry in written}) == 12
+    # every second of every slice once: 6 finished after 2 h, 6 open up to 10 h less the settle time
+    open_s = 10 * 3600 - settings.METERING_SETTLE_S
+    assert LedgerEntry.objects.aggregate(s=Sum("seconds"))["s"] == Decimal(6 * 7200 + 6 * open_s)
+    # at 4.00 then 3.00 on-demand and 1.00 spot (spot billing on on-demand capacity pays the spot price)
+    assert {r[3] for r in rows()} == {Decimal("4.400000"), Decimal("3.300000"), Decimal("1.100000")}

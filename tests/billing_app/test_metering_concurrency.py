@@ -26,17 +26,18 @@ def test_racing_and_dying_workers_bill_each_second_once(
     gpus = list(make_node(name="race", gpus=4).gpus.order_by("index"))
     for i, gpu in enumerate(gpus):
         finish(start_running(milli=500, gpu=gpu, name=f"j{i}"), T0 + 2 * H)
-    real = metering.meter_allocation
+    real = metering.meter_allocations
     dying = threading.local()
 
-    def meter(pk, now):
+    def meter(ids, now):
         if getattr(dying, "after", None) == 0:
             raise RuntimeError("worker killed")
         if getattr(dying, "after", None) is not None:
             dying.after -= 1
-        return real(pk, now)
+        return real(ids, now)
 
-    monkeypatch.setattr(metering, "meter_allocation", meter)
+    monkeypatch.setattr(metering, "METERING_CHUNK", 2)  # two chunks: a worker can die between them
+    monkeypatch.setattr(metering, "meter_allocations", meter)
     barrier = threading.Barrier(WORKERS)
     failures = []
 

@@ -34,24 +34,26 @@ scheduling.place = place_and_hold
 scheduling_pass()
 """
 
-# The metering task, held inside its third slice's transaction after writing its entries.
+# The metering task, one slice a chunk, held inside its third chunk's transaction after writing its
+# entries.
 METERING_HELD_IN_THE_THIRD_SLICE = """
 import time
 from django.db import transaction
 import billing_app.metering as metering
 from billing_app.tasks import meter_usage
-metered = metering.meter_allocation
+metered = metering.meter_allocations
 calls = []
-def meter_and_hold(allocation_id, now):
-    calls.append(allocation_id)
+def meter_and_hold(allocation_ids, now):
+    calls.append(allocation_ids)
     if len(calls) < 3:
-        return metered(allocation_id, now)
+        return metered(allocation_ids, now)
     with transaction.atomic():
-        written = metered(allocation_id, now)
-        print(f"wrote {len(written)} entries of slice {allocation_id}", flush=True)
+        written = metered(allocation_ids, now)
+        print(f"wrote {len(written)} entries of slice {allocation_ids[0]}", flush=True)
         print("MID", flush=True)
         time.sleep(300)
-metering.meter_allocation = meter_and_hold
+metering.METERING_CHUNK = 1
+metering.meter_allocations = meter_and_hold
 meter_usage()
 """
 
