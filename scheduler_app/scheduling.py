@@ -10,13 +10,16 @@ gone and leaves that request pending for the next pass.
 """
 
 import datetime as dt
+import logging
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import connection, transaction
 from django.utils import timezone
+from redis.exceptions import RedisError
 
-from scheduler_app.choices import BillingMode, CapacityType
+from scheduler_app.choices import BillingMode, CapacityType, RequestState
 from scheduler_app.cluster_state import ClusterSnapshot, load_cluster_snapshot
 from scheduler_app.core.mig import mig_slice
 from scheduler_app.core.placement import DEFAULT_POLICY
@@ -28,6 +31,9 @@ from scheduler_app.services.transitions import stop_gracefully
 
 ACTOR = "scheduler"
 PASS_LOCK_ID = 7_0001  # the advisory lock key of scheduling passes
+# When a pass last brought every waiting request's reason up to date (a timestamp, the pass's clock).
+REASONS_REFRESHED_KEY = "scheduler:reasons-refreshed-at"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -54,7 +60,7 @@ def run_scheduling_pass(*, policy: str = DEFAULT_POLICY, now: dt.datetime | None
         )
         result, refused, held_back = _apply(plan, snapshot, now)
         store_pass_state(snapshot, plan, result, now, policy)
-    _explain_waiting(plan, snapshot, refused, held_back)
+    _explain_waiting(plan, snapshot, refused, held_back, now)
     return result
 
 
@@ -143,16 +149,33 @@ def _billing_mode(start: Start, snapshot: ClusterSnapshot) -> str:
 
 
 def _explain_waiting(
-    plan: PassPlan, snapshot: ClusterSnapshot, refused: dict[int, str], held_back: dict[int, str]
+    plan: PassPlan,
+    snapshot: ClusterSnapshot,
+    refused: dict[int, str],
+    held_back: dict[int, str],
+    now: dt.datetime,
 ) -> None:
     """Store each waiting request's reason and estimated start, where they changed; a start refused
     under the locks (a concurrent writer took the capacity) says so and is retried next pass.
 
+    Every waiting request is brought up to date by the first pass of each SCHEDULER_INTERVAL_S; the
+    passes in between (bursts of submits trigger about one a second) explain only the requests that
+    have no reason yet, besides the refused and held-back starts. On a deep queue nearly every
+    reason moves with each submit ahead of it (its place in line, its estimate), and rewriting
+    thousands of rows every second cost the database more than the passes themselves.
+
     Its own short transaction after the pass's: a row another writer holds (a cancel, a later pass
     placing it) is skipped rather than waited for, and one no longer pending is left; the next pass
     explains it again."""
+    if _all_reasons_due(now):
+        explained = None
+    else:
+        pending = GpuRequest.objects.filter(state=RequestState.PENDING, pending_reason="")
+        explained = set(pending.values_list("pk", flat=True))
     reasons: dict[int, tuple[str, dt.datetime | None]] = {}
     for waiting in plan.waiting:
+        if explained is not None and waiting.request_id not in explained:
+            continue
         estimate = (
             dt.datetime.fromtimestamp(waiting.estimated_start, tz=dt.UTC)
             if waiting.estimated_start is not None
@@ -164,6 +187,23 @@ def _explain_waiting(
     for request_id, why in held_back.items():
         reasons[request_id] = (why, None)
     for request_id, why in snapshot.unplaceable.items():
-        reasons[request_id] = (why, None)
+        if explained is None or request_id in explained:
+            reasons[request_id] = (why, None)
     with transaction.atomic():
         GpuRequest.objects.explain_pending(reasons)
+
+
+def _all_reasons_due(now: dt.datetime) -> bool:
+    """Whether this pass brings every waiting request's reason up to date (see _explain_waiting):
+    the first at or after SCHEDULER_INTERVAL_S since the last that did, or since a time after `now`
+    (a clock set back). Also when the shared cache cannot say."""
+    try:
+        last = cache.get(REASONS_REFRESHED_KEY)
+        if last is not None and 0 <= now.timestamp() - last < settings.SCHEDULER_INTERVAL_S:
+            return False
+        cache.set(REASONS_REFRESHED_KEY, now.timestamp(), timeout=None)
+    except RedisError as error:
+        log.warning(
+            "cannot reach Redis for the last full explanation of the queue; explaining all: %s", error
+        )
+    return True

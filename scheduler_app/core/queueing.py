@@ -115,9 +115,19 @@ class Waiting:
 
     def reason(self, format_time: Callable[[float], str] = lambda t: f"{t:.0f} s") -> str:
         """The sentence a user reads; `format_time` words a time (the caller knows the time zone)."""
-        ahead = "1 request" if self.ahead == 1 else f"{self.ahead} requests"
         start = "unknown" if self.estimated_start is None else format_time(self.estimated_start)
-        return f"{self.cause}; {ahead} ahead of you; estimated start {start}"
+        return f"{self.cause}; {place_in_line(self.ahead)} ahead of you; estimated start {start}"
+
+
+def place_in_line(ahead: int) -> str:
+    """How many requests are ahead, as a person reads it: exact below 100, then to two significant
+    figures ("about 2,900 requests"), so a deep queue's reasons do not all change, and are not all
+    written again, whenever a request is submitted ahead of them."""
+    if ahead == 1:
+        return "1 request"
+    if ahead < 100:
+        return f"{ahead} requests"
+    return f"about {round(ahead, 2 - len(str(ahead))):,} requests"
 
 
 @dataclass(slots=True)

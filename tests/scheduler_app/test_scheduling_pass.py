@@ -258,3 +258,40 @@ def test_pass_gives_the_policy_the_workload_mix_of_recent_requests(submit, make_
 
     assert workload.gangs, "multi-card shapes are remembered for the policy"
     assert workload.shapes
+
+
+def test_passes_between_refreshes_explain_only_new_requests_and_each_interval_brings_all_up_to_date(
+    submit, make_node, settings
+):
+    settings.SCHEDULER_INTERVAL_S = 10
+    make_node(gpus=1)
+    submit("long", gpu_milli=1000, max_duration_s=3600)
+    t0 = timezone.now()
+    run_scheduling_pass(now=t0)
+    first = submit("first", gpu_milli=500)
+    run_scheduling_pass(now=t0 + dt.timedelta(seconds=1))  # no full refresh yet: the first is new
+    assert "0 requests ahead of you" in refreshed(first).pending_reason
+
+    second = submit("second", gpu_milli=500, priority=10)  # goes ahead of the first
+    run_scheduling_pass(now=t0 + dt.timedelta(seconds=2))
+
+    assert "0 requests ahead of you" in refreshed(second).pending_reason  # new: explained at once
+    assert "0 requests ahead of you" in refreshed(first).pending_reason  # not rewritten until due
+    run_scheduling_pass(now=t0 + dt.timedelta(seconds=11))
+    assert "1 request ahead of you" in refreshed(first).pending_reason
+
+
+def test_a_deep_queue_counts_the_requests_ahead_to_two_figures():
+    from scheduler_app.core.queueing import Waiting
+
+    def ahead(n):
+        return Waiting(1, "no GPU free", n).reason().split("; ")[1]
+
+    assert [ahead(n) for n in (0, 1, 99, 100, 2913, 12345)] == [
+        "0 requests ahead of you",
+        "1 request ahead of you",
+        "99 requests ahead of you",
+        "about 100 requests ahead of you",
+        "about 2,900 requests ahead of you",
+        "about 12,000 requests ahead of you",
+    ]
