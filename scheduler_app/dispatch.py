@@ -19,8 +19,12 @@ log = logging.getLogger(__name__)
 PASS_QUEUED_KEY = "scheduler:pass-queued"
 # Seconds after which a queued pass that never started (a lost message) stops holding back new ones.
 PASS_QUEUED_TTL_S = 30
-# How long the last pass took, in seconds: the next queued pass waits at least that long.
+# How long the last pass took, in seconds.
 LAST_PASS_SECONDS_KEY = "scheduler:last-pass-seconds"
+# The earliest time (Unix seconds) the next queued pass is to start: a pass that starts sets it to
+# its expected end (the last pass's length stands in for its own) plus as long again, and a pass
+# that ends to its end plus as long as it took.
+NEXT_PASS_AT_KEY = "scheduler:next-pass-at"
 
 
 def schedule_soon() -> None:
@@ -39,9 +43,10 @@ def queue_pass() -> None:
     """Queue one Celery pass, SCHEDULER_BATCH_S from now, unless one is already queued and not started.
 
     Every change committed before that pass starts is in it, so a burst of submits shares one pass
-    and a busy portal runs at most about one pass a batch instead of one after another. When the
-    last pass took longer than a batch, the next waits as long as it took: on a large queue, passes
-    then keep at most about half of one core, and the web processes the rest.
+    and a busy portal runs at most about one pass a batch instead of one after another. When passes
+    take longer than a batch, the next starts once the last has ended and as long again has passed
+    (NEXT_PASS_AT_KEY; at most SCHEDULER_INTERVAL_S from now, when the periodic pass comes anyway):
+    on a large queue, passes then keep at most about half of one core, and the web processes the rest.
 
     Redis or the broker being away only logs a warning: the change is committed, and the periodic
     pass (SCHEDULER_INTERVAL_S) schedules it; the caller must not fail or wait for it.
@@ -55,8 +60,9 @@ def queue_pass() -> None:
         log.warning("cannot reach Redis to queue a scheduling pass; the periodic pass will: %s", error)
         return
     try:
-        last_pass_s = cache.get(LAST_PASS_SECONDS_KEY, 0.0)
-        scheduling_pass.apply_async(countdown=max(settings.SCHEDULER_BATCH_S, last_pass_s), retry=False)
+        wait_s = round(cache.get(NEXT_PASS_AT_KEY, 0.0) - time.time(), 3)
+        countdown = min(max(settings.SCHEDULER_BATCH_S, wait_s), settings.SCHEDULER_INTERVAL_S)
+        scheduling_pass.apply_async(countdown=countdown, retry=False)
     except OperationalError as error:
         log.warning("cannot reach the broker to queue a scheduling pass; the periodic pass will: %s", error)
         with suppress(RedisError):  # else the key expires on its own
@@ -84,14 +90,18 @@ def run_what_if_soon(run_id: int) -> None:
 
 
 def pass_started() -> None:
-    """Called by a pass before it reads anything: later changes may queue the next one."""
+    """Called by a pass before it reads anything: later changes may queue the next one (see queue_pass)."""
     cache.delete(PASS_QUEUED_KEY)
+    with suppress(RedisError):
+        expected_s = cache.get(LAST_PASS_SECONDS_KEY, 0.0)
+        cache.set(NEXT_PASS_AT_KEY, time.time() + 2 * expected_s, timeout=PASS_QUEUED_TTL_S)
 
 
 def pass_ended(seconds: float) -> None:
     """Called by a pass when it is done, with how long it took (see queue_pass)."""
     with suppress(RedisError):
         cache.set(LAST_PASS_SECONDS_KEY, round(seconds, 3), timeout=PASS_QUEUED_TTL_S)
+        cache.set(NEXT_PASS_AT_KEY, time.time() + seconds, timeout=PASS_QUEUED_TTL_S)
 
 
 class EmbeddedWorker:

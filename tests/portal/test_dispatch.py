@@ -52,10 +52,33 @@ def test_after_a_long_pass_the_next_waits_as_long_as_it_took(
     tasks.scheduling_pass()
     assert len(took) == 1 and took[0] >= 0.05
 
-    dispatch.pass_ended(3.5)  # what a pass of 3.5 s records
+    dispatch.pass_ended(3.5)  # what a pass of 3.5 s records as it ends
     submit(member, team, django_capture_on_commit_callbacks)
 
-    assert queued == [{"countdown": 3.5, "retry": False}]
+    [queued_pass] = queued
+    assert 3.4 < queued_pass["countdown"] <= 3.5
+
+
+def test_a_submit_during_a_long_pass_waits_for_its_end_and_as_long_again(
+    queued, member, team, settings, django_capture_on_commit_callbacks
+):
+    settings.SCHEDULER_BATCH_S = 1
+    dispatch.pass_ended(2.0)  # the last pass took 2 s: the one starting now is expected to as well
+    dispatch.pass_started()
+    submit(member, team, django_capture_on_commit_callbacks)
+
+    [queued_pass] = queued
+    assert 3.9 < queued_pass["countdown"] <= 4.0
+
+
+def test_a_pass_is_never_put_off_past_the_periodic_one(
+    queued, member, team, settings, django_capture_on_commit_callbacks
+):
+    settings.SCHEDULER_INTERVAL_S = 10
+    dispatch.pass_ended(60.0)
+    submit(member, team, django_capture_on_commit_callbacks)
+
+    assert queued == [{"countdown": 10, "retry": False}]
 
 
 def test_a_submit_during_a_pass_gets_a_pass_after_it(
