@@ -5,8 +5,9 @@ allocations and their requests, pending requests, quotas, and the recent request
 make the workload mix the placement policy keeps room for.
 """
 
+import functools
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -94,12 +95,14 @@ _SPEC_FIELDS = (
 def request_spec(request: GpuRequest, pools: list[Pool]) -> RequestSpec:
     """The core's view of a request; a named pool's granularity rounds the share up."""
     values = [request.team.slug if name == "team__slug" else getattr(request, name) for name in _SPEC_FIELDS]
-    return _spec(pools, *values)
+    return _spec(pools, *values, allowed=lambda *kind: _allowed_pools(*kind, pools))
 
 
 def request_specs(requests, pools: list[Pool]) -> list[RequestSpec]:
-    """`request_spec` of each request of a queryset, in its order, read as plain values."""
-    return [_spec(pools, *row) for row in requests.values_list(*_SPEC_FIELDS)]
+    """`request_spec` of each request of a queryset, in its order, read as plain values. A pass reads
+    thousands, of a handful of kinds: the pools each kind may use are worked out once."""
+    allowed = functools.cache(lambda *kind: _allowed_pools(*kind, pools))
+    return [_spec(pools, *row, allowed=allowed) for row in requests.values_list(*_SPEC_FIELDS)]
 
 
 def _spec(
@@ -119,6 +122,8 @@ def _spec(
     billing_mode: str,
     fallback: bool,
     created_at: datetime,
+    *,
+    allowed: Callable[[int | None, str, bool], frozenset[str]],
 ) -> RequestSpec:
     milli = gpu_milli
     if pool_id:
@@ -132,7 +137,7 @@ def _spec(
         memory_mib=memory_mib,
         gpu_memory_mib=gpu_memory_mib or 0,
         models=frozenset({gpu_model}) if gpu_model else frozenset(),
-        pools=_allowed_pools(pool_id, billing_mode, fallback, pools),
+        pools=allowed(pool_id, billing_mode, fallback),
         task_type=task_type,
         priority=priority,
         team=team,
