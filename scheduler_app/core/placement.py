@@ -492,9 +492,11 @@ class _GangRoom:
         self.hosts = np.zeros(len(gangs), dtype=np.int64)
         self.scarce_limit = max(1, share * len(index.nodes))
         self.version = np.full(len(index.nodes), -1, dtype=np.int64)
-        # The gang shapes with at most scarce_limit hosts, and 1 / their hosts (updated with `can`).
+        # The gang shapes with at most scarce_limit hosts, 1 / their hosts, and per node whether it
+        # hosts any of them (updated with `can`).
         self.scarce = np.zeros(0, dtype=np.int64)
         self.scarce_weight = np.zeros(0)
+        self.hosts_scarce = np.zeros(len(index.nodes), dtype=bool)
 
     def _hosts(
         self, gangs: np.ndarray, cpu: np.ndarray, mem: np.ndarray, whole: np.ndarray, model: np.ndarray
@@ -515,33 +517,20 @@ class _GangRoom:
     ) -> np.ndarray:
         """Per candidate row: the scarce gang shapes (only those pinned to models if `pinned_only`) it
         would stop hosting, each weighted 1 / its hosts."""
+        self._refresh()
         ix = self.index
-        stale = np.flatnonzero(self.version != ix.version)
-        if len(stale):
-            can = self._hosts(
-                self.all,
-                ix.cpu_free[stale],
-                ix.mem_free[stale],
-                ix.gpu_free[stale] == MILLI_PER_GPU,
-                ix.gpu_model[stale],
-            )
-            self.hosts += can.sum(axis=1) - self.can[:, stale].sum(axis=1)
-            self.can[:, stale] = can
-            self.version[stale] = ix.version[stale]
-            self.scarce = np.flatnonzero(self.hosts <= self.scarce_limit)
-            self.scarce_weight = 1 / np.maximum(self.hosts[self.scarce], 1)
         cost = np.zeros(len(rows))
         scarce, weight = self.scarce, self.scarce_weight
         if pinned_only:
             keep = self.pinned[scarce]
             scarce, weight = scarce[keep], weight[keep]
-        if not len(scarce):
-            return cost
-        before = self.can[scarce[:, None], rows]
-        hit = np.flatnonzero(before.any(axis=0))
+            hit = np.flatnonzero(self.can[scarce[:, None], rows].any(axis=0))
+        else:
+            hit = np.flatnonzero(self.hosts_scarce[rows])
         if not len(hit):
             return cost
         sub = rows[hit]
+        before = self.can[scarce[:, None], sub]
         after = self._hosts(
             scarce,
             ix.cpu_free[sub] - request.cpu_milli,
@@ -549,8 +538,35 @@ class _GangRoom:
             (ix.gpu_free[sub] == MILLI_PER_GPU) & ~taken[hit],
             ix.gpu_model[sub],
         )
-        cost[hit] = _weighted_sum(weight, before[:, hit] & ~after)
+        cost[hit] = _weighted_sum(weight, before & ~after)
         return cost
+
+    def _refresh(self) -> None:
+        """Bring `can`, the host counts and the scarce shapes up to the nodes' versions."""
+        ix = self.index
+        stale = np.flatnonzero(self.version != ix.version)
+        if not len(stale):
+            return
+        self.version[stale] = ix.version[stale]
+        can = self._hosts(
+            self.all,
+            ix.cpu_free[stale],
+            ix.mem_free[stale],
+            ix.gpu_free[stale] == MILLI_PER_GPU,
+            ix.gpu_model[stale],
+        )
+        was = self.can[:, stale]
+        if np.array_equal(can, was):  # most placements leave every gang shape's hosts as they were
+            return
+        self.hosts += can.sum(axis=1) - was.sum(axis=1)
+        self.can[:, stale] = can
+        scarce = np.flatnonzero(self.hosts <= self.scarce_limit)
+        if np.array_equal(scarce, self.scarce):
+            self.hosts_scarce[stale] = can[scarce].any(axis=0)
+        else:
+            self.scarce = scarce
+            self.hosts_scarce = self.can[scarce].any(axis=0)
+        self.scarce_weight = 1 / np.maximum(self.hosts[scarce], 1)
 
 
 class FgdPlus(Fgd):
