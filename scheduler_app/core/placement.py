@@ -406,27 +406,26 @@ class Fgd(Policy):
         cpu_after, mem_after = cpu - request.cpu_milli, mem - request.memory_mib
         if request.num_gpus == 1:
             r, c = np.nonzero(cards)
+            free = gpu[r, c]
             # Cards of a node with the same free share and model leave it in the same state (its
-            # fragmentation does not depend on the cards' order): each such state is scored once.
-            alike = (r * (MILLI_PER_GPU + 1) + gpu[r, c]) * (len(ix.models) + 1) + model[r, c]
-            _, first, alike_of = np.unique(alike, return_index=True, return_inverse=True)
+            # fragmentation does not depend on the cards' order): each such state is scored once, as
+            # its lowest card. They are ordered by node, then free share.
+            alike = (r * (MILLI_PER_GPU + 1) + free) * (len(ix.models) + 1) + model[r, c]
+            first = np.unique(alike, return_index=True)[1]
             fr, fc = r[first], c[first]
-            gpu_after = gpu[fr].copy()
+            gpu_after = gpu[fr]
             gpu_after[np.arange(len(fr)), fc] -= request.gpu_milli
-            rank = np.full(cards.shape, np.inf)
-            host = np.full(cards.shape, np.inf)
             before, after = self._before_and_after(rows, cpu_after[fr], gpu_after, model[fr], mem_after[fr])
-            ranked, hosted = self._ranks(tuple(f[fr] for f in before), after)
-            rank[r, c], host[r, c] = ranked[alike_of], hosted[alike_of]
-            if self.pack:
-                # Equal rank: the card left with the least free share, i.e. an already-used card.
-                free_left = np.where(cards, gpu - request.gpu_milli, MILLI_PER_GPU + 1)
-                best = np.lexsort((free_left, host, rank), axis=1)[:, 0]
-            else:
-                best = np.argmin(rank, axis=1)
-            at = np.arange(len(rows)), best
-            scores.card[rows] = best
-            scores.score[rows], scores.host[rows] = rank[at], host[at]
+            rank, host = self._ranks(tuple(f[fr] for f in before), after)
+            # Per node the best card: lowest rank, then (packing) secondary key and least free share
+            # left, then lowest index.
+            keys = (fc, free[first], host, rank, fr) if self.pack else (fc, rank, fr)
+            order = np.lexsort(keys)
+            node = fr[order]
+            best = order[np.flatnonzero(node != np.concatenate(([-1], node[:-1])))]
+            at = rows[fr[best]]
+            scores.card[at] = fc[best]
+            scores.score[at], scores.host[at] = rank[best], host[best]
         else:
             taken = _first_cards(cards, request.num_gpus)
             before, after = self._before_and_after(
