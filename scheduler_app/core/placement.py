@@ -386,13 +386,18 @@ class Fgd(Policy):
         states = ix.state[rows]
         new = np.flatnonzero(~scores.known[states])
         if len(new):
-            unique, first = np.unique(states[new], return_index=True)
-            scored = rows[new[first]]
-            self._rescore_rows(request, scored, cards[new[first]], scores)
+            unique = states[new]
+            if len(set(unique.tolist())) < len(new):  # (a handful of rows: cheaper than np.unique)
+                unique, first = np.unique(unique, return_index=True)
+                new = new[first]
+            scored = rows[new]
+            self._rescore_rows(request, scored, cards[new], scores)
             scores.state_score[unique] = scores.score[scored]
             scores.state_host[unique] = scores.host[scored]
             scores.state_card[unique] = scores.card[scored]
             scores.known[unique] = True
+            if len(new) == len(rows):  # every row was scored just now
+                return
         scores.score[rows] = scores.state_score[states]
         scores.host[rows] = scores.state_host[states]
         scores.card[rows] = scores.state_card[states]
