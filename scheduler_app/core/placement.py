@@ -179,7 +179,7 @@ class ClusterIndex:
             self._feasible_by_shape[shape] = (self.version.copy(), ok, cards)
             return ok, cards
         version, ok, cards = known
-        stale = np.flatnonzero(version != self.version)
+        stale = (version != self.version).nonzero()[0]
         if len(stale):
             ok[stale], cards[stale] = self._feasible(request, stale)
             version[stale] = self.version[stale]
@@ -362,7 +362,7 @@ class Fgd(Policy):
         scores = self.cache.get(key)
         if scores is None:
             scores = self.cache[key] = _ShapeScores(len(ix.nodes))
-        stale = np.flatnonzero(ok & (scores.version != ix.version))
+        stale = (ok & (scores.version != ix.version)).nonzero()[0]
         if len(stale):
             self._rescore(request, stale, cards[stale], scores)
         j = self._select(request, ok, cards, scores)
@@ -384,7 +384,7 @@ class Fgd(Policy):
         ix = self.index
         scores.cover(ix.states)
         states = ix.state[rows]
-        new = np.flatnonzero(~scores.known[states])
+        new = (~scores.known[states]).nonzero()[0]
         if len(new):
             unique = states[new]
             if len(set(unique.tolist())) < len(new):  # (a handful of rows: cheaper than np.unique)
@@ -489,7 +489,6 @@ class _GangRoom:
             [[not s.models or m in s.models for m in index.models] + [False] for s, _ in gangs], dtype=bool
         ).reshape(len(gangs), len(index.models) + 1)
         self.any_model = bool(self.eligible[:, :-1].all())
-        self.all = np.arange(len(gangs))
         # Gang shapes pinned to GPU models: no other model's nodes can stand in for their hosts.
         self.pinned = np.array([bool(s.models) for s, _ in gangs], dtype=bool)
         self.can = np.zeros((len(gangs), len(index.nodes)), dtype=bool)
@@ -503,7 +502,12 @@ class _GangRoom:
         self.hosts_scarce = np.zeros(len(index.nodes), dtype=bool)
 
     def _hosts(
-        self, gangs: np.ndarray, cpu: np.ndarray, mem: np.ndarray, whole: np.ndarray, model: np.ndarray
+        self,
+        gangs: np.ndarray | slice,
+        cpu: np.ndarray,
+        mem: np.ndarray,
+        whole: np.ndarray,
+        model: np.ndarray,
     ) -> np.ndarray:
         """can[g, k]: node state k has the whole cards, CPU and memory for gang shape gangs[g]."""
         if self.any_model:  # (a missing card is never whole)
@@ -530,7 +534,7 @@ class _GangRoom:
             scarce, weight = scarce[keep], weight[keep]
             hit = np.flatnonzero(self.can[scarce[:, None], rows].any(axis=0))
         else:
-            hit = np.flatnonzero(self.hosts_scarce[rows])
+            hit = self.hosts_scarce[rows].nonzero()[0]
         if not len(hit):
             return cost
         sub = rows[hit]
@@ -548,23 +552,23 @@ class _GangRoom:
     def _refresh(self) -> None:
         """Bring `can`, the host counts and the scarce shapes up to the nodes' versions."""
         ix = self.index
-        stale = np.flatnonzero(self.version != ix.version)
+        stale = (self.version != ix.version).nonzero()[0]
         if not len(stale):
             return
         self.version[stale] = ix.version[stale]
         can = self._hosts(
-            self.all,
+            slice(None),
             ix.cpu_free[stale],
             ix.mem_free[stale],
             ix.gpu_free[stale] == MILLI_PER_GPU,
             ix.gpu_model[stale],
         )
         was = self.can[:, stale]
-        if np.array_equal(can, was):  # most placements leave every gang shape's hosts as they were
+        if (can == was).all():  # most placements leave every gang shape's hosts as they were
             return
         self.hosts += can.sum(axis=1) - was.sum(axis=1)
         self.can[:, stale] = can
-        scarce = np.flatnonzero(self.hosts <= self.scarce_limit)
+        scarce = (self.hosts <= self.scarce_limit).nonzero()[0]
         if np.array_equal(scarce, self.scarce):
             self.hosts_scarce[stale] = can[scarce].any(axis=0)
         else:
