@@ -500,6 +500,8 @@ class _GangRoom:
         self.scarce = np.zeros(0, dtype=np.int64)
         self.scarce_weight = np.zeros(0)
         self.hosts_scarce = np.zeros(len(index.nodes), dtype=bool)
+        # Per request shape: the gang shapes each node would stop hosting (see _KnownLoss).
+        self._lost: dict[tuple, _KnownLoss] = {}
 
     def _hosts(
         self,
@@ -537,16 +539,25 @@ class _GangRoom:
             hit = self.hosts_scarce[rows].nonzero()[0]
         if not len(hit):
             return cost
-        sub = rows[hit]
-        before = self.can[scarce[:, None], sub]
-        after = self._hosts(
-            scarce,
-            ix.cpu_free[sub] - request.cpu_milli,
-            ix.mem_free[sub] - request.memory_mib,
-            (ix.gpu_free[sub] == MILLI_PER_GPU) & ~taken[hit],
-            ix.gpu_model[sub],
-        )
-        cost[hit] = _weighted_sum(weight, before & ~after)
+        sub, taken = rows[hit], taken[hit]
+        key = (request.cpu_milli, request.memory_mib, request.num_gpus, request.gpu_milli)
+        known = self._lost.get(key)
+        if known is None:
+            known = self._lost[key] = _KnownLoss(len(self.num), len(ix.nodes), taken.shape[1])
+        version = ix.version[sub]
+        redo = ((known.version[sub] != version) | (known.taken[sub] != taken).any(axis=1)).nonzero()[0]
+        if len(redo):
+            at = sub[redo]
+            after = self._hosts(
+                slice(None),
+                ix.cpu_free[at] - request.cpu_milli,
+                ix.mem_free[at] - request.memory_mib,
+                (ix.gpu_free[at] == MILLI_PER_GPU) & ~taken[redo],
+                ix.gpu_model[at],
+            )
+            known.lost[:, at] = self.can[:, at] & ~after
+            known.version[at], known.taken[at] = version[redo], taken[redo]
+        cost[hit] = _weighted_sum(weight, known.lost[scarce[:, None], sub])
         return cost
 
     def _refresh(self) -> None:
@@ -575,6 +586,17 @@ class _GangRoom:
             self.scarce = scarce
             self.hosts_scarce = self.can[scarce].any(axis=0)
         self.scarce_weight = 1 / np.maximum(self.hosts[scarce], 1)
+
+
+class _KnownLoss:
+    """For one request shape: lost[g, j], node j would stop hosting gang shape g if the request took
+    the cards `taken[j]` there; valid while node j is at `version[j]`. (What a node loses depends on
+    its state, the request's CPU and memory and those cards, not on which shapes are scarce now.)"""
+
+    def __init__(self, gangs: int, n: int, slots: int) -> None:
+        self.version = np.full(n, -1, dtype=np.int64)
+        self.taken = np.zeros((n, slots), dtype=bool)
+        self.lost = np.zeros((gangs, n), dtype=bool)
 
 
 class FgdPlus(Fgd):
