@@ -175,9 +175,13 @@ class FragmentationModel:
     missing card) and, for a host-aware model, free memory (K,).
     """
 
-    def __init__(self, mix: WorkloadMix, models: list[str], host_aware: bool = False) -> None:
+    def __init__(
+        self, mix: WorkloadMix, models: list[str], host_aware: bool = False, mixed_nodes: bool = True
+    ) -> None:
         gpu = [i for i, s in enumerate(mix.shapes) if s.num_gpus]
         self.host_aware = host_aware
+        # False: the caller's node states never mix models, so none needs the card-by-card count.
+        self.mixed_nodes = mixed_nodes
         self.cpu_only_weight = float(
             sum(w for s, w in zip(mix.shapes, mix.weights, strict=True) if not s.num_gpus)
         )
@@ -250,9 +254,12 @@ class FragmentationModel:
         count = self.at_least[free].sum(axis=1).T[self.share_of]
         count *= self.eligible[:, gpu_model[:, 0]]
         usable_milli = prefix[rows, count]
-        mixed = np.flatnonzero(((gpu_model != gpu_model[:, :1]) & (gpu_model >= 0)).any(axis=1))
         if not self.shares_positive:  # a missing card (free 0) would pass a share of 0
             mixed = np.arange(len(free))
+        elif self.mixed_nodes:
+            mixed = np.flatnonzero(((gpu_model != gpu_model[:, :1]) & (gpu_model >= 0)).any(axis=1))
+        else:
+            mixed = ()
         if len(mixed):
             usable = (gpu_free[mixed][None, :, :] >= self.milli[:, None, None]) & self.eligible[
                 :, gpu_model[mixed]

@@ -120,6 +120,7 @@ class ClusterIndex:
         self.gpu_mem_free = np.zeros((n, slots), dtype=np.int64)
         self.gpu_mem_total = np.zeros((n, slots), dtype=np.int64)
         self.gpu_model = np.full((n, slots), -1, dtype=np.int64)
+        self.gpu_idle = np.zeros(n, dtype=np.int64)  # free milli of all the node's cards
         self.version = np.zeros(n, dtype=np.int64)
         # state[j]: the same number for nodes whose free resources and cards are alike (score alike).
         self.state = np.zeros(n, dtype=np.int64)
@@ -129,6 +130,9 @@ class ClusterIndex:
         self._feasible_by_shape: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         for j in range(n):
             self.sync(j)
+        # Whether some node has cards of more than one model (the fragmentation then counts those card
+        # by card; a node's models never change).
+        self.mixed_nodes = any(len({g.model for g in node.gpus}) > 1 for node in self.nodes)
         self.cpu_scale = max(1, int(max((node.cpu_milli for node in self.nodes), default=1)))
         self.gpu_scale = max(1, slots * MILLI_PER_GPU)
 
@@ -142,6 +146,7 @@ class ClusterIndex:
             self.gpu_mem_free[j, g.index] = g.free_memory_mib
             self.gpu_mem_total[j, g.index] = g.memory_mib
             self.gpu_model[j, g.index] = self.model_id[g.model]
+        self.gpu_idle[j] = sum(g.free_milli for g in node.gpus)
         self.version[j] += 1
         key = (
             b"".join(
@@ -268,7 +273,7 @@ class BestFit(Policy):
         ix = self.index
         ok, cards = ix.feasible(request)
         left = (ix.cpu_free - request.cpu_milli) / ix.cpu_scale + (
-            ix.gpu_free.sum(axis=1) - request.total_milli()
+            ix.gpu_idle - request.total_milli()
         ) / ix.gpu_scale
         j = _lexmin(ok, left)
         if j is None:
@@ -323,7 +328,9 @@ class Fgd(Policy):
 
     def __init__(self, index: ClusterIndex, workload: WorkloadMix | None = None) -> None:
         super().__init__(index, workload)
-        self.model = FragmentationModel(workload or WorkloadMix(), index.models)
+        self.model = FragmentationModel(
+            workload or WorkloadMix(), index.models, mixed_nodes=index.mixed_nodes
+        )
         self.cache: dict[tuple, _ShapeScores] = {}
         self.current: tuple[np.ndarray, ...] = ()  # ``_frag`` of each state id, where known
         self.current_known = np.zeros(0, dtype=bool)
@@ -339,7 +346,7 @@ class Fgd(Policy):
     def _left(self, request: RequestSpec, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
         """Free CPU + GPU each node (of `rows`) would keep, normalised (best-fit: lower packs tighter)."""
         ix = self.index
-        gpu_left = ix.gpu_free[rows].sum(axis=1) - request.total_milli()
+        gpu_left = ix.gpu_idle[rows] - request.total_milli()
         return (ix.cpu_free[rows] - request.cpu_milli) / ix.cpu_scale + gpu_left / ix.gpu_scale
 
     def choose(self, request: RequestSpec) -> tuple[int, tuple[int, ...]] | None:
@@ -432,10 +439,9 @@ class Fgd(Policy):
             scores.card[at] = fc[best]
             scores.score[at], scores.host[at] = rank[best], host[best]
         else:
-            taken = _first_cards(cards, request.num_gpus)
-            before, after = self._before_and_after(
-                rows, cpu_after, gpu - taken * request.gpu_milli, model, mem_after
-            )
+            if request.num_gpus:
+                gpu = gpu - _first_cards(cards, request.num_gpus) * request.gpu_milli
+            before, after = self._before_and_after(rows, cpu_after, gpu, model, mem_after)
             scores.score[rows], scores.host[rows] = self._ranks(before, after)
         scores.version[rows] = ix.version[rows]
 
@@ -615,7 +621,9 @@ class FgdPlus(Fgd):
     def __init__(self, index: ClusterIndex, workload: WorkloadMix | None = None) -> None:
         super().__init__(index, workload)
         mix = workload or WorkloadMix()
-        self.host_model = FragmentationModel(mix, index.models, host_aware=True)
+        self.host_model = FragmentationModel(
+            mix, index.models, host_aware=True, mixed_nodes=index.mixed_nodes
+        )
         self.gangs = _GangRoom(index, mix.gangs, scarce_gang_share(index, mix)) if mix.gangs else None
         self.pinned = _pinned_demand(index, mix.pinned)
 
