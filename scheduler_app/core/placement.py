@@ -421,7 +421,7 @@ class Fgd(Policy):
             free = gpu[r, c]
             # Cards of a node with the same free share and model leave it in the same state (its
             # fragmentation does not depend on the cards' order): each such state is scored once, as
-            # its lowest card. They are ordered by node, then free share.
+            # its lowest card.
             alike = (r * (MILLI_PER_GPU + 1) + free) * (len(ix.models) + 1) + model[r, c]
             first = np.unique(alike, return_index=True)[1]
             fr, fc = r[first], c[first]
@@ -434,7 +434,7 @@ class Fgd(Policy):
             keys = (fc, free[first], host, rank, fr) if self.pack else (fc, rank, fr)
             order = np.lexsort(keys)
             node = fr[order]
-            best = order[np.flatnonzero(node != np.concatenate(([-1], node[:-1])))]
+            best = order[(node != np.concatenate(([-1], node[:-1]))).nonzero()[0]]  # first per node
             at = rows[fr[best]]
             scores.card[at] = fc[best]
             scores.score[at], scores.host[at] = rank[best], host[best]
