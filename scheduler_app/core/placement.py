@@ -197,7 +197,7 @@ class ClusterIndex:
         if request.pools:
             ok &= self._in_pools(request.pools)[rows]
         if request.num_gpus == 0:
-            return ok, np.zeros_like(self.gpu_free[rows], dtype=bool)
+            return ok, np.zeros((len(ok), self.gpu_free.shape[1]), dtype=bool)
         cards = self.gpu_free[rows] >= request.gpu_milli
         if request.models:
             cards &= self._of_models(request.models)[rows]
