@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cluster import NodeState, RequestSpec
+from .cluster import MILLI_PER_GPU, NodeState, RequestSpec
 
 DEFAULT_COVERAGE = 0.95
 _NO_LIMIT = 1 << 40
@@ -170,14 +170,18 @@ def node_fragmentation(node: NodeState, mix: WorkloadMix, host_aware: bool = Fal
 class FragmentationModel:
     """The mix compiled to arrays, scoring many node states per numpy call.
 
-    Node states are given as free CPU (K,), free milli per card (K, G), with
-    missing cards at 0, each card's model as an index into `models` (-1 for a
+    Node states are given as free CPU (K,), free milli per card (K, G; 0..1000),
+    with missing cards at 0, each card's model as an index into `models` (-1 for a
     missing card) and, for a host-aware model, free memory (K,).
     """
 
-    def __init__(self, mix: WorkloadMix, models: list[str], host_aware: bool = False) -> None:
+    def __init__(
+        self, mix: WorkloadMix, models: list[str], host_aware: bool = False, mixed_nodes: bool = True
+    ) -> None:
         gpu = [i for i, s in enumerate(mix.shapes) if s.num_gpus]
         self.host_aware = host_aware
+        # False: the caller's node states never mix models, so none needs the card-by-card count.
+        self.mixed_nodes = mixed_nodes
         self.cpu_only_weight = float(
             sum(w for s, w in zip(mix.shapes, mix.weights, strict=True) if not s.num_gpus)
         )
@@ -186,6 +190,10 @@ class FragmentationModel:
         # any batch and equal increases are equal (a float product rounds by the batch's shape).
         self.units = np.round(self.weights * _UNIT).astype(np.int64)
         self.cpu_only_units = round(self.cpu_only_weight * _UNIT)
+        # The weights of all shapes (a node's idle milli counts as fragment unless a shape uses it), and
+        # [[units, 0], [0, units]] for FGD's and the host-aware sums in one product.
+        self.total_units = self.cpu_only_units + int(self.units.sum())
+        self.units_pair = np.kron(np.eye(2, dtype=np.int64), self.units)
         self.cpu = np.array([mix.shapes[i].cpu_milli for i in gpu], dtype=np.int64)
         self.memory = np.array([mix.memory_of(i) for i in gpu], dtype=np.float64)
         self.cpu_div = np.maximum(self.cpu, 1)[:, None]
@@ -193,7 +201,12 @@ class FragmentationModel:
         self.memory_div = np.where(self.memory > 0, self.memory, 1.0)[:, None]
         self.memory_pad = np.where(self.memory > 0, 0.0, float(_NO_LIMIT))[:, None]
         self.milli = np.array([mix.shapes[i].gpu_milli for i in gpu], dtype=np.int64)
+        # at_least[v, i]: a card with v free milli holds the i-th distinct share (cards usable by a
+        # shape are counted per distinct share, by lookup: cheaper than comparing every card).
+        shares, self.share_of = np.unique(self.milli, return_inverse=True)
+        self.at_least = (np.arange(MILLI_PER_GPU + 1)[:, None] >= shares[None, :]).astype(np.int64)
         self.num = np.array([mix.shapes[i].num_gpus for i in gpu], dtype=np.int64)
+        self.num_col, self.cpu_col = self.num[:, None], self.cpu[:, None]
         self.shares_positive = bool((self.milli > 0).all())
         # eligible[s, m]: shape s may run on model m; the extra last column is "no card".
         self.eligible = np.zeros((len(gpu), len(models) + 1), dtype=bool)
@@ -227,45 +240,51 @@ class FragmentationModel:
         gpu_model: np.ndarray,
         mem_free: np.ndarray | None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        idle = gpu_free.sum(axis=1)
-        frag = self.cpu_only_units * idle
         if not len(self.weights):
-            return frag / _UNIT, frag / _UNIT
+            frag = self.cpu_only_units * gpu_free.sum(axis=1) / _UNIT
+            return frag, frag
         # Cards roomiest first: on a node of one model a shape's usable cards are the first `count`
         # (those with at least its share, if the model is eligible), and the free milli of any first
         # few is one lookup in the running sums. Nodes mixing models are counted card by card.
         free = np.sort(gpu_free, axis=1)[:, ::-1]
         prefix = np.zeros((len(free), free.shape[1] + 1), dtype=np.int64)
         np.cumsum(free, axis=1, out=prefix[:, 1:])
+        idle = prefix[:, -1]
         rows = np.arange(len(free))[None, :]
-        count = (free[None, :, :] >= self.milli[:, None, None]).sum(axis=2)
+        count = self.at_least[free].sum(axis=1).T[self.share_of]
         count *= self.eligible[:, gpu_model[:, 0]]
         usable_milli = prefix[rows, count]
-        mixed = np.flatnonzero(((gpu_model != gpu_model[:, :1]) & (gpu_model >= 0)).any(axis=1))
         if not self.shares_positive:  # a missing card (free 0) would pass a share of 0
             mixed = np.arange(len(free))
+        elif self.mixed_nodes:
+            mixed = np.flatnonzero(((gpu_model != gpu_model[:, :1]) & (gpu_model >= 0)).any(axis=1))
+        else:
+            mixed = ()
         if len(mixed):
             usable = (gpu_free[mixed][None, :, :] >= self.milli[:, None, None]) & self.eligible[
                 :, gpu_model[mixed]
             ]
             count[:, mixed] = usable.sum(axis=2)
             usable_milli[:, mixed] = np.where(usable, gpu_free[mixed][None, :, :], 0).sum(axis=2)
-        fits = (count >= self.num[:, None]) & (cpu_free[None, :] >= self.cpu[:, None])
-        plain = (frag + self.units @ (idle[None, :] - np.where(fits, usable_milli, 0))) / _UNIT
+        fits = (count >= self.num_col) & (cpu_free[None, :] >= self.cpu_col)
         if mem_free is None:
+            plain = (self.total_units * idle - self.units @ np.where(fits, usable_milli, 0)) / _UNIT
             return plain, plain
+        plain_usable = np.where(fits, usable_milli, 0)
         # How many of each shape the host could still take (a shape asking for none: no limit).
         room = np.minimum(
             (cpu_free[None, :] + self.cpu_pad) // self.cpu_div,
             (mem_free[None, :] + self.memory_pad) // self.memory_div,
         ).astype(np.int64)
         fits &= room >= 1
-        take = np.minimum(room * self.num[:, None], count)
+        take = np.minimum(room * self.num_col, count)
         usable_milli = prefix[rows, take]
         if len(mixed):
             usable_milli[:, mixed] = self._top_usable(gpu_free[mixed], gpu_model[mixed], take[:, mixed])
-        host = (frag + self.units @ (idle[None, :] - np.where(fits, usable_milli, 0))) / _UNIT
-        return plain, host
+        # Both measures' weighted usable milli in one product (exact integers, like the sums).
+        usable = self.units_pair @ np.concatenate([plain_usable, np.where(fits, usable_milli, 0)])
+        both = (self.total_units * idle - usable) / _UNIT
+        return both[0], both[1]
 
     def _top_usable(self, gpu_free: np.ndarray, gpu_model: np.ndarray, take: np.ndarray) -> np.ndarray:
         """Per shape and node (nodes mixing models): free milli of its `take` roomiest usable cards."""

@@ -120,6 +120,7 @@ class ClusterIndex:
         self.gpu_mem_free = np.zeros((n, slots), dtype=np.int64)
         self.gpu_mem_total = np.zeros((n, slots), dtype=np.int64)
         self.gpu_model = np.full((n, slots), -1, dtype=np.int64)
+        self.gpu_idle = np.zeros(n, dtype=np.int64)  # free milli of all the node's cards
         self.version = np.zeros(n, dtype=np.int64)
         # state[j]: the same number for nodes whose free resources and cards are alike (score alike).
         self.state = np.zeros(n, dtype=np.int64)
@@ -129,6 +130,9 @@ class ClusterIndex:
         self._feasible_by_shape: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         for j in range(n):
             self.sync(j)
+        # Whether some node has cards of more than one model (the fragmentation then counts those card
+        # by card; a node's models never change).
+        self.mixed_nodes = any(len({g.model for g in node.gpus}) > 1 for node in self.nodes)
         self.cpu_scale = max(1, int(max((node.cpu_milli for node in self.nodes), default=1)))
         self.gpu_scale = max(1, slots * MILLI_PER_GPU)
 
@@ -142,6 +146,7 @@ class ClusterIndex:
             self.gpu_mem_free[j, g.index] = g.free_memory_mib
             self.gpu_mem_total[j, g.index] = g.memory_mib
             self.gpu_model[j, g.index] = self.model_id[g.model]
+        self.gpu_idle[j] = sum(g.free_milli for g in node.gpus)
         self.version[j] += 1
         key = (
             b"".join(
@@ -179,7 +184,7 @@ class ClusterIndex:
             self._feasible_by_shape[shape] = (self.version.copy(), ok, cards)
             return ok, cards
         version, ok, cards = known
-        stale = np.flatnonzero(version != self.version)
+        stale = (version != self.version).nonzero()[0]
         if len(stale):
             ok[stale], cards[stale] = self._feasible(request, stale)
             version[stale] = self.version[stale]
@@ -192,7 +197,7 @@ class ClusterIndex:
         if request.pools:
             ok &= self._in_pools(request.pools)[rows]
         if request.num_gpus == 0:
-            return ok, np.zeros_like(self.gpu_free[rows], dtype=bool)
+            return ok, np.zeros((len(ok), self.gpu_free.shape[1]), dtype=bool)
         cards = self.gpu_free[rows] >= request.gpu_milli
         if request.models:
             cards &= self._of_models(request.models)[rows]
@@ -268,7 +273,7 @@ class BestFit(Policy):
         ix = self.index
         ok, cards = ix.feasible(request)
         left = (ix.cpu_free - request.cpu_milli) / ix.cpu_scale + (
-            ix.gpu_free.sum(axis=1) - request.total_milli()
+            ix.gpu_idle - request.total_milli()
         ) / ix.gpu_scale
         j = _lexmin(ok, left)
         if j is None:
@@ -323,7 +328,9 @@ class Fgd(Policy):
 
     def __init__(self, index: ClusterIndex, workload: WorkloadMix | None = None) -> None:
         super().__init__(index, workload)
-        self.model = FragmentationModel(workload or WorkloadMix(), index.models)
+        self.model = FragmentationModel(
+            workload or WorkloadMix(), index.models, mixed_nodes=index.mixed_nodes
+        )
         self.cache: dict[tuple, _ShapeScores] = {}
         self.current: tuple[np.ndarray, ...] = ()  # ``_frag`` of each state id, where known
         self.current_known = np.zeros(0, dtype=bool)
@@ -339,7 +346,7 @@ class Fgd(Policy):
     def _left(self, request: RequestSpec, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
         """Free CPU + GPU each node (of `rows`) would keep, normalised (best-fit: lower packs tighter)."""
         ix = self.index
-        gpu_left = ix.gpu_free[rows].sum(axis=1) - request.total_milli()
+        gpu_left = ix.gpu_idle[rows] - request.total_milli()
         return (ix.cpu_free[rows] - request.cpu_milli) / ix.cpu_scale + gpu_left / ix.gpu_scale
 
     def choose(self, request: RequestSpec) -> tuple[int, tuple[int, ...]] | None:
@@ -362,7 +369,7 @@ class Fgd(Policy):
         scores = self.cache.get(key)
         if scores is None:
             scores = self.cache[key] = _ShapeScores(len(ix.nodes))
-        stale = np.flatnonzero(ok & (scores.version != ix.version))
+        stale = (ok & (scores.version != ix.version)).nonzero()[0]
         if len(stale):
             self._rescore(request, stale, cards[stale], scores)
         j = self._select(request, ok, cards, scores)
@@ -384,15 +391,20 @@ class Fgd(Policy):
         ix = self.index
         scores.cover(ix.states)
         states = ix.state[rows]
-        new = np.flatnonzero(~scores.known[states])
+        new = (~scores.known[states]).nonzero()[0]
         if len(new):
-            unique, first = np.unique(states[new], return_index=True)
-            scored = rows[new[first]]
-            self._rescore_rows(request, scored, cards[new[first]], scores)
+            unique = states[new]
+            if len(set(unique.tolist())) < len(new):  # (a handful of rows: cheaper than np.unique)
+                unique, first = np.unique(unique, return_index=True)
+                new = new[first]
+            scored = rows[new]
+            self._rescore_rows(request, scored, cards[new], scores)
             scores.state_score[unique] = scores.score[scored]
             scores.state_host[unique] = scores.host[scored]
             scores.state_card[unique] = scores.card[scored]
             scores.known[unique] = True
+            if len(new) == len(rows):  # every row was scored just now
+                return
         scores.score[rows] = scores.state_score[states]
         scores.host[rows] = scores.state_host[states]
         scores.card[rows] = scores.state_card[states]
@@ -406,32 +418,30 @@ class Fgd(Policy):
         cpu_after, mem_after = cpu - request.cpu_milli, mem - request.memory_mib
         if request.num_gpus == 1:
             r, c = np.nonzero(cards)
+            free = gpu[r, c]
             # Cards of a node with the same free share and model leave it in the same state (its
-            # fragmentation does not depend on the cards' order): each such state is scored once.
-            alike = (r * (MILLI_PER_GPU + 1) + gpu[r, c]) * (len(ix.models) + 1) + model[r, c]
-            _, first, alike_of = np.unique(alike, return_index=True, return_inverse=True)
+            # fragmentation does not depend on the cards' order): each such state is scored once, as
+            # its lowest card.
+            alike = (r * (MILLI_PER_GPU + 1) + free) * (len(ix.models) + 1) + model[r, c]
+            first = np.unique(alike, return_index=True)[1]
             fr, fc = r[first], c[first]
-            gpu_after = gpu[fr].copy()
+            gpu_after = gpu[fr]
             gpu_after[np.arange(len(fr)), fc] -= request.gpu_milli
-            rank = np.full(cards.shape, np.inf)
-            host = np.full(cards.shape, np.inf)
             before, after = self._before_and_after(rows, cpu_after[fr], gpu_after, model[fr], mem_after[fr])
-            ranked, hosted = self._ranks(tuple(f[fr] for f in before), after)
-            rank[r, c], host[r, c] = ranked[alike_of], hosted[alike_of]
-            if self.pack:
-                # Equal rank: the card left with the least free share, i.e. an already-used card.
-                free_left = np.where(cards, gpu - request.gpu_milli, MILLI_PER_GPU + 1)
-                best = np.lexsort((free_left, host, rank), axis=1)[:, 0]
-            else:
-                best = np.argmin(rank, axis=1)
-            at = np.arange(len(rows)), best
-            scores.card[rows] = best
-            scores.score[rows], scores.host[rows] = rank[at], host[at]
+            rank, host = self._ranks(tuple(f[fr] for f in before), after)
+            # Per node the best card: lowest rank, then (packing) secondary key and least free share
+            # left, then lowest index.
+            keys = (fc, free[first], host, rank, fr) if self.pack else (fc, rank, fr)
+            order = np.lexsort(keys)
+            node = fr[order]
+            best = order[(node != np.concatenate(([-1], node[:-1]))).nonzero()[0]]  # first per node
+            at = rows[fr[best]]
+            scores.card[at] = fc[best]
+            scores.score[at], scores.host[at] = rank[best], host[best]
         else:
-            taken = _first_cards(cards, request.num_gpus)
-            before, after = self._before_and_after(
-                rows, cpu_after, gpu - taken * request.gpu_milli, model, mem_after
-            )
+            if request.num_gpus:
+                gpu = gpu - _first_cards(cards, request.num_gpus) * request.gpu_milli
+            before, after = self._before_and_after(rows, cpu_after, gpu, model, mem_after)
             scores.score[rows], scores.host[rows] = self._ranks(before, after)
         scores.version[rows] = ix.version[rows]
 
@@ -485,19 +495,27 @@ class _GangRoom:
             [[not s.models or m in s.models for m in index.models] + [False] for s, _ in gangs], dtype=bool
         ).reshape(len(gangs), len(index.models) + 1)
         self.any_model = bool(self.eligible[:, :-1].all())
-        self.all = np.arange(len(gangs))
         # Gang shapes pinned to GPU models: no other model's nodes can stand in for their hosts.
         self.pinned = np.array([bool(s.models) for s, _ in gangs], dtype=bool)
         self.can = np.zeros((len(gangs), len(index.nodes)), dtype=bool)
         self.hosts = np.zeros(len(gangs), dtype=np.int64)
         self.scarce_limit = max(1, share * len(index.nodes))
         self.version = np.full(len(index.nodes), -1, dtype=np.int64)
-        # The gang shapes with at most scarce_limit hosts, and 1 / their hosts (updated with `can`).
+        # The gang shapes with at most scarce_limit hosts, 1 / their hosts, and per node whether it
+        # hosts any of them (updated with `can`).
         self.scarce = np.zeros(0, dtype=np.int64)
         self.scarce_weight = np.zeros(0)
+        self.hosts_scarce = np.zeros(len(index.nodes), dtype=bool)
+        # Per request shape: the gang shapes each node would stop hosting (see _KnownLoss).
+        self._lost: dict[tuple, _KnownLoss] = {}
 
     def _hosts(
-        self, gangs: np.ndarray, cpu: np.ndarray, mem: np.ndarray, whole: np.ndarray, model: np.ndarray
+        self,
+        gangs: np.ndarray | slice,
+        cpu: np.ndarray,
+        mem: np.ndarray,
+        whole: np.ndarray,
+        model: np.ndarray,
     ) -> np.ndarray:
         """can[g, k]: node state k has the whole cards, CPU and memory for gang shape gangs[g]."""
         if self.any_model:  # (a missing card is never whole)
@@ -515,42 +533,76 @@ class _GangRoom:
     ) -> np.ndarray:
         """Per candidate row: the scarce gang shapes (only those pinned to models if `pinned_only`) it
         would stop hosting, each weighted 1 / its hosts."""
+        self._refresh()
         ix = self.index
-        stale = np.flatnonzero(self.version != ix.version)
-        if len(stale):
-            can = self._hosts(
-                self.all,
-                ix.cpu_free[stale],
-                ix.mem_free[stale],
-                ix.gpu_free[stale] == MILLI_PER_GPU,
-                ix.gpu_model[stale],
-            )
-            self.hosts += can.sum(axis=1) - self.can[:, stale].sum(axis=1)
-            self.can[:, stale] = can
-            self.version[stale] = ix.version[stale]
-            self.scarce = np.flatnonzero(self.hosts <= self.scarce_limit)
-            self.scarce_weight = 1 / np.maximum(self.hosts[self.scarce], 1)
         cost = np.zeros(len(rows))
         scarce, weight = self.scarce, self.scarce_weight
         if pinned_only:
             keep = self.pinned[scarce]
             scarce, weight = scarce[keep], weight[keep]
-        if not len(scarce):
-            return cost
-        before = self.can[scarce[:, None], rows]
-        hit = np.flatnonzero(before.any(axis=0))
+            hit = np.flatnonzero(self.can[scarce[:, None], rows].any(axis=0))
+        else:
+            hit = self.hosts_scarce[rows].nonzero()[0]
         if not len(hit):
             return cost
-        sub = rows[hit]
-        after = self._hosts(
-            scarce,
-            ix.cpu_free[sub] - request.cpu_milli,
-            ix.mem_free[sub] - request.memory_mib,
-            (ix.gpu_free[sub] == MILLI_PER_GPU) & ~taken[hit],
-            ix.gpu_model[sub],
-        )
-        cost[hit] = _weighted_sum(weight, before[:, hit] & ~after)
+        sub, taken = rows[hit], taken[hit]
+        key = (request.cpu_milli, request.memory_mib, request.num_gpus, request.gpu_milli)
+        known = self._lost.get(key)
+        if known is None:
+            known = self._lost[key] = _KnownLoss(len(self.num), len(ix.nodes), taken.shape[1])
+        version = ix.version[sub]
+        redo = ((known.version[sub] != version) | (known.taken[sub] != taken).any(axis=1)).nonzero()[0]
+        if len(redo):
+            at = sub[redo]
+            after = self._hosts(
+                slice(None),
+                ix.cpu_free[at] - request.cpu_milli,
+                ix.mem_free[at] - request.memory_mib,
+                (ix.gpu_free[at] == MILLI_PER_GPU) & ~taken[redo],
+                ix.gpu_model[at],
+            )
+            known.lost[:, at] = self.can[:, at] & ~after
+            known.version[at], known.taken[at] = version[redo], taken[redo]
+        cost[hit] = _weighted_sum(weight, known.lost[scarce[:, None], sub])
         return cost
+
+    def _refresh(self) -> None:
+        """Bring `can`, the host counts and the scarce shapes up to the nodes' versions."""
+        ix = self.index
+        stale = (self.version != ix.version).nonzero()[0]
+        if not len(stale):
+            return
+        self.version[stale] = ix.version[stale]
+        can = self._hosts(
+            slice(None),
+            ix.cpu_free[stale],
+            ix.mem_free[stale],
+            ix.gpu_free[stale] == MILLI_PER_GPU,
+            ix.gpu_model[stale],
+        )
+        was = self.can[:, stale]
+        if (can == was).all():  # most placements leave every gang shape's hosts as they were
+            return
+        self.hosts += can.sum(axis=1) - was.sum(axis=1)
+        self.can[:, stale] = can
+        scarce = (self.hosts <= self.scarce_limit).nonzero()[0]
+        if np.array_equal(scarce, self.scarce):
+            self.hosts_scarce[stale] = can[scarce].any(axis=0)
+        else:
+            self.scarce = scarce
+            self.hosts_scarce = self.can[scarce].any(axis=0)
+        self.scarce_weight = 1 / np.maximum(self.hosts[scarce], 1)
+
+
+class _KnownLoss:
+    """For one request shape: lost[g, j], node j would stop hosting gang shape g if the request took
+    the cards `taken[j]` there; valid while node j is at `version[j]`. (What a node loses depends on
+    its state, the request's CPU and memory and those cards, not on which shapes are scarce now.)"""
+
+    def __init__(self, gangs: int, n: int, slots: int) -> None:
+        self.version = np.full(n, -1, dtype=np.int64)
+        self.taken = np.zeros((n, slots), dtype=bool)
+        self.lost = np.zeros((gangs, n), dtype=bool)
 
 
 class FgdPlus(Fgd):
@@ -569,7 +621,9 @@ class FgdPlus(Fgd):
     def __init__(self, index: ClusterIndex, workload: WorkloadMix | None = None) -> None:
         super().__init__(index, workload)
         mix = workload or WorkloadMix()
-        self.host_model = FragmentationModel(mix, index.models, host_aware=True)
+        self.host_model = FragmentationModel(
+            mix, index.models, host_aware=True, mixed_nodes=index.mixed_nodes
+        )
         self.gangs = _GangRoom(index, mix.gangs, scarce_gang_share(index, mix)) if mix.gangs else None
         self.pinned = _pinned_demand(index, mix.pinned)
 
