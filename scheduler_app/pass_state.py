@@ -36,6 +36,9 @@ from scheduler_app.lifecycle import ACTIVE_STATES
 from scheduler_app.models import Gpu, GpuRequest, PassRecord, Pool
 
 RECORD_PK = 1
+# How many events before the newest one a stored pass saw are read again (see _changes_since): about
+# ten seconds of a busy portal's submits, cancels and releases.
+EVENT_LOOKBACK = 2000
 log = logging.getLogger(__name__)
 
 # The last state loaded in this process, by (ran_at, last_event_id), and the next pass planned on it with
@@ -95,13 +98,10 @@ def snapshot_since_last_pass() -> ClusterSnapshot | None:
         return None
     if GpuRequest.objects.filter(state=RequestState.MIGRATING).exists():
         return None
-    changes = _changes_since(record.last_event_id)
+    changes = _changes_since(record, state)
     if changes is None:
         return None
     submitted, withdrawn, ended = changes
-    known = {r.id for r in state.waiting} | {a.request.id for a in state.running} | set(state.unplaceable)
-    if known.intersection(submitted):
-        return None  # requeued: it keeps its place by age, and is not among the newest requests
     pools = list(Pool.objects.all())
     if _pools_key(pools) != state.pools:
         return None  # a pool was added or changed (not every such change is in the event log)
@@ -157,7 +157,7 @@ def next_pass() -> NextPass | None:
     record = PassRecord.objects.filter(pk=RECORD_PK).defer("state").first()
     if record is None or _stored_state(record, "estimating with a full dry run") is None:
         return None
-    changes = _changes_since(record.last_event_id)
+    changes = _changes_since(record, _loaded["state"])
     if changes is None:
         return None
     if _loaded.get("changes") != changes:
@@ -172,36 +172,52 @@ def next_pass() -> NextPass | None:
     return _loaded["next_pass"]
 
 
-def _changes_since(last_event_id: int) -> tuple[tuple[int, ...], frozenset[int], frozenset[int]] | None:
-    """The requests submitted, withdrawn and ended since the pass (from the event log); None when
-    anything else changed that the pass saw."""
+def _changes_since(
+    record: PassRecord, state: PassState
+) -> tuple[tuple[int, ...], frozenset[int], frozenset[int]] | None:
+    """The requests submitted, withdrawn and ended since `state` was stored (`record`), from the event
+    log; None when anything else changed that the pass saw.
+
+    Writers commit out of id order, so an event may become visible after a later one the pass saw, or
+    commit while the pass ran: the last EVENT_LOOKBACK events before the newest one the pass saw are
+    read again, and each request's newest event is set against what the state holds (pending, running
+    or neither), so a change already in the state is not applied twice."""
     request_type = ContentType.objects.get_for_model(GpuRequest)
     scheduler_types = set(
         ContentType.objects.filter(app_label="scheduler_app").values_list("pk", flat=True)
     ) - {request_type.pk}
-    submitted: dict[int, None] = {}
-    withdrawn, ended = set(), set()
-    changes = Event.objects.filter(pk__gt=last_event_id).order_by("pk")
-    for kind, pk, before, after in changes.values_list(
-        "content_type_id", "object_id", "from_state", "to_state"
+    newest: dict[int, str] = {}  # request -> the state its newest event moved it to
+    came_back: set[int] = set()  # requests back in the queue from active work
+    changes = Event.objects.filter(pk__gt=record.last_event_id - EVENT_LOOKBACK).order_by("pk")
+    for pk, kind, object_id, before, after, created_at in changes.values_list(
+        "pk", "content_type_id", "object_id", "from_state", "to_state", "created_at"
     ):
         if after in NoticeKind.values:
             continue  # a telemetry finding (scheduler_app.derived_metrics) changes no state
         if kind in scheduler_types:
-            return None  # a node, pool or quota changed: what the pass saw no longer holds
+            if pk > record.last_event_id or created_at >= record.ran_at:
+                return None  # a node, pool or quota changed: what the pass saw no longer holds
+            continue
         if kind != request_type.pk:
             continue
-        if not before and after == RequestState.PENDING:
-            submitted[pk] = None
-        elif before == RequestState.PENDING and after != RequestState.PENDING and after not in ACTIVE_STATES:
-            if pk in submitted:
-                del submitted[pk]
-            else:
-                withdrawn.add(pk)
-        elif before in ACTIVE_STATES and after not in ACTIVE_STATES:
-            ended.add(pk)
-            if after == RequestState.PENDING:
-                submitted[pk] = None
-        elif not (before == RequestState.SCHEDULED and after == RequestState.RUNNING):
-            return None  # placed or moved by someone else since
+        newest[object_id] = after
+        if before in ACTIVE_STATES and after == RequestState.PENDING:
+            came_back.add(object_id)
+    queued = {r.id for r in state.waiting} | set(state.unplaceable or ())
+    running = {a.request.id for a in state.running}
+    submitted, withdrawn, ended = [], set(), set()
+    for request_id, now_in in newest.items():
+        if now_in == RequestState.PENDING:
+            if request_id in queued:
+                continue
+            if request_id in running or request_id in came_back:
+                return None  # requeued: it keeps its place by age, and is not among the newest requests
+            submitted.append(request_id)
+        elif now_in in ACTIVE_STATES:
+            if request_id not in running:
+                return None  # placed or moved by someone else since
+        elif request_id in queued:
+            withdrawn.add(request_id)
+        elif request_id in running:
+            ended.add(request_id)
     return tuple(submitted), frozenset(withdrawn), frozenset(ended)
