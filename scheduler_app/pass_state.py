@@ -14,7 +14,7 @@ import pickle
 
 from django.contrib.contenttypes.models import ContentType
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import Count, Max, Subquery
 from django.utils import timezone
 
 from audit.choices import NoticeKind
@@ -101,7 +101,7 @@ def snapshot_since_last_pass() -> ClusterSnapshot | None:
     changes = _changes_since(record, state)
     if changes is None:
         return None
-    submitted, withdrawn, ended = changes
+    submitted, withdrawn, ended, pending_count = changes
     pools = list(Pool.objects.all())
     if _pools_key(pools) != state.pools:
         return None  # a pool was added or changed (not every such change is in the event log)
@@ -110,7 +110,7 @@ def snapshot_since_last_pass() -> ClusterSnapshot | None:
     state = replay(state, [s for s in specs if s.pools], withdrawn, ended)
     unplaceable = {pk: why for pk, why in state.unplaceable.items() if pk not in withdrawn}
     unplaceable |= {s.id: no_pool(s) for s in specs if not s.pools}
-    if GpuRequest.objects.filter(state=RequestState.PENDING).count() != len(state.waiting) + len(unplaceable):
+    if pending_count != len(state.waiting) + len(unplaceable):
         return None
     snapshot = ClusterSnapshot(
         nodes=state.nodes,
@@ -160,6 +160,7 @@ def next_pass() -> NextPass | None:
     changes = _changes_since(record, _loaded["state"])
     if changes is None:
         return None
+    changes = changes[:3]  # the pending count moves with every submit: it does not key the cache
     if _loaded.get("changes") != changes:
         submitted, withdrawn, ended = changes
         pools = list(Pool.objects.all())
@@ -174,9 +175,10 @@ def next_pass() -> NextPass | None:
 
 def _changes_since(
     record: PassRecord, state: PassState
-) -> tuple[tuple[int, ...], frozenset[int], frozenset[int]] | None:
+) -> tuple[tuple[int, ...], frozenset[int], frozenset[int], int] | None:
     """The requests submitted, withdrawn and ended since `state` was stored (`record`), from the event
-    log; None when anything else changed that the pass saw.
+    log, and how many requests are pending as those events stand; None when anything else changed
+    that the pass saw.
 
     Writers commit out of id order, so an event may become visible after a later one the pass saw, or
     commit while the pass ran: the last EVENT_LOOKBACK events before the newest one the pass saw are
@@ -188,10 +190,23 @@ def _changes_since(
     ) - {request_type.pk}
     newest: dict[int, str] = {}  # request -> the state its newest event moved it to
     came_back: set[int] = set()  # requests back in the queue from active work
-    changes = Event.objects.filter(pk__gt=record.last_event_id - EVENT_LOOKBACK).order_by("pk")
-    for pk, kind, object_id, before, after, created_at in changes.values_list(
-        "pk", "content_type_id", "object_id", "from_state", "to_state", "created_at"
-    ):
+    # The requests pending now, counted in the same statement (the same snapshot) as the events read.
+    pending = GpuRequest.objects.filter(state=RequestState.PENDING).order_by().values("state")
+    changes = (
+        Event.objects.filter(pk__gt=record.last_event_id - EVENT_LOOKBACK)
+        .annotate(pending=Subquery(pending.annotate(n=Count("pk")).values("n")))
+        .order_by("pk")
+    )
+    rows = list(
+        changes.values_list(
+            "pk", "content_type_id", "object_id", "from_state", "to_state", "created_at", "pending"
+        )
+    )
+    # None: no request pending; no event read: counted on its own.
+    pending_count = (
+        (rows[0][-1] or 0) if rows else GpuRequest.objects.filter(state=RequestState.PENDING).count()
+    )
+    for pk, kind, object_id, before, after, created_at, _ in rows:
         if after in NoticeKind.values:
             continue  # a telemetry finding (scheduler_app.derived_metrics) changes no state
         if kind in scheduler_types:
@@ -220,4 +235,4 @@ def _changes_since(
             withdrawn.add(request_id)
         elif request_id in running:
             ended.add(request_id)
-    return tuple(submitted), frozenset(withdrawn), frozenset(ended)
+    return tuple(submitted), frozenset(withdrawn), frozenset(ended), pending_count
