@@ -112,18 +112,30 @@ def price_book_at(at: dt.datetime) -> PriceBook:
     return PriceBook(at, at + dt.timedelta(seconds=1))
 
 
-def segment_cost_usd(allocation: Allocation, now: dt.datetime) -> Decimal:
-    """What a segment costs from its start to its end (to `now` while open), at the prices in force
-    throughout, as metering bills it (the request page's figure; metering may not have caught up)."""
-    until = allocation.ended_at or now
-    if until <= allocation.started_at:
-        return Decimal(0)
-    pieces = PriceBook(allocation.started_at, until).pieces(
-        allocation.gpu.node.pool, allocation.billing_mode, allocation.milli, allocation.started_at, until
-    )
-    return sum(
-        (amount_usd(price, allocation.milli, exact_seconds(a, b)) for a, b, price in pieces), Decimal(0)
-    )
+def segment_costs_usd(allocations, now: dt.datetime) -> list[Decimal]:
+    """What each segment costs from its start to its end (to `now` while open), at the prices in force
+    throughout, as metering bills it (the request page's figures; metering may not have caught up),
+    priced from one PriceBook however many segments."""
+    spans = [(a.started_at, a.ended_at or now) for a in allocations]
+    billed = [(start, until) for start, until in spans if until > start]
+    if not billed:
+        return [Decimal(0)] * len(spans)
+    book = PriceBook(min(start for start, _ in billed), max(until for _, until in billed))
+    costs = []
+    for allocation, (start, until) in zip(allocations, spans, strict=True):
+        if until <= start:
+            costs.append(Decimal(0))
+            continue
+        pieces = book.pieces(
+            allocation.gpu.node.pool, allocation.billing_mode, allocation.milli, start, until
+        )
+        costs.append(
+            sum(
+                (amount_usd(price, allocation.milli, exact_seconds(a, b)) for a, b, price in pieces),
+                Decimal(0),
+            )
+        )
+    return costs
 
 
 def amount_usd(usd_per_gpu_hour: Decimal, milli: int, seconds: Decimal) -> Decimal:

@@ -8,7 +8,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from billing_app.metering import segment_cost_usd
+from billing_app.metering import segment_costs_usd
 from billing_app.resizing import accept_resize, open_resize_offer
 from billing_app.selectors import price_per_hour
 from portal.forms import RequestForm
@@ -78,9 +78,8 @@ def _visible_request(request, pk):
 def request_detail(request, pk):
     gpu_request, events = _request_and_timeline(request, pk)
     segments = list(request_segments(gpu_request))
-    now = timezone.now()
-    for segment in segments:
-        segment.cost_usd = segment_cost_usd(segment, now)
+    for segment, cost in zip(segments, segment_costs_usd(segments, timezone.now()), strict=True):
+        segment.cost_usd = cost
     context = {
         "r": gpu_request,
         "events": events,
