@@ -96,14 +96,15 @@ DATABASE_POOL_MAX_SIZE = env_int("DATABASE_POOL_MAX_SIZE", 8, minimum=1)
 HTTP_THREADS = DATABASE_POOL_MAX_SIZE
 if DATABASE_URL:
     try:
-        # conn_max_age must stay 0 with the pool: closing a connection returns it to the pool. Health
-        # checks make the pool test a connection as it lends it: one PostgreSQL dropped (a restart, a
-        # failover, pg_terminate_backend) is replaced, where it would fail the request that got it
-        # (tests/faults; psycopg_pool waits a second, then longer, before it tries the next one).
-        DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0, conn_health_checks=True)}
+        # conn_max_age must stay 0 with the pool: closing a connection returns it to the pool.
+        DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
     except ValueError as error:
         raise ImproperlyConfigured(f"DATABASE_URL is not a database URL: {error}") from None
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        # The pool tests a connection as it lends it, so one PostgreSQL dropped (a restart, a failover,
+        # pg_terminate_backend) is replaced, where it would fail the request that got it (tests/faults;
+        # psycopg_pool waits a second, then longer, before it tries the next one): portal.postgresql.
+        DATABASES["default"]["ENGINE"] = "portal.postgresql"
         # timeout: seconds a request waits for a free connection before it fails. The URL's own
         # options (?sslmode=require, ?application_name=...) are kept.
         DATABASES["default"]["OPTIONS"] = {

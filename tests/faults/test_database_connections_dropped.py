@@ -1,7 +1,7 @@
 """Fault: PostgreSQL drops the portal's connections (pg_terminate_backend on every one of the web
 processes' sessions, as a restart or failover does, several times) while clients submit. No request
 the portal accepted is lost, errors stay with the requests whose connection was cut mid-flight (the
-pool tests a connection before lending it: settings' conn_health_checks), the invariants hold."""
+pool tests a connection before lending it: portal.postgresql), the invariants hold."""
 
 import datetime as dt
 import os
