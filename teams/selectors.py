@@ -18,23 +18,30 @@ def membership(user, team: Team) -> Membership | None:
     return Membership.objects.filter(user=user, team=team).first()
 
 
+def user_teams(user) -> list[Team]:
+    """The user's teams, by name. Remembered on the user object, and an API token's cache entry
+    carries that object (teams.services.user_for_api_token), so most API calls read no membership."""
+    teams = user.__dict__.get("_teams")
+    if teams is None:
+        teams = user.__dict__["_teams"] = list(Team.objects.filter(memberships__user=user))
+    return teams
+
+
 def team_for_submit(user, slug: str) -> Team:
     """The team a request is for: the named one among the user's, or their only team.
 
     Raises ValidationError naming `team` otherwise, so the API and pages say the same.
     """
-    teams = Team.objects.filter(memberships__user=user)
+    mine = user_teams(user)
     if slug:
-        team = teams.filter(slug=slug).first()
+        team = next((team for team in mine if team.slug == slug), None)
         if team is None:
             raise ValidationError({"team": f"You are in no team {slug!r}."})
-    else:
-        mine = list(teams[:2])
-        if len(mine) != 1:
-            raise ValidationError(
-                {"team": "Name the team: you are in several." if mine else "You are in no team."}
-            )
+    elif len(mine) == 1:
         team = mine[0]
+    else:
+        problem = "Name the team: you are in several." if mine else "You are in no team."
+        raise ValidationError({"team": problem})
     note_membership(user, team)
     return team
 

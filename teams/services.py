@@ -14,6 +14,7 @@ from audit.events import log_event
 from teams.choices import Role
 from teams.models import ApiToken, Membership, Team
 from teams.permissions import can_manage_team, can_revoke_token, require
+from teams.selectors import user_teams
 from teams.tokens import hash_token, new_token
 
 MAX_TOKEN_LIFETIME = dt.timedelta(days=365)
@@ -116,8 +117,9 @@ def revoke_api_token(token: ApiToken, *, user) -> ApiToken:
 def user_for_api_token(secret: str):
     """The user a token acts as, or None when it is unknown, expired or revoked.
 
-    A usable token is remembered with its user in the shared cache for TOKEN_CACHE_S, so most API
-    calls read no token row; revoking a token or changing its user forgets it (teams.signals).
+    A usable token is remembered with its user and the user's teams in the shared cache for
+    TOKEN_CACHE_S, so most API calls read no token or membership row; revoking a token or changing
+    its user, the user's memberships or one of their teams forgets it (teams.signals).
     """
     now = timezone.now()
     token_hash = hash_token(secret)
@@ -153,6 +155,7 @@ def _remembered_token(token_hash: str) -> ApiToken | None:
 
 
 def _remember_token(token: ApiToken) -> None:
+    user_teams(token.user)  # remembered with the user, so the entry also answers team_for_submit
     with suppress(RedisError):
         cache.set(_token_key(token.token_hash), token, TOKEN_CACHE_S)
 
