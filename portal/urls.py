@@ -6,6 +6,8 @@ from portal.auth_forms import SignInForm
 from portal.views import billing, cluster, general, metrics, operator, prices, requests, teams, tokens
 
 urlpatterns = [
+    # First: the API (clients and node agents) serves most calls, and Django tries the patterns in order.
+    path("api/v1/", include(("portal.api.urls", "api"))),
     path("", general.home, name="home"),
     path("accounts/login/", auth_views.LoginView.as_view(authentication_form=SignInForm), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
@@ -54,7 +56,6 @@ urlpatterns = [
     path("operator/what-if/", operator.what_if, name="operator_what_if"),
     path("operator/what-if/<int:pk>/", operator.what_if_run, name="operator_what_if_run"),
     path("admin/", admin.site.urls),
-    path("api/v1/", include(("portal.api.urls", "api"))),
 ]
 
 handler400 = "portal.api.errors.bad_request"
