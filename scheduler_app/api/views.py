@@ -1,6 +1,7 @@
 """Requests, estimates, the cluster and agent telemetry over REST: parse, authorize, call one service,
 serialize."""
 
+from django.db import transaction
 from django.db.models import Prefetch, prefetch_related_objects
 from django.shortcuts import get_object_or_404
 from django_filters.rest_framework import DjangoFilterBackend
@@ -94,12 +95,16 @@ class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     @extend_schema(request=None, responses=GpuRequestSerializer)
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
-        return self._answer(cancel_request(self._target(), user=request.user))
+        with transaction.atomic():
+            cancelled = cancel_request(self._target(), user=request.user, locked=True)
+        return self._answer(cancelled)
 
     @extend_schema(request=None, responses=GpuRequestSerializer)
     @action(detail=True, methods=["post"])
     def release(self, request, pk=None):
-        return self._answer(release_request(self._target(), user=request.user))
+        with transaction.atomic():
+            released = release_request(self._target(), user=request.user, locked=True)
+        return self._answer(released)
 
     @extend_schema(request=EstimateRequestSerializer, responses=EstimateSerializer)
     @action(detail=False, methods=["post"])
@@ -143,11 +148,11 @@ class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
         return get_object_or_404(self.get_queryset(), pk=self.kwargs["pk"])
 
     def _target(self) -> GpuRequest:
-        """The request an action changes, without its segments: the answer reads them only if needed."""
+        """The request an action changes, locked in the caller's transaction; without its segments,
+        which the answer reads only if needed."""
         user = self.request.user
-        gpu_request = get_object_or_404(
-            requests_visible_to(user).select_related("team", "user", "pool"), pk=self.kwargs["pk"]
-        )
+        visible = requests_visible_to(user).select_related("team", "user", "pool")
+        gpu_request = get_object_or_404(visible.select_for_update(of=("self",)), pk=self.kwargs["pk"])
         if not user.is_staff:  # found through the user's memberships: the permission check needs no query
             note_membership(user, gpu_request.team)
         return gpu_request

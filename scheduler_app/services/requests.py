@@ -71,12 +71,13 @@ def _check_fits_some_gpu(request: GpuRequest) -> None:
         )
 
 
-def release_request(request: GpuRequest, *, user) -> GpuRequest:
+def release_request(request: GpuRequest, *, user, locked: bool = False) -> GpuRequest:
     """The user is done with the capacity: running work ends succeeded; work that never started
-    ends cancelled, and the event says so."""
+    ends cancelled, and the event says so. `locked`: the caller read `request` with its row lock
+    in the transaction it has open, so the row is not read again."""
     require(can_act_on(user, request), "Only members of the request's team can release it.")
-    with transaction.atomic():
-        locked = GpuRequest.objects.select_for_update().get(pk=request.pk)
+    with transaction.atomic(savepoint=False):  # (a refusal rolls back the caller's transaction anyway)
+        locked = request if locked else GpuRequest.objects.select_for_update().get(pk=request.pk)
         to_state = release_target(locked.state)
         if to_state is None:
             raise StateConflict(f"A {locked.state} request holds no GPU to release; cancel it instead.")
@@ -87,7 +88,12 @@ def release_request(request: GpuRequest, *, user) -> GpuRequest:
         return move_locked(request, locked, to_state, actor=user, reason=reason)
 
 
-def cancel_request(request: GpuRequest, *, user, reason: str = "cancelled by user") -> GpuRequest:
-    """Stop a request at the user's wish: it ends cancelled and its slices close with it."""
+def cancel_request(
+    request: GpuRequest, *, user, reason: str = "cancelled by user", locked: bool = False
+) -> GpuRequest:
+    """Stop a request at the user's wish: it ends cancelled and its slices close with it.
+    `locked` as for release_request."""
     require(can_act_on(user, request), "Only members of the request's team can cancel it.")
+    if locked:
+        return move_locked(request, request, RequestState.CANCELLED, actor=user, reason=reason)
     return transition_request(request, RequestState.CANCELLED, actor=user, reason=reason)
