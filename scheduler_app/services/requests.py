@@ -76,7 +76,8 @@ def release_request(request: GpuRequest, *, user, locked: bool = False) -> GpuRe
     ends cancelled, and the event says so. `locked`: the caller read `request` with its row lock
     in the transaction it has open, so the row is not read again."""
     require(can_act_on(user, request), "Only members of the request's team can release it.")
-    with transaction.atomic(savepoint=False):  # (a refusal rolls back the caller's transaction anyway)
+    # A caller that locked the row rolls its own transaction back on a refusal: no savepoint for it.
+    with transaction.atomic(savepoint=not locked):
         locked = request if locked else GpuRequest.objects.select_for_update().get(pk=request.pk)
         to_state = release_target(locked.state)
         if to_state is None:
