@@ -78,15 +78,15 @@ def release_request(request: GpuRequest, *, user, locked: bool = False) -> GpuRe
     require(can_act_on(user, request), "Only members of the request's team can release it.")
     # A caller that locked the row rolls its own transaction back on a refusal: no savepoint for it.
     with transaction.atomic(savepoint=not locked):
-        locked = request if locked else GpuRequest.objects.select_for_update().get(pk=request.pk)
-        to_state = release_target(locked.state)
+        row = request if locked else GpuRequest.objects.select_for_update().get(pk=request.pk)
+        to_state = release_target(row.state)
         if to_state is None:
-            raise StateConflict(f"A {locked.state} request holds no GPU to release; cancel it instead.")
+            raise StateConflict(f"A {row.state} request holds no GPU to release; cancel it instead.")
         if to_state == RequestState.CANCELLED:
             reason = "released before it started running: cancelled"
         else:
             reason = "released by user"
-        return move_locked(request, locked, to_state, actor=user, reason=reason)
+        return move_locked(request, row, to_state, actor=user, reason=reason)
 
 
 def cancel_request(
