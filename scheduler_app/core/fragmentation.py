@@ -267,10 +267,10 @@ class FragmentationModel:
             count[:, mixed] = usable.sum(axis=2)
             usable_milli[:, mixed] = np.where(usable, gpu_free[mixed][None, :, :], 0).sum(axis=2)
         fits = (count >= self.num_col) & (cpu_free[None, :] >= self.cpu_col)
-        if mem_free is None:
-            plain = (self.total_units * idle - self.units @ np.where(fits, usable_milli, 0)) / _UNIT
-            return plain, plain
         plain_usable = np.where(fits, usable_milli, 0)
+        if mem_free is None:
+            plain = (self.total_units * idle - self.units @ plain_usable) / _UNIT
+            return plain, plain
         # How many of each shape the host could still take (a shape asking for none: no limit).
         room = np.minimum(
             (cpu_free[None, :] + self.cpu_pad) // self.cpu_div,
