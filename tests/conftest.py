@@ -7,6 +7,7 @@ import os
 
 import pytest
 from django.db import connection, connections
+from django.db.backends.signals import connection_created
 
 from scheduler_app.choices import CapacityType
 from scheduler_app.services.inventory import create_pool, register_node
@@ -137,6 +138,30 @@ def make_node(pool):
         return node
 
     return make
+
+
+@pytest.fixture
+def sqlite_readers_take_no_table_locks(transactional_db):
+    """For tests where threads of this process read while another writes. The SQLite test database is
+    in memory with a shared cache, where a table one connection is writing cannot be read by another:
+    the read fails at once ("database table is locked"; a file database, as the embedded default
+    uses, waits instead). Readers that take no table locks, this test's and every later one's, leave
+    writers alone and are never refused."""
+    _read_uncommitted(connection, on=True)
+    connection_created.connect(_new_connections_read_uncommitted)
+    yield
+    connection_created.disconnect(_new_connections_read_uncommitted)
+    _read_uncommitted(connection, on=False)
+
+
+def _new_connections_read_uncommitted(sender, connection, **kwargs):
+    _read_uncommitted(connection, on=True)
+
+
+def _read_uncommitted(connection, *, on):
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute(f"PRAGMA read_uncommitted = {int(on)}")
 
 
 @pytest.fixture(autouse=True)

@@ -33,6 +33,7 @@ def test_the_task_meters_and_a_second_call_writes_nothing(pool, price_history, s
 
 
 @pytest.mark.django_db(transaction=True)  # the worker's thread reads what the test committed
+@pytest.mark.usefixtures("sqlite_readers_take_no_table_locks")
 def test_the_embedded_worker_meters_when_due(pool, price_history, start_running, monkeypatch, settings):
     now = dt.datetime.now(dt.UTC)
     price_history(pool, (now - 3 * H, "2.00"))

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 from django.db import connection
-from django.db.backends.signals import connection_created
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -108,22 +107,11 @@ class AsgiServer:
 
 
 @pytest.fixture
-def asgi_server(transactional_db):
+def asgi_server(sqlite_readers_take_no_table_locks):
     """An AsgiServer, started. In the test process, so it shares the test database and, without Redis,
     the in-memory channel layer: what a thread of this process publishes reaches the pages' websockets.
     """
-    connection_created.connect(_readers_take_no_table_locks)
     server = AsgiServer()
     server.start()
     yield server
     server.stop()
-    connection_created.disconnect(_readers_take_no_table_locks)
-
-
-def _readers_take_no_table_locks(sender, connection, **kwargs):
-    """The SQLite test database is in memory with a shared cache, where a page reading a table while a
-    pass writes it fails the write at once ("database table is locked"; a file database, as the
-    embedded default uses, waits instead). Readers that take no table locks leave writers alone."""
-    if connection.vendor == "sqlite":
-        with connection.cursor() as cursor:
-            cursor.execute("PRAGMA read_uncommitted = 1")

@@ -8,7 +8,10 @@ from scheduler_app.dispatch import EmbeddedWorker
 from scheduler_app.models import GpuRequest
 from scheduler_app.services.requests import submit_request
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("sqlite_readers_take_no_table_locks"),
+]
 
 
 def test_submit_wakes_the_worker_which_schedules_the_request(team, member, make_node, monkeypatch, settings):
