@@ -19,7 +19,8 @@ Policies (``POLICIES``, by name):
 * ``fgd``: Fragmentation Gradient Descent (Weng et al., ATC 2023): the node and
   card whose fragmentation (see ``fragmentation.py``) grows least.
 * ``fgd-plus`` (``DEFAULT_POLICY``): first, do not take the last hosts of a
-  scarce gang pinned to GPU models (no other model can stand in for them);
+  scarce gang pinned to GPU models (no other model can stand in for them),
+  nor, for a CPU-only request, of any scarce gang;
   then FGD's rank, then, among equally ranked choices: (1) do not take the
   last nodes able to host a rare gang (a multi-card shape at most a tenth of
   the nodes can still host, more when the mix asks for as much CPU per GPU as
@@ -27,7 +28,8 @@ Policies (``POLICIES``, by name):
   (2) a request free to use any model takes the model with the least demand
   pinned to it per free milli (``WorkloadMix.pinned``); (3) the least growth
   of host-aware fragmentation (idle cards count as usable only as far as the
-  node's free CPU and memory can feed them); (4) pack (best-fit).
+  node's free CPU and memory can feed them), for a CPU-only request counted
+  in eighths of a card and then the least free CPU; (4) pack (best-fit).
   Task-aware: training packs onto the fullest card; inference only considers
   cards nobody else uses, unless no such card fits anywhere, then it packs.
 
@@ -54,6 +56,8 @@ SCARCE_GANG_SHARE = 0.1
 # ...plus this much more per unit of CPU pressure above CALM_CPU_PRESSURE (see ``scarce_gang_share``).
 GANG_SHARE_PER_CPU_PRESSURE = 2.0
 CALM_CPU_PRESSURE = 0.9
+# A CPU-only request compares the cards it would strand in steps of the smallest share sold.
+STRANDED_STEP_MILLI = MILLI_PER_GPU // 8
 _DEDUPE_FROM = 64
 _FEASIBLE_SHAPES_KEPT = 512
 
@@ -607,7 +611,8 @@ class _KnownLoss:
 
 class FgdPlus(Fgd):
     """FGD whose ties go to gang room, model pressure, host-aware fragmentation, then packing;
-    task-aware cards; before FGD's rank, room for scarce gangs pinned to GPU models.
+    task-aware cards; before FGD's rank, room for scarce gangs pinned to GPU models, and for every
+    scarce gang where a CPU-only request is placed.
 
     FGD's rank stays first: ranking by host-aware fragmentation outright
     scatters pods onto CPU-rich nodes and breaks the few that big gangs need.
@@ -655,18 +660,23 @@ class FgdPlus(Fgd):
         rows = np.flatnonzero(ok)
         if not len(rows):
             return None
-        if len(rows) > 1 and self.gangs is not None and self.gangs.pinned.any():
-            # Before FGD's rank: a scarce gang pinned to a model loses hosts no other model can replace.
-            cost = self.gangs.cost(request, rows, self._taken(request, rows, cards, scores), pinned_only=True)
+        cpu_only = request.num_gpus == 0
+        if len(rows) > 1 and self.gangs is not None and (cpu_only or self.gangs.pinned.any()):
+            # Before FGD's rank: a scarce gang pinned to a model loses hosts no other model can replace;
+            # and FGD's rank sees a CPU-only request take a gang's CPU only once cards are stranded.
+            taken = self._taken(request, rows, cards, scores)
+            cost = self.gangs.cost(request, rows, taken, pinned_only=not cpu_only)
             rows = rows[cost == cost.min()]
         score = scores.score[rows]
         rows = rows[score == score.min()]
-        if len(rows) > 1 and self.gangs is not None:
+        if len(rows) > 1 and self.gangs is not None and not cpu_only:
             cost = self.gangs.cost(request, rows, self._taken(request, rows, cards, scores))
             rows = rows[cost == cost.min()]
         if len(rows) > 1 and self.pinned is not None and request.num_gpus and not request.models:
             pressure = self._model_pressure(request, rows, cards, scores)
             rows = rows[pressure == pressure.min()]
+        if len(rows) > 1 and cpu_only:
+            rows = self._tightest_cpu(rows, scores)
         if len(rows) > 1:
             host = scores.host[rows]
             rows = rows[host == host.min()]
@@ -674,6 +684,15 @@ class FgdPlus(Fgd):
             left = self._left(request, rows)
             rows = rows[left == left.min()]
         return int(rows[0])
+
+    def _tightest_cpu(self, rows: np.ndarray, scores: _ShapeScores) -> np.ndarray:
+        """For a CPU-only request: of the rows that strand the fewest cards (host-aware growth in
+        eighths of a card), those with the least free CPU, so the large blocks of free CPU that
+        CPU-hungry GPU requests and gangs need stay whole."""
+        stranded = np.floor(scores.host[rows] / STRANDED_STEP_MILLI)
+        rows = rows[stranded == stranded.min()]
+        cpu = self.index.cpu_free[rows]
+        return rows[cpu == cpu.min()]
 
     @staticmethod
     def _taken(request: RequestSpec, rows: np.ndarray, cards: np.ndarray, scores: _ShapeScores) -> np.ndarray:

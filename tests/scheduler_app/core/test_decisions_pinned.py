@@ -4,7 +4,9 @@ The records (data/*.json.gz) were made before the placement engine and the pass 
 once fragmentation sums no longer depended on the batch a node state was scored in (before that,
 exact ties were broken by rounding noise, which no cache can reproduce). The replays of seeds 7 and
 2026 were recorded with the code before the running-sum fragmentation and the alike-card shortcut
-(issue 11, placement speed). Rewrite them only for a change meant to alter decisions:
+(issue 11, placement speed). The fgd-plus replays were recorded again for one change meant to alter
+decisions: CPU-only requests keep scarce gangs' hosts and take the tightest CPU (issue 11, variants).
+Rewrite them only for such a change:
 
     PIN_DECISIONS_RECORD=1 pytest tests/scheduler_app/core/test_decisions_pinned.py
 """

@@ -201,6 +201,31 @@ def test_cpu_only_request_avoids_starving_idle_cards_of_cpu():
     assert choose_placement(nodes, cpu_only, DEFAULT_POLICY, mix).node == "rich"
 
 
+def test_cpu_only_request_that_strands_no_card_takes_the_node_with_least_free_cpu():
+    # given whole-card requests need 16 cores each: neither node loses a usable card to a 20-core
+    # CPU-only request. "cards" has 4 idle cards and 90 cores, "cpu" no cards and 100 cores.
+    mix = WorkloadMix((Shape(16_000, 1000, 1),), (1.0,))
+    nodes = [make_node("cpu", [], cpu=100_000), make_node("cards", [1000] * 4, cpu=90_000)]
+    cpu_only = req(0, 0, cpu_milli=20_000)
+    # when / then: packing alone would take "cpu" (no idle card is left fuller); fgd-plus takes the
+    # least free CPU, keeping the larger block whole for requests that need much CPU at once
+    assert choose_placement(nodes, cpu_only, "best-fit", mix).node == "cpu"
+    assert choose_placement(nodes, cpu_only, DEFAULT_POLICY, mix).node == "cards"
+
+
+def test_cpu_only_request_keeps_a_scarce_gangs_host_over_fgds_rank():
+    # given a gang of 4 cards and 50 cores that only "g8" (8 idle cards, 64 cores) can host, and
+    # whole-card requests of 16 cores. A 20-core CPU-only request leaves "g4" (4 cards, 32 cores)
+    # unable to feed any card, so FGD's rank prefers "g8", which then cannot host the gang (44 cores).
+    mix = WorkloadMix((Shape(16_000, 1000, 1),), (1.0,), gangs=((Shape(50_000, 1000, 4), 0),))
+    nodes = [make_node("g8", [1000] * 8, cpu=64_000), make_node("g4", [1000] * 4, cpu=32_000)]
+    cpu_only = req(0, 0, cpu_milli=20_000)
+    assert choose_placement(nodes, cpu_only, "fgd", mix).node == "g8"
+    # when / then: fgd-plus keeps the gang's only host; a GPU request is still ranked by FGD first
+    assert choose_placement(nodes, cpu_only, DEFAULT_POLICY, mix).node == "g4"
+    assert choose_placement(nodes, req(1000, cpu_milli=20_000), DEFAULT_POLICY, mix).node == "g8"
+
+
 def test_slices_keep_the_only_node_that_can_host_a_rare_gang():
     # given a gang of 8 cards needing 100 cores and 512 GiB, which only "big" can host;
     # best-fit alone would pick "big" (it is left fuller)
