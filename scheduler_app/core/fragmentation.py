@@ -197,9 +197,12 @@ class FragmentationModel:
         self.cpu = np.array([mix.shapes[i].cpu_milli for i in gpu], dtype=np.int64)
         self.memory = np.array([mix.memory_of(i) for i in gpu], dtype=np.float64)
         self.cpu_div = np.maximum(self.cpu, 1)[:, None]
-        self.cpu_pad = np.where(self.cpu > 0, 0, _NO_LIMIT)[:, None]
         self.memory_div = np.where(self.memory > 0, self.memory, 1.0)[:, None]
-        self.memory_pad = np.where(self.memory > 0, 0.0, float(_NO_LIMIT))[:, None]
+        # Shapes asking for no CPU (memory) are never limited by it; None when every shape asks for some.
+        self.cpu_pad = np.where(self.cpu > 0, 0, _NO_LIMIT)[:, None] if (self.cpu <= 0).any() else None
+        self.memory_pad = (
+            np.where(self.memory > 0, 0.0, float(_NO_LIMIT))[:, None] if (self.memory <= 0).any() else None
+        )
         self.milli = np.array([mix.shapes[i].gpu_milli for i in gpu], dtype=np.int64)
         # at_least[v, i]: a card with v free milli holds the i-th distinct share (cards usable by a
         # shape are counted per distinct share, by lookup: cheaper than comparing every card).
@@ -213,6 +216,9 @@ class FragmentationModel:
         for row, i in enumerate(gpu):
             for m, model in enumerate(models):
                 self.eligible[row, m] = not mix.shapes[i].models or model in mix.shapes[i].models
+        # Every shape may use any model: only a node without cards would be ineligible, and it counts
+        # no usable card anyway when every share is positive.
+        self.any_model = bool(self.eligible[:, :-1].all()) and self.shares_positive
 
     def batch(
         self,
@@ -252,7 +258,8 @@ class FragmentationModel:
         idle = prefix[:, -1]
         rows = np.arange(len(free))[None, :]
         count = self.at_least[free].sum(axis=1).T[self.share_of]
-        count *= self.eligible[:, gpu_model[:, 0]]
+        if not self.any_model:
+            count *= self.eligible[:, gpu_model[:, 0]]
         usable_milli = prefix[rows, count]
         if not self.shares_positive:  # a missing card (free 0) would pass a share of 0
             mixed = np.arange(len(free))
@@ -272,10 +279,12 @@ class FragmentationModel:
             plain = (self.total_units * idle - self.units @ plain_usable) / _UNIT
             return plain, plain
         # How many of each shape the host could still take (a shape asking for none: no limit).
-        room = np.minimum(
-            (cpu_free[None, :] + self.cpu_pad) // self.cpu_div,
-            (mem_free[None, :] + self.memory_pad) // self.memory_div,
-        ).astype(np.int64)
+        cpu, mem = cpu_free[None, :], mem_free[None, :]
+        if self.cpu_pad is not None:
+            cpu = cpu + self.cpu_pad
+        if self.memory_pad is not None:
+            mem = mem + self.memory_pad
+        room = np.minimum(cpu // self.cpu_div, mem // self.memory_div).astype(np.int64)
         fits &= room >= 1
         take = np.minimum(room * self.num_col, count)
         usable_milli = prefix[rows, take]

@@ -42,7 +42,8 @@ fragmentation), so a tie is a tie whatever batch the nodes were scored in.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from functools import partial
 
 import numpy as np
 
@@ -125,14 +126,23 @@ class ClusterIndex:
         self.gpu_mem_total = np.zeros((n, slots), dtype=np.int64)
         self.gpu_model = np.full((n, slots), -1, dtype=np.int64)
         self.gpu_idle = np.zeros(n, dtype=np.int64)  # free milli of all the node's cards
+        self.idle_cards = np.zeros(n, dtype=np.int64)  # cards nobody uses
         self.version = np.zeros(n, dtype=np.int64)
         # state[j]: the same number for nodes whose free resources and cards are alike (score alike).
         self.state = np.zeros(n, dtype=np.int64)
-        self._state_ids: dict[bytes, int] = {}
+        self._state_ids: dict[tuple, int] = {}
         self._fixed: dict[tuple, np.ndarray] = {}  # masks of what never changes: pools, models, card memory
         # Per request shape: (the node versions it was computed at, feasible nodes, usable cards).
         self._feasible_by_shape: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        for j in range(n):
+        # kind[j]: the same number for nodes whose cards are alike (models and memory; they never change).
+        kinds: dict[tuple, int] = {}
+        self.kind: list[int] = []
+        for j, node in enumerate(self.nodes):
+            for g in node.gpus:
+                self.gpu_mem_total[j, g.index] = g.memory_mib
+                self.gpu_model[j, g.index] = self.model_id[g.model]
+            cards = tuple((g.model, g.memory_mib) for g in node.gpus)
+            self.kind.append(kinds.setdefault(cards, len(kinds)))
             self.sync(j)
         # Whether some node has cards of more than one model (the fragmentation then counts those card
         # by card; a node's models never change).
@@ -141,24 +151,19 @@ class ClusterIndex:
         self.gpu_scale = max(1, slots * MILLI_PER_GPU)
 
     def sync(self, j: int, node: NodeState | None = None) -> None:
-        """Copy node j's free resources from its NodeState (or from `node`, a view of it)."""
+        """Copy node j's free resources from its NodeState (or from `node`, a view of it: the same
+        cards, other free resources)."""
         node = node or self.nodes[j]
+        free = [g.free_milli for g in node.gpus]
+        free_memory = [g.free_memory_mib for g in node.gpus]
         self.cpu_free[j] = node.free_cpu_milli
         self.mem_free[j] = node.free_memory_mib
-        for g in node.gpus:
-            self.gpu_free[j, g.index] = g.free_milli
-            self.gpu_mem_free[j, g.index] = g.free_memory_mib
-            self.gpu_mem_total[j, g.index] = g.memory_mib
-            self.gpu_model[j, g.index] = self.model_id[g.model]
-        self.gpu_idle[j] = sum(g.free_milli for g in node.gpus)
+        self.gpu_free[j, : len(free)] = free
+        self.gpu_mem_free[j, : len(free)] = free_memory
+        self.gpu_idle[j] = sum(free)
+        self.idle_cards[j] = free.count(MILLI_PER_GPU)
         self.version[j] += 1
-        key = (
-            b"".join(
-                a[j].tobytes()
-                for a in (self.cpu_free, self.mem_free, self.gpu_free, self.gpu_mem_free, self.gpu_model)
-            )
-            + self.gpu_mem_total[j].tobytes()
-        )
+        key = (self.kind[j], node.free_cpu_milli, node.free_memory_mib, *free, *free_memory)
         self.state[j] = self._state_ids.setdefault(key, len(self._state_ids))
 
     @property
@@ -238,6 +243,13 @@ class ClusterIndex:
 def _first_cards(cards: np.ndarray, num: int) -> np.ndarray:
     """Per row, the lowest-index `num` usable cards (boolean mask)."""
     return cards & (np.cumsum(cards, axis=1) <= num)
+
+
+def _first_of_each(values: np.ndarray) -> np.ndarray:
+    """Indices of the first occurrence of each distinct value (in the order of the values)."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    return order[np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))]
 
 
 def _lexmin(mask: np.ndarray, *keys: np.ndarray) -> int | None:
@@ -418,20 +430,19 @@ class Fgd(Policy):
         self, request: RequestSpec, rows: np.ndarray, cards: np.ndarray, scores: _ShapeScores
     ) -> None:
         ix = self.index
-        cpu, gpu, model, mem = ix.cpu_free[rows], ix.gpu_free[rows], ix.gpu_model[rows], ix.mem_free[rows]
-        cpu_after, mem_after = cpu - request.cpu_milli, mem - request.memory_mib
         if request.num_gpus == 1:
             r, c = np.nonzero(cards)
-            free = gpu[r, c]
+            at = rows[r]
+            free = ix.gpu_free[at, c]
             # Cards of a node with the same free share and model leave it in the same state (its
             # fragmentation does not depend on the cards' order): each such state is scored once, as
             # its lowest card.
-            alike = (r * (MILLI_PER_GPU + 1) + free) * (len(ix.models) + 1) + model[r, c]
-            first = np.unique(alike, return_index=True)[1]
-            fr, fc = r[first], c[first]
-            gpu_after = gpu[fr]
-            gpu_after[np.arange(len(fr)), fc] -= request.gpu_milli
-            before, after = self._before_and_after(rows, cpu_after[fr], gpu_after, model[fr], mem_after[fr])
+            alike = (r * (MILLI_PER_GPU + 1) + free) * (len(ix.models) + 1) + ix.gpu_model[at, c]
+            first = _first_of_each(alike)
+            fr, fc, at = r[first], c[first], at[first]
+            take = np.zeros((len(fr), cards.shape[1]), dtype=np.int64)
+            take[np.arange(len(fr)), fc] = request.gpu_milli
+            before, after = self._before_and_after(request, rows, at, take)
             rank, host = self._ranks(tuple(f[fr] for f in before), after)
             # Per node the best card: lowest rank, then (packing) secondary key and least free share
             # left, then lowest index.
@@ -439,13 +450,12 @@ class Fgd(Policy):
             order = np.lexsort(keys)
             node = fr[order]
             best = order[(node != np.concatenate(([-1], node[:-1]))).nonzero()[0]]  # first per node
-            at = rows[fr[best]]
+            at = at[best]
             scores.card[at] = fc[best]
             scores.score[at], scores.host[at] = rank[best], host[best]
         else:
-            if request.num_gpus:
-                gpu = gpu - _first_cards(cards, request.num_gpus) * request.gpu_milli
-            before, after = self._before_and_after(rows, cpu_after, gpu, model, mem_after)
+            take = _first_cards(cards, request.num_gpus) * request.gpu_milli if request.num_gpus else None
+            before, after = self._before_and_after(request, rows, rows, take)
             scores.score[rows], scores.host[rows] = self._ranks(before, after)
         scores.version[rows] = ix.version[rows]
 
@@ -454,10 +464,12 @@ class Fgd(Policy):
         return (self.model.batch(cpu, gpu, model),)
 
     def _before_and_after(
-        self, rows: np.ndarray, cpu: np.ndarray, gpu: np.ndarray, model: np.ndarray, mem: np.ndarray
+        self, request: RequestSpec, rows: np.ndarray, at: np.ndarray, take: np.ndarray | None
     ) -> tuple[tuple, tuple]:
-        """(``_frag`` of the rows' current states, ``_frag`` of the K states given), in one batch: each
-        node state's current fragmentation is computed once, ever. The rows are in distinct states."""
+        """(``_frag`` of the rows' current states, ``_frag`` of K states after the request), in one
+        batch: after-state k is node at[k] with the request's CPU and memory and take[k]'s milli per
+        card (none if None) taken. Each node state's current fragmentation is computed once, ever.
+        The rows are in distinct states."""
         ix = self.index
         states = ix.state[rows]
         if len(self.current_known) < ix.states:
@@ -465,21 +477,26 @@ class Fgd(Policy):
             self.current_known = np.concatenate([self.current_known, np.zeros(grow, dtype=bool)])
             self.current = tuple(np.concatenate([c, np.zeros(grow)]) for c in self.current)
         unknown_at = ~self.current_known[states]  # (the rows' states are distinct: see _rescore)
-        if not unknown_at.any():
-            return tuple(known[states] for known in self.current), self._frag(cpu, gpu, model, mem)
-        unknown, new = states[unknown_at], rows[unknown_at]
-        values = self._frag(
-            np.concatenate([ix.cpu_free[new], cpu]),
-            np.concatenate([ix.gpu_free[new], gpu]),
-            np.concatenate([ix.gpu_model[new], model]),
-            np.concatenate([ix.mem_free[new], mem]),
-        )
+        known_all = not unknown_at.any()
+        new = at[:0] if known_all else rows[unknown_at]
+        # The current states not yet known first, then the after-states.
+        both = at if known_all else np.concatenate([new, at])
+        cpu, mem, gpu = ix.cpu_free[both], ix.mem_free[both], ix.gpu_free[both]
+        k = len(new)
+        cpu[k:] -= request.cpu_milli
+        mem[k:] -= request.memory_mib
+        if take is not None:
+            gpu[k:] -= take
+        values = self._frag(cpu, gpu, ix.gpu_model[both], mem)
+        if known_all:
+            return tuple(known[states] for known in self.current), values
         if not self.current:
             self.current = tuple(np.zeros(len(self.current_known)) for _ in values)
+        unknown = states[unknown_at]
         for known, value in zip(self.current, values, strict=True):
-            known[unknown] = value[: len(new)]
+            known[unknown] = value[:k]
         self.current_known[unknown] = True
-        return tuple(known[states] for known in self.current), tuple(v[len(new) :] for v in values)
+        return tuple(known[states] for known in self.current), tuple(v[k:] for v in values)
 
     def _ranks(self, before: tuple, after: tuple) -> tuple[np.ndarray, np.ndarray]:
         """(FGD rank, secondary key; lower is better) of moving node states from `before` to `after`."""
@@ -495,6 +512,7 @@ class _GangRoom:
         self.cpu = np.array([s.cpu_milli for s, _ in gangs], dtype=np.int64)
         self.mem = np.array([m for _, m in gangs], dtype=np.int64)
         self.num = np.array([s.num_gpus for s, _ in gangs], dtype=np.int64)
+        self.num_col, self.cpu_col, self.mem_col = self.num[:, None], self.cpu[:, None], self.mem[:, None]
         self.eligible = np.array(
             [[not s.models or m in s.models for m in index.models] + [False] for s, _ in gangs], dtype=bool
         ).reshape(len(gangs), len(index.models) + 1)
@@ -513,30 +531,30 @@ class _GangRoom:
         # Per request shape: the gang shapes each node would stop hosting (see _KnownLoss).
         self._lost: dict[tuple, _KnownLoss] = {}
 
-    def _hosts(
-        self,
-        gangs: np.ndarray | slice,
-        cpu: np.ndarray,
-        mem: np.ndarray,
-        whole: np.ndarray,
-        model: np.ndarray,
-    ) -> np.ndarray:
-        """can[g, k]: node state k has the whole cards, CPU and memory for gang shape gangs[g]."""
-        if self.any_model:  # (a missing card is never whole)
-            count = whole.sum(axis=1)[None, :]
-        else:
-            count = (whole[None, :, :] & self.eligible[gangs][:, model]).sum(axis=2)
-        return (
-            (count >= self.num[gangs, None])
-            & (cpu[None, :] >= self.cpu[gangs, None])
-            & (mem[None, :] >= self.mem[gangs, None])
-        )
+    def _hosts(self, cpu: np.ndarray, mem: np.ndarray, count: np.ndarray) -> np.ndarray:
+        """can[g, k]: node state k has the CPU, memory and whole cards (`count`, see `_whole`) for gang
+        shape g."""
+        return (count >= self.num_col) & (cpu[None, :] >= self.cpu_col) & (mem[None, :] >= self.mem_col)
+
+    def _whole(self, whole: np.ndarray, model: np.ndarray) -> np.ndarray:
+        """count[g, k]: the whole cards of node state k (`whole` per card) gang shape g may use; one
+        row for all shapes when every shape may use any model (a missing card is never whole)."""
+        if self.any_model:
+            return whole.sum(axis=1)[None, :]
+        return (whole[None, :, :] & self.eligible[:, model]).sum(axis=2)
 
     def cost(
-        self, request: RequestSpec, rows: np.ndarray, taken: np.ndarray, pinned_only: bool = False
+        self,
+        request: RequestSpec,
+        rows: np.ndarray,
+        taken_at: Callable[[np.ndarray], np.ndarray],
+        shape: Hashable,
+        pinned_only: bool = False,
     ) -> np.ndarray:
         """Per candidate row: the scarce gang shapes (only those pinned to models if `pinned_only`) it
-        would stop hosting, each weighted 1 / its hosts."""
+        would stop hosting, each weighted 1 / its hosts. `taken_at(rows)`: the cards the request
+        would take at those rows; `shape`: a key under which those cards depend only on the node's
+        state (the policy's request shape)."""
         self._refresh()
         ix = self.index
         cost = np.zeros(len(rows))
@@ -549,24 +567,21 @@ class _GangRoom:
             hit = self.hosts_scarce[rows].nonzero()[0]
         if not len(hit):
             return cost
-        sub, taken = rows[hit], taken[hit]
-        key = (request.cpu_milli, request.memory_mib, request.num_gpus, request.gpu_milli)
-        known = self._lost.get(key)
+        sub = rows[hit]
+        known = self._lost.get(shape)
         if known is None:
-            known = self._lost[key] = _KnownLoss(len(self.num), len(ix.nodes), taken.shape[1])
+            known = self._lost[shape] = _KnownLoss(len(self.num), len(ix.nodes))
         version = ix.version[sub]
-        redo = ((known.version[sub] != version) | (known.taken[sub] != taken).any(axis=1)).nonzero()[0]
+        redo = (known.version[sub] != version).nonzero()[0]
         if len(redo):
             at = sub[redo]
             after = self._hosts(
-                slice(None),
                 ix.cpu_free[at] - request.cpu_milli,
                 ix.mem_free[at] - request.memory_mib,
-                (ix.gpu_free[at] == MILLI_PER_GPU) & ~taken[redo],
-                ix.gpu_model[at],
+                self._whole((ix.gpu_free[at] == MILLI_PER_GPU) & ~taken_at(at), ix.gpu_model[at]),
             )
             known.lost[:, at] = self.can[:, at] & ~after
-            known.version[at], known.taken[at] = version[redo], taken[redo]
+            known.version[at] = version[redo]
         cost[hit] = _weighted_sum(weight, known.lost[scarce[:, None], sub])
         return cost
 
@@ -577,13 +592,11 @@ class _GangRoom:
         if not len(stale):
             return
         self.version[stale] = ix.version[stale]
-        can = self._hosts(
-            slice(None),
-            ix.cpu_free[stale],
-            ix.mem_free[stale],
-            ix.gpu_free[stale] == MILLI_PER_GPU,
-            ix.gpu_model[stale],
-        )
+        if self.any_model:
+            count = ix.idle_cards[stale][None, :]
+        else:
+            count = self._whole(ix.gpu_free[stale] == MILLI_PER_GPU, ix.gpu_model[stale])
+        can = self._hosts(ix.cpu_free[stale], ix.mem_free[stale], count)
         was = self.can[:, stale]
         if (can == was).all():  # most placements leave every gang shape's hosts as they were
             return
@@ -600,12 +613,12 @@ class _GangRoom:
 
 class _KnownLoss:
     """For one request shape: lost[g, j], node j would stop hosting gang shape g if the request took
-    the cards `taken[j]` there; valid while node j is at `version[j]`. (What a node loses depends on
-    its state, the request's CPU and memory and those cards, not on which shapes are scarce now.)"""
+    its cards there; valid while node j is at `version[j]`. (What a node loses depends on its state,
+    the request's CPU and memory and the cards, which its state fixes; not on which shapes are
+    scarce now.)"""
 
-    def __init__(self, gangs: int, n: int, slots: int) -> None:
+    def __init__(self, gangs: int, n: int) -> None:
         self.version = np.full(n, -1, dtype=np.int64)
-        self.taken = np.zeros((n, slots), dtype=bool)
         self.lost = np.zeros((gangs, n), dtype=bool)
 
 
@@ -664,13 +677,15 @@ class FgdPlus(Fgd):
         if len(rows) > 1 and self.gangs is not None and (cpu_only or self.gangs.pinned.any()):
             # Before FGD's rank: a scarce gang pinned to a model loses hosts no other model can replace;
             # and FGD's rank sees a CPU-only request take a gang's CPU only once cards are stranded.
-            taken = self._taken(request, rows, cards, scores)
-            cost = self.gangs.cost(request, rows, taken, pinned_only=not cpu_only)
+            taken_at = partial(self._taken, request, cards=cards, scores=scores)
+            cost = self.gangs.cost(request, rows, taken_at, scores, pinned_only=not cpu_only)
             rows = rows[cost == cost.min()]
         score = scores.score[rows]
         rows = rows[score == score.min()]
         if len(rows) > 1 and self.gangs is not None and not cpu_only:
-            cost = self.gangs.cost(request, rows, self._taken(request, rows, cards, scores))
+            cost = self.gangs.cost(
+                request, rows, partial(self._taken, request, cards=cards, scores=scores), scores
+            )
             rows = rows[cost == cost.min()]
         if len(rows) > 1 and self.pinned is not None and request.num_gpus and not request.models:
             pressure = self._model_pressure(request, rows, cards, scores)
