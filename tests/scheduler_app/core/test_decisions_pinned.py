@@ -6,6 +6,8 @@ exact ties were broken by rounding noise, which no cache can reproduce). The rep
 2026 were recorded with the code before the running-sum fragmentation and the alike-card shortcut
 (issue 11, placement speed). The fgd-plus replays were recorded again for one change meant to alter
 decisions: CPU-only requests keep scarce gangs' hosts and take the tightest CPU (issue 11, variants).
+The two variant replays (models pinned, CPU-heavy) were recorded with the code before the second
+placement speed round (issue 11).
 Rewrite them only for such a change:
 
     PIN_DECISIONS_RECORD=1 pytest tests/scheduler_app/core/test_decisions_pinned.py
@@ -21,6 +23,7 @@ import pytest
 
 from bench.trace import DEFAULT_NODES, DEFAULT_PODS, load_nodes, load_pods
 from bench.trace_replay import arrival_order, shuffled_nodes
+from bench.variants import Variant, build_variant
 from scheduler_app.core.cluster import MILLI_PER_GPU, GpuState, NodeState, RequestSpec
 from scheduler_app.core.fragmentation import WorkloadMix
 from scheduler_app.core.placement import DEFAULT_POLICY, Placer, apply_placement
@@ -62,6 +65,25 @@ def test_trace_replay_places_every_pod_where_it_did(policy, seed):
     # then
     assert sum(d is None for d in decisions) > 100  # the replay runs well past a full cluster
     check(f"trace_replay_{policy}" + ("" if seed == 42 else f"_seed{seed}"), decisions)
+
+
+@pytest.mark.parametrize("variant", ["spec-33", "cpu-x3"])
+def test_variant_replay_places_every_pod_where_it_did(variant):
+    # given a workload variant of the trace (bench.variants, seed 42): pods and gangs pinned to GPU
+    # models on a cluster of several models, or three times the CPU-only pods
+    nodes = load_nodes(DEFAULT_NODES)
+    pods = build_variant(load_pods(DEFAULT_PODS), nodes, Variant.parse(variant), 42)
+    nodes = shuffled_nodes(nodes, 42)
+    order = arrival_order(pods, sum(len(n.gpus) for n in nodes) * MILLI_PER_GPU, 42)
+    placer = Placer(nodes, DEFAULT_POLICY, WorkloadMix.from_requests(pods))
+    # when
+    decisions = []
+    for pod in order:
+        placement = placer.place(pod)
+        decisions.append(None if placement is None else [placement.node, *placement.gpus])
+    # then
+    assert sum(d is None for d in decisions) > 100
+    check(f"variant_replay_{DEFAULT_POLICY}_{variant}", decisions)
 
 
 POOL_CHOICES = [
