@@ -477,10 +477,9 @@ class Fgd(Policy):
             self.current_known = np.concatenate([self.current_known, np.zeros(grow, dtype=bool)])
             self.current = tuple(np.concatenate([c, np.zeros(grow)]) for c in self.current)
         unknown_at = ~self.current_known[states]  # (the rows' states are distinct: see _rescore)
-        known_all = not unknown_at.any()
-        new = at[:0] if known_all else rows[unknown_at]
+        new = rows[unknown_at]
         # The current states not yet known first, then the after-states.
-        both = at if known_all else np.concatenate([new, at])
+        both = np.concatenate([new, at]) if len(new) else at
         cpu, mem, gpu = ix.cpu_free[both], ix.mem_free[both], ix.gpu_free[both]
         k = len(new)
         cpu[k:] -= request.cpu_milli
@@ -488,7 +487,7 @@ class Fgd(Policy):
         if take is not None:
             gpu[k:] -= take
         values = self._frag(cpu, gpu, ix.gpu_model[both], mem)
-        if known_all:
+        if not k:
             return tuple(known[states] for known in self.current), values
         if not self.current:
             self.current = tuple(np.zeros(len(self.current_known)) for _ in values)
@@ -674,18 +673,16 @@ class FgdPlus(Fgd):
         if not len(rows):
             return None
         cpu_only = request.num_gpus == 0
+        taken_at = partial(self._taken, request, cards=cards, scores=scores)
         if len(rows) > 1 and self.gangs is not None and (cpu_only or self.gangs.pinned.any()):
             # Before FGD's rank: a scarce gang pinned to a model loses hosts no other model can replace;
             # and FGD's rank sees a CPU-only request take a gang's CPU only once cards are stranded.
-            taken_at = partial(self._taken, request, cards=cards, scores=scores)
             cost = self.gangs.cost(request, rows, taken_at, scores, pinned_only=not cpu_only)
             rows = rows[cost == cost.min()]
         score = scores.score[rows]
         rows = rows[score == score.min()]
         if len(rows) > 1 and self.gangs is not None and not cpu_only:
-            cost = self.gangs.cost(
-                request, rows, partial(self._taken, request, cards=cards, scores=scores), scores
-            )
+            cost = self.gangs.cost(request, rows, taken_at, scores)
             rows = rows[cost == cost.min()]
         if len(rows) > 1 and self.pinned is not None and request.num_gpus and not request.models:
             pressure = self._model_pressure(request, rows, cards, scores)
