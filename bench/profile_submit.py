@@ -4,12 +4,13 @@ scheduled ones).
 
     python -m bench.profile_submit [--database-url postgres://postgres@127.0.0.1:5432/gpu_portal_d_profile]
                                    [--redis-url redis://127.0.0.1:6379/4] [--submits 300] [--top 25]
+                                   [--profile submit|cancel|release]
 
 Recreates its own PostgreSQL database (dropped at the end), seeds the demo cluster and a user
 with an API token, warms up, then sends submits through DRF's test client with the token, as
 production settings would serve them (DEBUG=0, Redis for Celery, the channel layer and the
 throttle cache). Prints the queries of one submit (CaptureQueriesContext), the mean time per
-submit, and the cProfile functions with the most cumulative time over all submits.
+submit, and the cProfile functions (CPU time) with the most cumulative time over the calls `--profile` names.
 """
 
 import argparse
@@ -34,6 +35,9 @@ def main() -> int:
     parser.add_argument("--submits", type=int, default=300)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--save", help="also write the cProfile stats to this file (for pstats or snakeviz)")
+    parser.add_argument(
+        "--profile", choices=("submit", "cancel", "release"), default="submit", help="the call profiled"
+    )
     args = parser.parse_args()
     os.environ.update(
         {
@@ -120,17 +124,25 @@ def _profile(args) -> None:
             response = client.post(f"/api/v1/requests/{chosen[0]}/{action}/")
         assert response.status_code == 200, response.content
         _print_queries(action, queries)
+        profiler = cProfile.Profile(time.process_time) if args.profile == action else None
         began_cpu = time.process_time()
         for pk in chosen[1:]:
+            if profiler:
+                profiler.enable()
             client.post(f"/api/v1/requests/{pk}/{action}/")
+            if profiler:
+                profiler.disable()
         cpu_ms = (time.process_time() - began_cpu) / max(1, len(chosen) - 1) * 1000
         print(f"\n{len(chosen) - 1} {action}s: {cpu_ms:.1f} ms of this process's CPU each")
+        if profiler:
+            break
 
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for n in range(21 + args.submits, 21 + 2 * args.submits):
-        submit(n)
-    profiler.disable()
+    if args.profile == "submit":
+        profiler = cProfile.Profile(time.process_time)
+        profiler.enable()
+        for n in range(21 + args.submits, 21 + 2 * args.submits):
+            submit(n)
+        profiler.disable()
     if args.save:
         profiler.dump_stats(args.save)
     for order in ("cumulative", "tottime"):

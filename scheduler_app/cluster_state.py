@@ -72,8 +72,9 @@ def _allowed_pools(
     return frozenset(p.name for p in pools if p.capacity_type in wanted)
 
 
-# What a RequestSpec is made of, as `values_list` reads it (a pass reads thousands: no model instances).
-_SPEC_FIELDS = (
+# What a RequestSpec is made of, as `values_list` reads it (a pass reads thousands: no model instances);
+# a workload mix reads only the shape.
+_SHAPE_FIELDS = (
     "pk",
     "gpu_milli",
     "num_gpus",
@@ -82,6 +83,9 @@ _SPEC_FIELDS = (
     "gpu_memory_mib",
     "gpu_model",
     "pool_id",
+)
+_SPEC_FIELDS = (
+    *_SHAPE_FIELDS,
     "task_type",
     "priority",
     "team__slug",
@@ -105,6 +109,11 @@ def request_specs(requests, pools: list[Pool]) -> list[RequestSpec]:
     return [_spec(pools, *row, allowed=allowed) for row in requests.values_list(*_SPEC_FIELDS)]
 
 
+def _rounded_up(gpu_milli: int, step: int | None) -> int:
+    """A share rounded up to its pool's granularity (`step`; None: no pool named, as asked)."""
+    return gpu_milli if step is None else min(MILLI_PER_GPU, -(-gpu_milli // step) * step)
+
+
 def _spec(
     pools: list[Pool],
     pk: int,
@@ -125,13 +134,10 @@ def _spec(
     *,
     allowed: Callable[[int | None, str, bool], frozenset[str]],
 ) -> RequestSpec:
-    milli = gpu_milli
-    if pool_id:
-        step = next(p.granularity_milli for p in pools if p.pk == pool_id)
-        milli = min(MILLI_PER_GPU, -(-milli // step) * step)
+    step = next(p.granularity_milli for p in pools if p.pk == pool_id) if pool_id else None
     return RequestSpec(
         id=pk,
-        gpu_milli=milli,
+        gpu_milli=_rounded_up(gpu_milli, step),
         num_gpus=num_gpus,
         cpu_milli=cpu_milli,
         memory_mib=memory_mib,
@@ -149,8 +155,22 @@ def _spec(
 
 
 def recent_specs(pools: list[Pool]) -> list[RequestSpec]:
-    """The newest requests first, as many as make the workload mix."""
-    return request_specs(GpuRequest.objects.order_by("-created_at", "-id")[:WORKLOAD_WINDOW], pools)
+    """The newest requests first, as many as make the workload mix, with only what a mix reads of
+    them (their shapes: the rest of each spec is left at its default). Every pass reads them."""
+    granularity = {p.pk: p.granularity_milli for p in pools}
+    newest = GpuRequest.objects.order_by("-created_at", "-id").values_list(*_SHAPE_FIELDS)[:WORKLOAD_WINDOW]
+    return [
+        RequestSpec(
+            id=pk,
+            gpu_milli=_rounded_up(milli, granularity.get(pool_id)),
+            num_gpus=num_gpus,
+            cpu_milli=cpu_milli,
+            memory_mib=memory_mib,
+            gpu_memory_mib=gpu_memory_mib or 0,
+            models=frozenset({gpu_model}) if gpu_model else frozenset(),
+        )
+        for pk, milli, num_gpus, cpu_milli, memory_mib, gpu_memory_mib, gpu_model, pool_id in newest
+    ]
 
 
 def load_cluster_snapshot() -> ClusterSnapshot:

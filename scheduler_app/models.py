@@ -276,7 +276,12 @@ class GpuRequest(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["state", "created_at"]), models.Index(fields=["team", "state"])]
+        indexes = [
+            models.Index(fields=["state", "created_at"]),
+            models.Index(fields=["team", "state"]),
+            # Newest first (the default order): the lists, and the workload mix every pass reads.
+            models.Index(fields=["created_at", "id"]),
+        ]
         constraints = [
             models.CheckConstraint(
                 condition=Q(gpu_milli__gte=1, gpu_milli__lte=MILLI_PER_GPU),

@@ -206,8 +206,9 @@ def _changes_since(
     pending_count = (
         (rows[0][-1] or 0) if rows else GpuRequest.objects.filter(state=RequestState.PENDING).count()
     )
+    notices = frozenset(NoticeKind.values)  # (built again on each access: not in the loop)
     for pk, kind, object_id, before, after, created_at, _ in rows:
-        if after in NoticeKind.values:
+        if after in notices:
             continue  # a telemetry finding (scheduler_app.derived_metrics) changes no state
         if kind in scheduler_types:
             if pk > record.last_event_id or created_at >= record.ran_at:

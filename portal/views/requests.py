@@ -94,10 +94,11 @@ def request_detail(request, pk):
 def _request_and_timeline(request, pk, tries: int = 3):
     """The request and its events as of one moment: a pass may commit between the two reads, so read
     again until the badge (the row's state) is the timeline's last step."""
+    states = frozenset(RequestState.values)
     for _ in range(tries):
         gpu_request = _visible_request(request, pk)
         events = list(request_events(gpu_request))
-        moves = [e for e in events if e.to_state in RequestState.values]  # not checkpoints or notices
+        moves = [e for e in events if e.to_state in states]  # not checkpoints or notices
         if not moves or moves[-1].to_state == gpu_request.state:
             break
     return gpu_request, events
