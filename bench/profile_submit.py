@@ -116,6 +116,7 @@ def _profile(args) -> None:
     # One pass places what fits: releases then act on scheduled requests (a pending one is refused),
     # cancels on pending ones, as most of bench.load's do.
     run_scheduling_pass()
+    profiler = cProfile.Profile(time.process_time)  # follows the calls --profile names
     mine = GpuRequest.objects.filter(user=user).order_by("id")
     pending = list(mine.filter(state=RequestState.PENDING).values_list("id", flat=True))
     scheduled = list(mine.filter(state=RequestState.SCHEDULED).values_list("id", flat=True))
@@ -124,21 +125,19 @@ def _profile(args) -> None:
             response = client.post(f"/api/v1/requests/{chosen[0]}/{action}/")
         assert response.status_code == 200, response.content
         _print_queries(action, queries)
-        profiler = cProfile.Profile(time.process_time) if args.profile == action else None
+        profiled = args.profile == action
         began_cpu = time.process_time()
         for pk in chosen[1:]:
-            if profiler:
+            if profiled:
                 profiler.enable()
             client.post(f"/api/v1/requests/{pk}/{action}/")
-            if profiler:
+            if profiled:
                 profiler.disable()
         cpu_ms = (time.process_time() - began_cpu) / max(1, len(chosen) - 1) * 1000
-        print(f"\n{len(chosen) - 1} {action}s: {cpu_ms:.1f} ms of this process's CPU each")
-        if profiler:
-            break
+        under = " (under the profiler)" if profiled else ""
+        print(f"\n{len(chosen) - 1} {action}s: {cpu_ms:.1f} ms of this process's CPU each{under}")
 
     if args.profile == "submit":
-        profiler = cProfile.Profile(time.process_time)
         profiler.enable()
         for n in range(21 + args.submits, 21 + 2 * args.submits):
             submit(n)

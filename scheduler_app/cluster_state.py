@@ -109,9 +109,32 @@ def request_specs(requests, pools: list[Pool]) -> list[RequestSpec]:
     return [_spec(pools, *row, allowed=allowed) for row in requests.values_list(*_SPEC_FIELDS)]
 
 
-def _rounded_up(gpu_milli: int, step: int | None) -> int:
-    """A share rounded up to its pool's granularity (`step`; None: no pool named, as asked)."""
-    return gpu_milli if step is None else min(MILLI_PER_GPU, -(-gpu_milli // step) * step)
+def _shape(
+    pools: list[Pool],
+    pk: int,
+    gpu_milli: int,
+    num_gpus: int,
+    cpu_milli: int,
+    memory_mib: int,
+    gpu_memory_mib: int | None,
+    gpu_model: str,
+    pool_id: int | None,
+) -> dict:
+    """What of a RequestSpec a workload mix reads (its shape), as keyword arguments; a named pool's
+    granularity rounds the share up."""
+    milli = gpu_milli
+    if pool_id:
+        step = next(p.granularity_milli for p in pools if p.pk == pool_id)
+        milli = min(MILLI_PER_GPU, -(-milli // step) * step)
+    return {
+        "id": pk,
+        "gpu_milli": milli,
+        "num_gpus": num_gpus,
+        "cpu_milli": cpu_milli,
+        "memory_mib": memory_mib,
+        "gpu_memory_mib": gpu_memory_mib or 0,
+        "models": frozenset({gpu_model}) if gpu_model else frozenset(),
+    }
 
 
 def _spec(
@@ -134,15 +157,8 @@ def _spec(
     *,
     allowed: Callable[[int | None, str, bool], frozenset[str]],
 ) -> RequestSpec:
-    step = next(p.granularity_milli for p in pools if p.pk == pool_id) if pool_id else None
     return RequestSpec(
-        id=pk,
-        gpu_milli=_rounded_up(gpu_milli, step),
-        num_gpus=num_gpus,
-        cpu_milli=cpu_milli,
-        memory_mib=memory_mib,
-        gpu_memory_mib=gpu_memory_mib or 0,
-        models=frozenset({gpu_model}) if gpu_model else frozenset(),
+        **_shape(pools, pk, gpu_milli, num_gpus, cpu_milli, memory_mib, gpu_memory_mib, gpu_model, pool_id),
         pools=allowed(pool_id, billing_mode, fallback),
         task_type=task_type,
         priority=priority,
@@ -157,20 +173,8 @@ def _spec(
 def recent_specs(pools: list[Pool]) -> list[RequestSpec]:
     """The newest requests first, as many as make the workload mix, with only what a mix reads of
     them (their shapes: the rest of each spec is left at its default). Every pass reads them."""
-    granularity = {p.pk: p.granularity_milli for p in pools}
     newest = GpuRequest.objects.order_by("-created_at", "-id").values_list(*_SHAPE_FIELDS)[:WORKLOAD_WINDOW]
-    return [
-        RequestSpec(
-            id=pk,
-            gpu_milli=_rounded_up(milli, granularity.get(pool_id)),
-            num_gpus=num_gpus,
-            cpu_milli=cpu_milli,
-            memory_mib=memory_mib,
-            gpu_memory_mib=gpu_memory_mib or 0,
-            models=frozenset({gpu_model}) if gpu_model else frozenset(),
-        )
-        for pk, milli, num_gpus, cpu_milli, memory_mib, gpu_memory_mib, gpu_model, pool_id in newest
-    ]
+    return [RequestSpec(**_shape(pools, *row)) for row in newest]
 
 
 def load_cluster_snapshot() -> ClusterSnapshot:
