@@ -30,6 +30,9 @@ Policies (``POLICIES``, by name):
   of host-aware fragmentation (idle cards count as usable only as far as the
   node's free CPU and memory can feed them), for a CPU-only request counted
   in eighths of a card and then the least free CPU; (4) pack (best-fit).
+  Where the mix asks for more CPU per GPU than the cluster has (CPU runs out
+  first: ``cpu_pressure`` above 1), a CPU-only request ranks by that count of
+  eighths instead of FGD's rank, until every gang shape counts as scarce.
   Task-aware: training packs onto the fullest card; inference only considers
   cards nobody else uses, unless no such card fits anywhere, then it packs.
 
@@ -443,7 +446,7 @@ class Fgd(Policy):
             take = np.zeros((len(fr), cards.shape[1]), dtype=np.int64)
             take[np.arange(len(fr)), fc] = request.gpu_milli
             before, after = self._before_and_after(request, rows, at, take)
-            rank, host = self._ranks(tuple(f[fr] for f in before), after)
+            rank, host = self._ranks(request, tuple(f[fr] for f in before), after)
             # Per node the best card: lowest rank, then (packing) secondary key and least free share
             # left, then lowest index.
             keys = (fc, free[first], host, rank, fr) if self.pack else (fc, rank, fr)
@@ -456,7 +459,7 @@ class Fgd(Policy):
         else:
             take = _first_cards(cards, request.num_gpus) * request.gpu_milli if request.num_gpus else None
             before, after = self._before_and_after(request, rows, rows, take)
-            scores.score[rows], scores.host[rows] = self._ranks(before, after)
+            scores.score[rows], scores.host[rows] = self._ranks(request, before, after)
         scores.version[rows] = ix.version[rows]
 
     def _frag(self, cpu: np.ndarray, gpu: np.ndarray, model: np.ndarray, mem: np.ndarray) -> tuple:
@@ -497,7 +500,7 @@ class Fgd(Policy):
         self.current_known[unknown] = True
         return tuple(known[states] for known in self.current), tuple(v[k:] for v in values)
 
-    def _ranks(self, before: tuple, after: tuple) -> tuple[np.ndarray, np.ndarray]:
+    def _ranks(self, request: RequestSpec, before: tuple, after: tuple) -> tuple[np.ndarray, np.ndarray]:
         """(FGD rank, secondary key; lower is better) of moving node states from `before` to `after`."""
         rank = self._rank(after[0] - before[0])
         return rank, np.zeros_like(rank)
@@ -641,8 +644,14 @@ class FgdPlus(Fgd):
         self.host_model = FragmentationModel(
             mix, index.models, host_aware=True, mixed_nodes=index.mixed_nodes
         )
-        self.gangs = _GangRoom(index, mix.gangs, scarce_gang_share(index, mix)) if mix.gangs else None
+        share = scarce_gang_share(index, mix)
+        self.gangs = _GangRoom(index, mix.gangs, share) if mix.gangs else None
         self.pinned = _pinned_demand(index, mix.pinned)
+        # Where CPU runs out before GPU (pressure above 1), a CPU-only request ranks by the cards it
+        # would strand (host-aware growth in eighths) instead of by FGD's rank, which sees the CPU it
+        # takes only once cards are stranded; until every gang shape is scarce (share 1), where the
+        # gang room before the rank decides and FGD's rank did better (bench/README "Strand first").
+        self.strand_first = cpu_pressure(index, mix) > 1.0 and share < 1.0
 
     def _frag(self, cpu: np.ndarray, gpu: np.ndarray, model: np.ndarray, mem: np.ndarray) -> tuple:
         if len(cpu) <= _DEDUPE_FROM:
@@ -662,9 +671,13 @@ class FgdPlus(Fgd):
         )
         return plain[inverse], host[inverse]
 
-    def _ranks(self, before: tuple, after: tuple) -> tuple[np.ndarray, np.ndarray]:
-        # The host-aware increase stays raw, not rounded like FGD's rank: it only orders FGD's ties.
-        return self._rank(after[0] - before[0]), after[1] - before[1]
+    def _ranks(self, request: RequestSpec, before: tuple, after: tuple) -> tuple[np.ndarray, np.ndarray]:
+        # The host-aware increase stays raw, not rounded like FGD's rank: it only orders FGD's ties...
+        host = after[1] - before[1]
+        if self.strand_first and request.num_gpus == 0:
+            # ...except for a CPU-only request under CPU pressure, which ranks by it (see __init__).
+            return np.floor(host / STRANDED_STEP_MILLI), host
+        return self._rank(after[0] - before[0]), host
 
     def _select(
         self, request: RequestSpec, ok: np.ndarray, cards: np.ndarray, scores: _ShapeScores
@@ -737,19 +750,24 @@ class FgdPlus(Fgd):
         return cards, False
 
 
+def cpu_pressure(index: ClusterIndex, mix: WorkloadMix) -> float:
+    """The mix's CPU per GPU over the cluster's: at 1 the requests run out of CPU when they run out
+    of GPU. 0 when the cluster has no card or the mix asks for no CPU."""
+    cards = int((index.gpu_model >= 0).sum())
+    if not cards or not mix.cpu_per_gpu:
+        return 0.0
+    return mix.cpu_per_gpu / (sum(node.cpu_milli for node in index.nodes) / (cards * MILLI_PER_GPU))
+
+
 def scarce_gang_share(index: ClusterIndex, mix: WorkloadMix) -> float:
     """The share of the nodes under which fgd-plus keeps room for a gang shape.
 
-    CPU pressure is the mix's CPU per GPU over the cluster's: at 1 the requests run out of CPU when
-    they run out of GPU, and CPU-only and CPU-heavy requests eat the CPU of nodes whose cards are
-    idle, so gangs (which need a node's CPU with its cards) lose their hosts all at once, late. The
-    share is SCARCE_GANG_SHARE up to CALM_CPU_PRESSURE (the Alibaba trace is at 0.82), then grows
-    by GANG_SHARE_PER_CPU_PRESSURE per unit (0.3 at 1.0, all gang shapes from 1.35).
+    Under CPU pressure (``cpu_pressure``) CPU-only and CPU-heavy requests eat the CPU of nodes
+    whose cards are idle, so gangs (which need a node's CPU with its cards) lose their hosts all at
+    once, late. The share is SCARCE_GANG_SHARE up to CALM_CPU_PRESSURE (the Alibaba trace is at
+    0.82), then grows by GANG_SHARE_PER_CPU_PRESSURE per unit (0.3 at 1.0, all gang shapes from 1.35).
     """
-    cards = int((index.gpu_model >= 0).sum())
-    if not cards or not mix.cpu_per_gpu:
-        return SCARCE_GANG_SHARE
-    pressure = mix.cpu_per_gpu / (sum(node.cpu_milli for node in index.nodes) / (cards * MILLI_PER_GPU))
+    pressure = cpu_pressure(index, mix)
     return min(1.0, SCARCE_GANG_SHARE + GANG_SHARE_PER_CPU_PRESSURE * max(0.0, pressure - CALM_CPU_PRESSURE))
 
 

@@ -7,7 +7,8 @@ exact ties were broken by rounding noise, which no cache can reproduce). The rep
 (issue 11, placement speed). The fgd-plus replays were recorded again for one change meant to alter
 decisions: CPU-only requests keep scarce gangs' hosts and take the tightest CPU (issue 11, variants).
 The two variant replays (models pinned, CPU-heavy) were recorded with the code before the second
-placement speed round (issue 11).
+placement speed round (issue 11); the CPU-heavy one again when CPU-only requests began to rank by
+the cards they strand where CPU runs out before GPU (issue 11, held-out variants).
 Rewrite them only for such a change:
 
     PIN_DECISIONS_RECORD=1 pytest tests/scheduler_app/core/test_decisions_pinned.py

@@ -226,6 +226,24 @@ def test_cpu_only_request_keeps_a_scarce_gangs_host_over_fgds_rank():
     assert choose_placement(nodes, req(1000, cpu_milli=20_000), DEFAULT_POLICY, mix).node == "g8"
 
 
+@pytest.mark.parametrize(("cpu_per_gpu", "expected"), [(8.0, "roomy"), (10.0, "starved"), (12.0, "roomy")])
+def test_cpu_only_request_ranks_by_cards_stranded_where_cpu_runs_out_first(cpu_per_gpu, expected):
+    # given whole-card requests of 16 cores, and two nodes of 4 idle cards: "roomy" (48 cores)
+    # feeds 3 of its cards, "starved" (20 cores) only 1. A 20-core CPU-only request leaves roomy
+    # feeding 1 card (2 more stranded) and starved none (1 more); FGD's rank sees only that
+    # starved stops fitting the shape at all, and prefers roomy.
+    # The cluster has 68 cores for 8 cards (8.5 per card): pressure is cpu_per_gpu / 8.5.
+    nodes = [make_node("roomy", [1000] * 4, cpu=48_000), make_node("starved", [1000] * 4, cpu=20_000)]
+    mix = WorkloadMix((Shape(16_000, 1000, 1),), (1.0,), cpu_per_gpu=cpu_per_gpu)
+    cpu_only = req(0, 0, cpu_milli=20_000)
+    assert choose_placement(nodes, cpu_only, "fgd", mix).node == "roomy"
+    # when / then: at pressure 0.94 fgd-plus keeps FGD's rank; at 1.18 (CPU runs out before GPU) it
+    # strands fewer cards; at 1.41 every gang shape counts as scarce (share 1) and FGD's rank is back
+    assert choose_placement(nodes, cpu_only, DEFAULT_POLICY, mix).node == expected
+    # and a GPU request is still ranked by FGD first
+    assert choose_placement(nodes, req(1000, cpu_milli=20_000), DEFAULT_POLICY, mix).node == "roomy"
+
+
 def test_slices_keep_the_only_node_that_can_host_a_rare_gang():
     # given a gang of 8 cards needing 100 cores and 512 GiB, which only "big" can host;
     # best-fit alone would pick "big" (it is left fuller)
