@@ -7,7 +7,7 @@ make the workload mix the placement policy keeps room for.
 
 import functools
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -99,14 +99,14 @@ _SPEC_FIELDS = (
 def request_spec(request: GpuRequest, pools: list[Pool]) -> RequestSpec:
     """The core's view of a request; a named pool's granularity rounds the share up."""
     values = [request.team.slug if name == "team__slug" else getattr(request, name) for name in _SPEC_FIELDS]
-    return _spec(pools, *values, allowed=lambda *kind: _allowed_pools(*kind, pools))
+    return _spec(pools, values, allowed=lambda *kind: _allowed_pools(*kind, pools))
 
 
 def request_specs(requests, pools: list[Pool]) -> list[RequestSpec]:
     """`request_spec` of each request of a queryset, in its order, read as plain values. A pass reads
     thousands, of a handful of kinds: the pools each kind may use are worked out once."""
     allowed = functools.cache(lambda *kind: _allowed_pools(*kind, pools))
-    return [_spec(pools, *row, allowed=allowed) for row in requests.values_list(*_SPEC_FIELDS)]
+    return [_spec(pools, row, allowed=allowed) for row in requests.values_list(*_SPEC_FIELDS)]
 
 
 def _shape(
@@ -138,28 +138,14 @@ def _shape(
 
 
 def _spec(
-    pools: list[Pool],
-    pk: int,
-    gpu_milli: int,
-    num_gpus: int,
-    cpu_milli: int,
-    memory_mib: int,
-    gpu_memory_mib: int | None,
-    gpu_model: str,
-    pool_id: int | None,
-    task_type: str,
-    priority: int,
-    team: str,
-    max_duration_s: int | None,
-    billing_mode: str,
-    fallback: bool,
-    created_at: datetime,
-    *,
-    allowed: Callable[[int | None, str, bool], frozenset[str]],
+    pools: list[Pool], row: Sequence, *, allowed: Callable[[int | None, str, bool], frozenset[str]]
 ) -> RequestSpec:
+    """The spec of one row of `_SPEC_FIELDS`: its shape (`_shape`), then the rest."""
+    shape = row[: len(_SHAPE_FIELDS)]
+    task_type, priority, team, max_duration_s, billing_mode, fallback, created_at = row[len(_SHAPE_FIELDS) :]
     return RequestSpec(
-        **_shape(pools, pk, gpu_milli, num_gpus, cpu_milli, memory_mib, gpu_memory_mib, gpu_model, pool_id),
-        pools=allowed(pool_id, billing_mode, fallback),
+        **_shape(pools, *shape),
+        pools=allowed(shape[-1], billing_mode, fallback),  # (the shape ends with the pool id)
         task_type=task_type,
         priority=priority,
         team=team,
