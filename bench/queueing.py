@@ -243,7 +243,8 @@ def simulate(
                     progress(arrived, len(jobs))
             elif rid in sim.running and sim.ends[rid] == now:  # else: preempted since
                 sim.finish(rid, now)
-        sim.step(now)
+        if sim.pending:  # a pass with nothing pending starts and preempts nothing
+            sim.step(now)
     assert not sim.pending and not sim.running, "the simulation lost work"
     steady_from = first + WARMUP_S
     return Outcome(

@@ -121,18 +121,6 @@ class ClusterIndex:
         self.model_id = {m: i for i, m in enumerate(self.models)}
         self.pool_id = {p: i for i, p in enumerate(sorted({node.pool for node in self.nodes}))}
         n, slots = len(self.nodes), max((len(node.gpus) for node in self.nodes), default=0)
-        self.cpu_free = np.zeros(n, dtype=np.int64)
-        self.mem_free = np.zeros(n, dtype=np.int64)
-        self.pool = np.array([self.pool_id[node.pool] for node in self.nodes], dtype=np.int64)
-        self.gpu_free = np.zeros((n, slots), dtype=np.int64)
-        self.gpu_mem_free = np.zeros((n, slots), dtype=np.int64)
-        self.gpu_mem_total = np.zeros((n, slots), dtype=np.int64)
-        self.gpu_model = np.full((n, slots), -1, dtype=np.int64)
-        self.gpu_idle = np.zeros(n, dtype=np.int64)  # free milli of all the node's cards
-        self.idle_cards = np.zeros(n, dtype=np.int64)  # cards nobody uses
-        self.version = np.zeros(n, dtype=np.int64)
-        # state[j]: the same number for nodes whose free resources and cards are alike (score alike).
-        self.state = np.zeros(n, dtype=np.int64)
         self._state_ids: dict[tuple, int] = {}
         self._fixed: dict[tuple, np.ndarray] = {}  # masks of what never changes: pools, models, card memory
         # Per request shape: (the node versions it was computed at, feasible nodes, usable cards).
@@ -140,16 +128,43 @@ class ClusterIndex:
         # kind[j]: the same number for nodes whose cards are alike (models and memory; they never change).
         kinds: dict[tuple, int] = {}
         self.kind: list[int] = []
-        for j, node in enumerate(self.nodes):
+        # The rows are built as lists and made arrays once (what sync(j) would write, node by node).
+        free_rows, free_memory_rows, memory_rows, model_rows, states = [], [], [], [], []
+        mixed = False
+        for node in self.nodes:
+            free, free_memory, memory, model = [0] * slots, [0] * slots, [0] * slots, [-1] * slots
             for g in node.gpus:
-                self.gpu_mem_total[j, g.index] = g.memory_mib
-                self.gpu_model[j, g.index] = self.model_id[g.model]
-            cards = tuple((g.model, g.memory_mib) for g in node.gpus)
-            self.kind.append(kinds.setdefault(cards, len(kinds)))
-            self.sync(j)
+                free[g.index], free_memory[g.index] = g.free_milli, g.free_memory_mib
+                memory[g.index], model[g.index] = g.memory_mib, self.model_id[g.model]
+            cards = len(node.gpus)
+            kind = kinds.setdefault((*model[:cards], *memory[:cards]), len(kinds))
+            self.kind.append(kind)
+            mixed = mixed or (cards > 1 and model.count(model[0]) < cards)
+            key = (kind, node.free_cpu_milli, node.free_memory_mib, *free[:cards], *free_memory[:cards])
+            states.append(self._state_ids.setdefault(key, len(self._state_ids)))
+            free_rows.append(free)
+            free_memory_rows.append(free_memory)
+            memory_rows.append(memory)
+            model_rows.append(model)
+
+        def grid(rows: list[list[int]]) -> np.ndarray:
+            return np.array(rows, dtype=np.int64).reshape(n, slots)
+
+        self.cpu_free = np.array([node.free_cpu_milli for node in self.nodes], dtype=np.int64)
+        self.mem_free = np.array([node.free_memory_mib for node in self.nodes], dtype=np.int64)
+        self.pool = np.array([self.pool_id[node.pool] for node in self.nodes], dtype=np.int64)
+        self.gpu_free = grid(free_rows)
+        self.gpu_mem_free = grid(free_memory_rows)
+        self.gpu_mem_total = grid(memory_rows)
+        self.gpu_model = grid(model_rows)
+        self.gpu_idle = self.gpu_free.sum(axis=1)  # free milli of all the node's cards
+        self.idle_cards = (self.gpu_free == MILLI_PER_GPU).sum(axis=1)  # cards nobody uses
+        self.version = np.ones(n, dtype=np.int64)
+        # state[j]: the same number for nodes whose free resources and cards are alike (score alike).
+        self.state = np.array(states, dtype=np.int64)
         # Whether some node has cards of more than one model (the fragmentation then counts those card
         # by card; a node's models never change).
-        self.mixed_nodes = any(len({g.model for g in node.gpus}) > 1 for node in self.nodes)
+        self.mixed_nodes = mixed
         self.cpu_scale = max(1, int(max((node.cpu_milli for node in self.nodes), default=1)))
         self.gpu_scale = max(1, slots * MILLI_PER_GPU)
 
@@ -855,11 +870,14 @@ class Placer:
         apply_placement(self.index.nodes[j], request, placement)
         self.index.sync(j)
 
-    def refresh(self, node: str) -> None:
-        """Read a node's free resources again after the caller changed its NodeState (a no-op for
-        a node this Placer does not hold)."""
+    def refresh(self, node: str, state: NodeState | None = None) -> None:
+        """Read a node's free resources again after the caller changed its NodeState, or replaced it
+        with `state` (a copy the caller changes from now on); a no-op for a node this Placer does not
+        hold."""
         j = self.index.row.get(node)
         if j is not None:
+            if state is not None:
+                self.index.nodes[j] = state
             self.index.sync(j)
 
     def release(self, request: RequestSpec, placement: Placement) -> None:

@@ -186,8 +186,12 @@ class _Pass:
         mode: QueueMode,
         workload: WorkloadMix | None,
     ) -> None:
-        self.nodes = [copy_node(n) for n in nodes]
+        # The caller's nodes, read as given; the pass copies a node the first time it changes it (_own),
+        # so a pass that starts one request on a large cluster copies one node, not all of them.
+        self.nodes = list(nodes)
         self.by_name = {n.name: n for n in self.nodes}
+        self._row = {n.name: i for i, n in enumerate(self.nodes)}
+        self._owned: set[str] = set()
         self.now, self.policy, self.mode, self.workload = now, policy, mode, workload
         self.ledger = Ledger(self.nodes, quotas)
         self.book = ReservationBook(now, policy)
@@ -248,6 +252,17 @@ class _Pass:
     def _count(self, pools: frozenset[str]) -> int:
         return sum(self._pool_nodes[p] for p in pools)
 
+    def _own(self, node: str) -> NodeState:
+        """This pass's scratch copy of the node, made the first time the pass changes it (the caller's
+        NodeState is never changed); the placers hold the copy from then on."""
+        if node not in self._owned:
+            mine = copy_node(self.by_name[node])
+            self.nodes[self._row[node]] = self.by_name[node] = mine
+            for placer in self._placers.values():
+                placer.refresh(node, mine)
+            self._owned.add(node)
+        return self.by_name[node]
+
     def _changed(self, node: str) -> None:
         """A node's free capacity changed: the placers read it again."""
         self._version += 1
@@ -273,7 +288,7 @@ class _Pass:
 
     def finish(self) -> PassPlan:
         """Attach start estimates (reservation times, else the fluid estimate) and return the plan."""
-        fluid = self.estimator()
+        fluid = self.estimator() if self._waiting else None
         for i, (request, reservation) in enumerate(self._waiting):
             estimate = self.estimate_start(fluid, request, reservation)
             if estimate is not None and estimate[1]:
@@ -373,7 +388,7 @@ class _Pass:
 
     def _evict(self, victim: RunningAllocation, request: RequestSpec) -> None:
         node = victim.placement.node
-        release_placement(self.by_name[node], victim.request, victim.placement)
+        release_placement(self._own(node), victim.request, victim.placement)
         self.ledger.add(victim.request, node, sign=-1)
         self.book.drop(victim.request.id, node)
         self.victims[node].remove(victim)
@@ -385,7 +400,7 @@ class _Pass:
 
     def _start(self, request: RequestSpec, placement: Placement) -> None:
         borrowed = self.ledger.is_borrowed(request, placement.node)
-        apply_placement(self.by_name[placement.node], request, placement)
+        apply_placement(self._own(placement.node), request, placement)
         self.ledger.add(request, placement.node)
         self.book.hold(request, placement, self.now)
         self._changed(placement.node)

@@ -265,3 +265,29 @@ def test_plan_pass_changes_none_of_its_inputs():
     plan_pass(nodes, [request("r"), request("g", gpus=2)], [], [], 0, POLICY)
     # then
     assert repr(nodes) == before
+
+
+def test_a_pass_that_reclaims_changes_none_of_its_inputs():
+    # given "data" borrows the only card, which "ml" owns by quota
+    nodes = [node()]
+    borrower = running(nodes, request("borrower", team="data"), borrowed=True)
+    before = repr(nodes)
+    # when ml's request reclaims it
+    plan = plan_pass(nodes, [request("owner")], [borrower], [TeamQuota("ml", "a100", 1000)], 100, POLICY)
+    # then the pass evicted and started on its own copy: the caller's nodes still hold the borrower
+    assert [p.allocation.request.id for p in plan.preemptions] == ["borrower"]
+    assert started(plan) == ["owner"]
+    assert repr(nodes) == before
+
+
+def test_later_requests_of_a_pass_see_the_slices_its_earlier_starts_took():
+    # given one card and three half-card requests, under the default policy's engine
+    nodes = [node()]
+    before = repr(nodes)
+    # when
+    plan = plan_pass(nodes, [request(f"half-{i}", milli=500) for i in range(3)], [], [], 0, "fgd-plus")
+    # then two share the card and the third waits; the caller's card is still free
+    assert started(plan) == ["half-0", "half-1"]
+    assert [s.placement.gpus for s in plan.starts] == [(0,), (0,)]
+    assert waiting(plan) == ["half-2"]
+    assert repr(nodes) == before
