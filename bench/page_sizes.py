@@ -20,7 +20,7 @@ import random
 import statistics
 import time
 
-from bench.scratch_db import migrated_django
+from bench.scratch_db import migrated_django, register_a100_nodes
 
 GPUS_PER_NODE = 8
 POOLS = ("a100-od", "a100-spot", "h100-od", "l4-od")
@@ -93,7 +93,7 @@ def _seed(gpus: int, rng: random.Random) -> None:
     from scheduler_app.choices import CapacityType, RequestState
     from scheduler_app.live_ticker import tick
     from scheduler_app.models import Allocation, Gpu, GpuRequest, GpuSample
-    from scheduler_app.services.inventory import create_pool, register_node
+    from scheduler_app.services.inventory import create_pool
     from teams.choices import Role
     from teams.models import Membership, Team
 
@@ -117,17 +117,7 @@ def _seed(gpus: int, rng: random.Random) -> None:
         )
         for name in POOLS
     ]
-    for n in range(gpus // GPUS_PER_NODE):
-        register_node(
-            pool=pools[n % len(pools)],
-            name=f"node-{n:04d}",
-            cpu_milli=256_000,
-            memory_mib=2_048_000,
-            gpus=[
-                {"uuid": f"GPU-{n:04d}-{i}", "model": "A100-80GB", "memory_mib": 81920}
-                for i in range(GPUS_PER_NODE)
-            ],
-        )
+    register_a100_nodes(pools, gpus // GPUS_PER_NODE, GPUS_PER_NODE)
     now = timezone.now()
     cards = list(Gpu.objects.values_list("pk", flat=True))
     requests, allocations = [], []

@@ -48,3 +48,20 @@ def _admin(url: str):
     import psycopg
 
     return psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True)
+
+
+def register_a100_nodes(pools, count: int, gpus_per_node: int = 8) -> None:
+    """Register `count` identical A100 nodes of `gpus_per_node` cards, round-robin over `pools`."""
+    from scheduler_app.services.inventory import register_node
+
+    for n in range(count):
+        register_node(
+            pool=pools[n % len(pools)],
+            name=f"node-{n:04d}",
+            cpu_milli=256_000,
+            memory_mib=2_048_000,
+            gpus=[
+                {"uuid": f"GPU-{n:04d}-{i}", "model": "A100-80GB", "memory_mib": 81920}
+                for i in range(gpus_per_node)
+            ],
+        )
