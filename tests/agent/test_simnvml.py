@@ -85,14 +85,15 @@ def test_an_idle_card_reads_zero_and_a_process_on_it_moves_util_memory_power(tmp
     )
     try:
         time.sleep(5)  # past the training profile's ramp-up
-        while True:  # both reads within one second: the simulator's noise changes each second
+        meter = host_meter(nvml)
+        while True:  # all reads within one second: the simulator's noise changes each second
             second = int(time.time())
             busy, idle = read_samples(nvml)
             (process,) = read_processes(nvml)
+            host = meter.read()
+            moved = nvml.network_bytes_per_s()
             if int(time.time()) == second:
                 break
-        host = host_meter(nvml).read()
-        moved = nvml.network_bytes_per_s()
     finally:
         job.kill()
         job.wait()
