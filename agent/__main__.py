@@ -1,4 +1,4 @@
-"""python -m agent [run] --portal URL --credential-file FILE   run the node agent
+"""python -m agent [run] --portal URL --credential-file FILE   run the node agent (as root)
 python -m agent probe                                       print what NVML reports here
 
 Settings also come from the environment: GPU_PORTAL_URL, GPU_PORTAL_NODE_CREDENTIAL or
@@ -11,14 +11,18 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import socket
+import stat
 import sys
 import uuid
 from pathlib import Path
 
 from agent.checkpoint_sync import CheckpointSync, store_from_url
 from agent.cloud_notices import PROVIDERS, CloudNoticeWatcher
+from agent.isolation import DEFAULT_PATH, DEFAULT_PIDS_MAX, Isolation, IsolationUnavailable
+from agent.isolation.identity import Identities
 from agent.nvml import load_nvml, read_cards, read_processes, read_samples
 from agent.simnvml import SimCard
 
@@ -78,7 +82,55 @@ def _parser(command: str) -> argparse.ArgumentParser:
             help="Cut off from the portal this long, stop the jobs (they will run elsewhere); keep it plus "
             "--grace-s under the portal's NODE_LOST_AFTER_S (default 240; 0: never).",
         )
-        parser.add_argument("--workdir", help="Where jobs run (default: the current directory).")
+        parser.add_argument(
+            "--no-isolation",
+            action="store_true",
+            help="Run jobs as the agent's own user, with no cgroup and no namespaces: only for a "
+            "single-tenant node (the portal shows the node as unisolated).",
+        )
+        parser.add_argument(
+            "--no-namespaces",
+            action="store_true",
+            help="Isolate without bubblewrap's namespaces even where it is installed.",
+        )
+        parser.add_argument(
+            "--workdir",
+            default="/var/lib/gpu-portal/work",
+            help="Where each job gets its private work directory (default /var/lib/gpu-portal/work).",
+        )
+        parser.add_argument(
+            "--home-root",
+            default="/var/lib/gpu-portal/home",
+            help="Where the teams' own accounts get their homes (default /var/lib/gpu-portal/home).",
+        )
+        parser.add_argument(
+            "--identity-prefix",
+            default="gpp-",
+            help="The start of each team's own account name: <prefix><team> (default gpp-).",
+        )
+        parser.add_argument(
+            "--identity-map",
+            type=Path,
+            metavar="JSON",
+            help='Existing accounts for teams or users: {"teams": {"vision": "vision-svc"}, '
+            '"users": {"alice": "alice"}}; wins over the portal\'s mapping.',
+        )
+        parser.add_argument(
+            "--job-path", default=DEFAULT_PATH, help=f"The PATH every job gets (default {DEFAULT_PATH})."
+        )
+        parser.add_argument(
+            "--job-env",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="A variable every job on this node gets (repeat for more), e.g. CUDA_HOME=/usr/local/cuda.",
+        )
+        parser.add_argument(
+            "--pids-max",
+            type=int,
+            default=DEFAULT_PIDS_MAX,
+            help=f"Processes and threads a job may have at once (default {DEFAULT_PIDS_MAX}).",
+        )
         parser.add_argument(
             "--sample-period-s", type=float, default=1.0, help="Seconds between card readings (default 1)."
         )
@@ -166,7 +218,12 @@ def run(args, nvml) -> int:
 
     from agent.node_agent import NodeAgent
 
-    credential = _credential(args.credential_file)
+    try:
+        isolation = _isolation(args)
+        credential = _credential(args.credential_file, isolated=isolation.isolated)
+    except (IsolationUnavailable, ValueError) as error:
+        print(f"Cannot start: {error}.", file=sys.stderr)
+        return 2
     if not args.portal or not credential:
         print(
             "Give the portal's URL (--portal or GPU_PORTAL_URL) and the node's credential "
@@ -186,10 +243,10 @@ def run(args, nvml) -> int:
     agent = NodeAgent(
         NodeClient(args.portal, credential),
         nvml,
+        isolation=isolation,
         interval_s=args.interval_s,
         grace_s=args.grace_s,
         mps=mps,
-        workdir=args.workdir,
         sample_period_s=args.sample_period_s,
         send_samples_every_s=args.send_samples_every_s,
         fence_after_s=args.fence_after_s or None,
@@ -210,10 +267,36 @@ def _checkpoint_sync(store: str | None, backup: str | None) -> CheckpointSync | 
     return CheckpointSync(store_from_url(store), backup=store_from_url(backup) if backup else None)
 
 
-def _credential(path: str | None) -> str:
+def _isolation(args) -> Isolation:
+    environment = {}
+    for item in args.job_env:
+        name, equals, value = item.partition("=")
+        if not equals or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(f"--job-env {item!r}: give NAME=VALUE")
+        environment[name] = value
+    options = {"work_root": args.workdir, "path": args.job_path, "environment": environment}
+    if args.no_isolation:
+        return Isolation(**options)
+    mapping = json.loads(args.identity_map.read_text()) if args.identity_map else None
+    identities = Identities(prefix=args.identity_prefix, home_root=args.home_root, mapping=mapping)
+    return Isolation.detect(
+        identities=identities, namespaces=not args.no_namespaces, pids_max=args.pids_max, **options
+    )
+
+
+def _credential(path: str | None, *, isolated: bool) -> str:
+    """The node's credential, from its file or the environment (then removed from it). On an isolated
+    node the file must be root's alone: any job could otherwise act as the node."""
     if path:
+        status = os.stat(path)
+        if isolated and (status.st_uid != 0 or status.st_mode & 0o077):
+            mode = stat.filemode(status.st_mode)
+            raise ValueError(
+                f"the credential file {path} must be root's and private ({mode}, uid {status.st_uid}): "
+                f"chown root {path}; chmod 600 {path}"
+            )
         return Path(path).read_text().strip()
-    return os.environ.get("GPU_PORTAL_NODE_CREDENTIAL", "").strip()
+    return os.environ.pop("GPU_PORTAL_NODE_CREDENTIAL", "").strip()
 
 
 if __name__ == "__main__":

@@ -6,6 +6,10 @@ Each push is a snapshot under `KEY/SNAPSHOT/`: the files first, then `MANIFEST.j
 checkpoint time and each file's SHA-256. A copy without its manifest (the node died mid-upload) is
 never taken as complete, and a pull checks every digest before it hands the files over.
 
+The agent runs as root and a checkpoint directory is its job's to fill: a push reads only the regular
+files in it and a pull writes only beneath it, each path opened one component at a time without
+following links (agent.isolation.files), so a link the job left there leads nowhere else.
+
 store_from_url("file:///shared/checkpoints") or store_from_url("s3://bucket/prefix", endpoint_url=...)
 """
 
@@ -17,6 +21,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import tempfile
 import time
 from dataclasses import dataclass
@@ -24,6 +29,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from gpu_portal_sdk.checkpoint import CHECKPOINTED_FILE
+
+from agent.isolation.files import open_beneath
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +75,9 @@ class FilesystemStore:
             raise StoreUnavailable(f"{self.root} is not a directory (is the share mounted?)")
         return self.root
 
-    def upload(self, source: Path, name: str) -> None:
-        self._write(name, lambda partial: shutil.copyfile(source, partial))
+    def upload(self, source, name: str) -> None:
+        """Store the binary file object `source` as `name`."""
+        self._write(name, lambda partial: _copy_into(source, partial))
 
     def put_bytes(self, name: str, data: bytes) -> None:
         self._write(name, lambda partial: partial.write_bytes(data))
@@ -167,8 +175,9 @@ class S3Store:
         except (BotoCoreError, Boto3Error) as error:  # Boto3Error: upload_file's S3UploadFailedError
             raise StoreUnavailable(f"{self.url}: {what}: {error}") from error
 
-    def upload(self, source: Path, name: str) -> None:
-        self._call(name, self.client.upload_file, str(source), self.bucket, self._key(name))
+    def upload(self, source, name: str) -> None:
+        """Store the binary file object `source` as `name`."""
+        self._call(name, self.client.upload_fileobj, source, self.bucket, self._key(name))
 
     def put_bytes(self, name: str, data: bytes) -> None:
         self._call(name, self.client.put_object, Bucket=self.bucket, Key=self._key(name), Body=data)
@@ -243,7 +252,8 @@ class CheckpointSync:
         for store in self.stores:
             try:
                 for path in files:
-                    store.upload(local / path, f"{key}/{snapshot}/files/{path}")
+                    with os.fdopen(open_beneath(local, path), "rb") as source:
+                        store.upload(source, f"{key}/{snapshot}/files/{path}")
                 if _digests(local) != files:
                     raise CheckpointSyncError(f"{local} changed while it was copied: push again")
                 store.put_bytes(f"{key}/{snapshot}/{MANIFEST}", json.dumps(manifest, indent=1).encode())
@@ -307,21 +317,27 @@ def _check_key(key: str) -> None:
 
 
 def _digests(local: Path) -> dict[str, tuple[str, int, int]]:
-    """Each file's SHA-256, size and modification time (ns), by path relative to `local`."""
-    if not local.is_dir():
+    """Each regular file's SHA-256, size and modification time (ns), by path relative to `local`; links
+    and special files are not part of a checkpoint."""
+    if not local.is_dir() or local.is_symlink():
         raise CheckpointSyncError(f"{local} is not a directory")
     files = {}
-    for path in sorted(p for p in local.rglob("*") if p.is_file()):
-        stat = path.stat()
-        files[path.relative_to(local).as_posix()] = (_sha256(path), stat.st_size, stat.st_mtime_ns)
-    return files
+    for folder, _, names, fd in os.fwalk(local, follow_symlinks=False):
+        for name in names:
+            status = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if not stat.S_ISREG(status.st_mode):
+                continue
+            path = Path(folder, name).relative_to(local).as_posix()
+            with os.fdopen(open_beneath(local, path), "rb") as source:
+                files[path] = (_sha256(source), status.st_size, status.st_mtime_ns)
+    return dict(sorted(files.items()))
 
 
 def _checkpoint_time(local: Path) -> dt.datetime:
-    marker = local / CHECKPOINTED_FILE
-    if marker.exists():
-        return dt.datetime.fromtimestamp(marker.stat().st_mtime, dt.UTC)
-    return dt.datetime.now(dt.UTC)
+    try:
+        return dt.datetime.fromtimestamp((local / CHECKPOINTED_FILE).lstat().st_mtime, dt.UTC)
+    except FileNotFoundError:
+        return dt.datetime.now(dt.UTC)
 
 
 def _snapshots(store, key: str) -> list[str]:
@@ -345,13 +361,19 @@ def _complete_manifests(store, key: str):
 
 
 def _fetch(store, manifest: dict, local: Path) -> bool:
-    """Download a snapshot beside `local`, check every digest, then move the files in. False (and
-    `local` untouched) when a file is missing or differs."""
+    """Download a snapshot into a private folder in `local`, check every digest, then move the files
+    in, owned as `local` is. False (and `local` untouched) when a file is missing or differs."""
     local.mkdir(parents=True, exist_ok=True)
     prefix = f"{manifest['key']}/{manifest['snapshot']}/files"
-    with tempfile.TemporaryDirectory(dir=local.parent, prefix=f".{local.name}.pull-") as staging:
+    paths = [path for path in manifest["files"] if _plain_path(path)]
+    if len(paths) != len(manifest["files"]):
+        log.warning(
+            "checkpoint %s in %s names paths outside its folder: skipped", manifest["snapshot"], store.url
+        )
+        return False
+    with tempfile.TemporaryDirectory(dir=local, prefix=".pull-") as staging:  # root's, 0700
         staged = Path(staging)
-        for path, expected in manifest["files"].items():
+        for path in paths:
             target = staged / path
             target.parent.mkdir(parents=True, exist_ok=True)
             try:
@@ -359,26 +381,58 @@ def _fetch(store, manifest: dict, local: Path) -> bool:
             except KeyError:
                 log.warning("checkpoint %s in %s lacks %s: skipped", manifest["snapshot"], store.url, path)
                 return False
-            if _sha256(target) != expected["sha256"]:
-                log.warning(
-                    "checkpoint %s in %s: %s is corrupt: skipped", manifest["snapshot"], store.url, path
-                )
-                return False
-        for path in manifest["files"]:
-            (local / path).parent.mkdir(parents=True, exist_ok=True)
-            os.replace(staged / path, local / path)
+            with target.open("rb") as source:
+                if _sha256(source) != manifest["files"][path]["sha256"]:
+                    log.warning(
+                        "checkpoint %s in %s: %s is corrupt: skipped", manifest["snapshot"], store.url, path
+                    )
+                    return False
+        owner = local.lstat()
+        for path in paths:
+            _place(staged / path, local, path, owner.st_uid, owner.st_gid)
     if CHECKPOINTED_FILE in manifest["files"]:
         # The marker's time is the job's last checkpoint, not when this copy arrived.
         moment = dt.datetime.fromisoformat(manifest["checkpointed_at"]).timestamp()
-        os.utime(local / CHECKPOINTED_FILE, (moment, moment))
+        os.utime(local / CHECKPOINTED_FILE, (moment, moment), follow_symlinks=False)
     return True
 
 
-def _sha256(path: Path) -> str:
+def _plain_path(path: str) -> bool:
+    """A relative path of plain components: nothing absolute, no `..`, nothing empty."""
+    parts = path.split("/")
+    return bool(path) and not path.startswith("/") and all(part not in ("", ".", "..") for part in parts)
+
+
+def _place(source: Path, local: Path, path: str, uid: int, gid: int) -> None:
+    """Move `source` to `local/path`, its folders made (owned by uid:gid) and entered one at a time
+    without following links; a link in the way is replaced, never followed."""
+    folder = os.open(local, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        *parents, name = path.split("/")
+        for part in parents:
+            try:
+                os.mkdir(part, 0o700, dir_fd=folder)
+                os.chown(part, uid, gid, dir_fd=folder, follow_symlinks=False)
+            except FileExistsError:
+                pass
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder)
+            os.close(folder)
+            folder = inner
+        os.replace(source, name, dst_dir_fd=folder)
+        os.chown(name, uid, gid, dir_fd=folder, follow_symlinks=False)
+    finally:
+        os.close(folder)
+
+
+def _copy_into(source, target: Path) -> None:
+    with target.open("wb") as copy:
+        shutil.copyfileobj(source, copy, CHUNK)
+
+
+def _sha256(source) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as source:
-        while chunk := source.read(CHUNK):
-            digest.update(chunk)
+    while chunk := source.read(CHUNK):
+        digest.update(chunk)
     return digest.hexdigest()
 
 

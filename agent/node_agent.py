@@ -12,11 +12,13 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
+from typing import NamedTuple
 
 from gpu_portal_sdk.errors import AuthenticationError, NotFoundError, PortalError, ValidationError
 
 from agent.checkpoint_sync import CheckpointSyncError
 from agent.host import host_meter
+from agent.isolation import JobStartError
 from agent.jobs import Job, checkpoint_time, mps_available, stop_stale_jobs
 from agent.nvml import read_cards, read_processes, read_samples
 
@@ -25,11 +27,23 @@ log = logging.getLogger(__name__)
 LOG_CHUNK_CHARS = 64 * 1024  # the portal's limit per log report
 MAX_UNSENT_MOMENTS = 60  # the portal's limit per samples request: a longer outage keeps the last minute
 STOPPED_FOR_MOVE = 128 + signal.SIGTERM  # the status reported for a run stopped at registration mid-move
+CANNOT_START = 126  # the status reported for a job that could not be given its identity or cgroup
+
+
+class Exit(NamedTuple):
+    """A job's end, until the portal has taken the report: its status, its run, when the agent saw it
+    end, and the host memory limit (MiB) its cgroup killed it for, if that is why."""
+
+    code: int
+    generation: int | None
+    at: dt.datetime | None
+    host_memory_exceeded_mib: int | None = None
 
 
 class NodeAgent:
     """One node's agent. `client` is a gpu_portal_sdk.node.NodeClient, `nvml` what agent.nvml.load_nvml
-    gave; `grace_s` is how long a stopped job may take to checkpoint before SIGKILL.
+    gave, `isolation` an agent.isolation.Isolation (how its jobs run: as whom, in which cgroup and
+    namespaces); `grace_s` is how long a stopped job may take to checkpoint before SIGKILL.
 
     The cards are read every `sample_period_s` (the live pages' 1 Hz) and their readings sent together,
     one request for several moments, every `send_samples_every_s` (by default every round): at
@@ -52,10 +66,10 @@ class NodeAgent:
         client,
         nvml,
         *,
+        isolation,
         interval_s: float = 2.0,
         grace_s: float = 30.0,
         mps: bool | None = None,
-        workdir: str | None = None,
         sample_period_s: float = 1.0,
         send_samples_every_s: float | None = None,
         fence_after_s: float | None = None,
@@ -67,7 +81,8 @@ class NodeAgent:
         self.interval_s = interval_s
         self.grace_s = grace_s
         self.mps = mps_available() if mps is None else mps
-        self.workdir = workdir
+        self.isolation = isolation
+        self.card_minors: dict[str, int] = {}  # card UUID -> its /dev/nvidia<minor>
         self.sample_period_s = sample_period_s
         self.send_samples_every_s = interval_s if send_samples_every_s is None else send_samples_every_s
         self.cloud_notices = cloud_notices
@@ -77,9 +92,9 @@ class NodeAgent:
         self._read_at = self._sent_at = float("-inf")
         self.jobs: dict[int, Job] = {}
         # Reports not sent yet, with their run's generation: {request: generation} and
-        # {request: (exit status, generation)}.
+        # {request: Exit}.
         self.unreported_starts: dict[int, tuple[int | None, dt.datetime | None]] = {}
-        self.unreported_exits: dict[int, tuple[int, int | None, dt.datetime | None]] = {}
+        self.unreported_exits: dict[int, Exit] = {}
         self.registered = False
         self.registered_at: dt.datetime | None = None  # every earlier agent's job had stopped by then
         self.owner = ""  # "<node> at <portal>" once registered: marks the jobs this node's agents start
@@ -169,6 +184,7 @@ class NodeAgent:
             for request_id, job in list(self.jobs.items()):
                 job.enforce_stop()
                 if job.finished():
+                    job.close()
                     del self.jobs[request_id]
                     try:
                         self._ship(job)
@@ -181,7 +197,11 @@ class NodeAgent:
     def _register(self) -> None:
         if self.registered:
             return
-        answer = self.client.register([card.registration() for card in read_cards(self.nvml)])
+        cards = read_cards(self.nvml)
+        answer = self.client.register(
+            [card.registration() for card in cards], isolation=self.isolation.report()
+        )
+        self.card_minors = {card.uuid: card.minor for card in cards}
         log.info(
             "registered node %s: %d new cards, %d changed, not reported: %s",
             answer["node"],
@@ -193,6 +213,8 @@ class NodeAgent:
         # have moved their work); what is still placed here starts again from its checkpoint.
         self.owner = f"{answer['node']} at {self.client.api_url}"
         stop_stale_jobs(self.owner, self.grace_s)
+        if left := self.isolation.attach(answer["node"]):  # whatever escaped its session, in its cgroup
+            log.warning("ended %d job cgroup(s) an earlier agent left", left)
         self.registered_at = dt.datetime.now(dt.UTC)
         self.registered = True
 
@@ -234,7 +256,7 @@ class NodeAgent:
         if at is not None and (known_at is None or at > dt.datetime.fromisoformat(known_at)):
             self._send_checkpoint(request_id, Path(item["checkpoint_dir"]), at, generation)
         log.info("request %s: left behind by an earlier agent mid-move: reported stopped", request_id)
-        self.unreported_exits[request_id] = (STOPPED_FOR_MOVE, generation, self.registered_at)
+        self.unreported_exits[request_id] = Exit(STOPPED_FOR_MOVE, generation, self.registered_at)
 
     def _watch_cloud(self) -> None:
         """Tell the portal of the cloud's reclaim notice for this node, once per notice."""
@@ -250,11 +272,19 @@ class NodeAgent:
     def _start(self, item: dict) -> None:
         if self.checkpoint_sync is not None and item.get("last_checkpoint_at"):
             self._pull_checkpoint(item)
+        minors = [self.card_minors[g["uuid"]] for g in item["gpus"] if g["uuid"] in self.card_minors]
         try:
-            job = Job(item, mps=self.mps, workdir=self.workdir, owner=self.owner)
+            job = Job(item, mps=self.mps, isolation=self.isolation, owner=self.owner, card_minors=minors)
+        except JobStartError as error:
+            log.error("request %s: cannot start: %s", item["request_id"], error)
+            self.client.log(
+                item["request_id"], item.get("log_offset", 0), f"GPU Portal: cannot start: {error}\n"
+            )
+            self.unreported_exits[item["request_id"]] = Exit(CANNOT_START, item.get("generation"), None)
+            return
         except OSError as error:
             log.error("request %s: cannot start %r: %s", item["request_id"], item["command"], error)
-            self.unreported_exits[item["request_id"]] = (127, item.get("generation"), None)
+            self.unreported_exits[item["request_id"]] = Exit(127, item.get("generation"), None)
             return
         log.info("request %s: started pid %s: %s", item["request_id"], job.process.pid, item["command"])
         self.jobs[item["request_id"]] = job
@@ -342,22 +372,31 @@ class NodeAgent:
 
     def _reap(self) -> None:
         for request_id, job in list(self.jobs.items()):
+            job.watch_host_memory()
             job.enforce_stop()
             if job.finished():
                 log.info("request %s: exited %s", request_id, job.exit_code)
                 if self._current(job):  # its last checkpoint (written on SIGTERM) before its exit
                     self._report_checkpoint(job)
                 self._ship(job)
+                job.close()
                 del self.jobs[request_id]
                 if request_id in self.fenced:
                     self.fenced.discard(request_id)
                     continue  # stopped for being cut off: the portal decides whether it runs again
-                self.unreported_exits[request_id] = (job.exit_code, job.generation, job.exited_at)
-        for request_id, (exit_code, generation, exited_at) in list(self.unreported_exits.items()):
+                memory = job.memory_limit_mib if job.host_memory_exceeded else None
+                self.unreported_exits[request_id] = Exit(job.exit_code, job.generation, job.exited_at, memory)
+        for request_id, ended in list(self.unreported_exits.items()):
             if request_id in self.unreported_starts or request_id in self.overuse:
                 continue  # in the order it happened: started, stopped by the watchdog, exited
             try:
-                self.client.finished(request_id, exit_code, generation, exited_at)
+                self.client.finished(
+                    request_id,
+                    ended.code,
+                    ended.generation,
+                    ended.at,
+                    host_memory_exceeded_mib=ended.host_memory_exceeded_mib,
+                )
             except NotFoundError:
                 log.warning("request %s: the portal has no such request on this node", request_id)
             del self.unreported_exits[request_id]

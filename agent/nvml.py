@@ -28,6 +28,7 @@ class Card:
     model: str
     memory_mib: int
     mig_mode: str  # enabled, disabled or unsupported
+    minor: int  # its device file: /dev/nvidia<minor>
 
     def registration(self) -> dict:
         return {
@@ -59,6 +60,7 @@ def read_cards(nvml) -> list[Card]:
                 model=_text(nvml.nvmlDeviceGetName(handle)),
                 memory_mib=nvml.nvmlDeviceGetMemoryInfo(handle).total // MIB,
                 mig_mode=_mig_mode(nvml, handle),
+                minor=nvml.nvmlDeviceGetMinorNumber(handle),
             )
         )
     return cards

@@ -16,7 +16,6 @@ readings; nothing else in the agent knows.
 
 import os
 import random
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -89,15 +88,18 @@ class _Handle:
     last_read: float = field(default_factory=time.monotonic)
 
 
-def claims_dir() -> Path:
-    return Path(os.environ.get(CLAIMS_DIR_ENV) or Path(tempfile.gettempdir()) / "simnvml-claims")
+def claims_dir(env=os.environ, uid: int | None = None) -> str:
+    """Where a process's claims go, as that process sees its file system: its SIMNVML_CLAIMS_DIR, or
+    a folder of its user's in its temporary directory (a sandboxed job's is its own /tmp)."""
+    uid = os.geteuid() if uid is None else uid
+    return env.get(CLAIMS_DIR_ENV) or f"{env.get('TMPDIR') or '/tmp'}/simnvml-claims-{uid}"
 
 
-def claim_memory(mib: int, pid: int | None = None) -> None:
-    """Say that process `pid` (this one by default) now holds `mib` MiB on its simulated cards."""
-    folder = claims_dir()
+def claim_memory(mib: int) -> None:
+    """Say that this process now holds `mib` MiB on its simulated cards."""
+    folder = Path(claims_dir())
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / str(pid or os.getpid())).write_text(str(int(mib)))
+    (folder / str(os.getpid())).write_text(f"{int(mib)} {_start_ticks(Path('/proc'), os.getpid())}")
 
 
 class SimulatedNvml:
@@ -144,6 +146,9 @@ class SimulatedNvml:
 
     def nvmlDeviceGetName(self, handle: _Handle) -> str:
         return handle.card.name
+
+    def nvmlDeviceGetMinorNumber(self, handle: _Handle) -> int:
+        return self._handles.index(handle)  # /dev/nvidia<minor>, absent on a host without GPUs
 
     def nvmlDeviceGetMigMode(self, handle: _Handle) -> list[int]:
         if handle.card.mig is None:
@@ -234,7 +239,7 @@ class SimulatedNvml:
         return round(moved)
 
     def _memory_mib(self, handle: _Handle, pid: int, env: dict) -> int:
-        claimed = _claimed_mib(pid)
+        claimed = _claimed_mib(self._proc_root, pid, env)
         if claimed is not None:
             return min(claimed, handle.card.memory_mib)
         (used, noise), _, ramp_s = PROFILES.get(env.get("GPU_PORTAL_TASK_TYPE"), DEFAULT_PROFILE)
@@ -290,11 +295,26 @@ def _int(value) -> int | None:
         return None
 
 
-def _claimed_mib(pid: int) -> int | None:
+def _claimed_mib(proc_root: Path, pid: int, env: dict) -> int | None:
+    """The memory process `pid` claimed, read where it wrote it: through its own root (its mount
+    namespace) under its own pid (its PID namespace's), as a driver sees a sandboxed process. A claim
+    left by an earlier process of the same pid is not its own: the start times differ."""
+    process = proc_root / str(pid)
     try:
-        return int((claims_dir() / str(pid)).read_text())
-    except (OSError, ValueError):
+        status = (process / "status").read_text()
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        own_pid = fields["NSpid"].split()[-1]
+        uid = int(fields["Uid"].split()[1])
+        path = f"{process}/root/{claims_dir(env, uid).lstrip('/')}/{own_pid}"
+        mib, started = Path(path).read_text().split()
+        return int(mib) if started == _start_ticks(proc_root, pid) else None
+    except (OSError, KeyError, ValueError, IndexError):
         return None
+
+
+def _start_ticks(proc_root: Path, pid: int) -> str:
+    """The process's start time in clock ticks since boot (the same in every PID namespace)."""
+    return (proc_root / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19]
 
 
 _scan_lock = threading.Lock()

@@ -146,7 +146,6 @@ class Soak:
         settings.NODE_SUSPECT_AFTER_S, settings.NODE_LOST_AFTER_S = SUSPECT_AFTER_S, LOST_AFTER_S
         logging.getLogger("agent").setLevel(logging.WARNING)
         settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_CLASSES": []}
-        os.environ["SIMNVML_CLAIMS_DIR"] = os.path.join(self.checkpoints, ".claims")
         self.user, self.team, self.nodes = _cluster(args.nodes, args.gpus_per_node)
         self.agents = {node.pk: self._agent(node) for node in self.nodes}
         self.down: dict[int, tuple[str, float]] = {}  # node -> (failure, real time it is back)
@@ -167,6 +166,7 @@ class Soak:
     def _agent(self, node):
         from gpu_portal_sdk.node import NodeClient
 
+        from agent.isolation import Isolation
         from agent.node_agent import NodeAgent
         from agent.nvml import load_nvml
         from scheduler_app.demo_agents import simulated_cards
@@ -177,6 +177,7 @@ class Soak:
         return NodeAgent(
             client,
             load_nvml(simulated_cards(node), seed=node.pk),
+            isolation=Isolation(work_root=os.path.join(self.checkpoints, ".work")),
             interval_s=1.0,
             grace_s=0.5,
             mps=False,

@@ -1,15 +1,26 @@
 """The embedded default's node agents: the real agent (agent.node_agent.NodeAgent) on simulated NVML,
 one thread per node, talking HTTP to the portal this process serves, so the demo cluster runs its
-requests' commands, reports their output and exits, and its utilization moves."""
+requests' commands, reports their output and exits, and its utilization moves.
+
+Their jobs are isolated as a real node's are (agent.isolation) when the portal runs as root: each
+drops to its team's identity with an allow-listed environment, in its own cgroup and namespaces that
+hide the portal's var directory. Otherwise, and where team identities could not run the demo's
+Python, they run unisolated, and the nodes show it.
+"""
 
 import logging
 import os
+import stat
 import sys
+import sysconfig
 import threading
 from pathlib import Path
 
+from django.conf import settings
 from gpu_portal_sdk.node import NodeClient
 
+from agent.isolation import DEFAULT_PATH, Isolation, IsolationUnavailable
+from agent.isolation.identity import Identities
 from agent.node_agent import NodeAgent
 from agent.nvml import load_nvml
 from agent.simnvml import SimCard
@@ -21,6 +32,7 @@ log = logging.getLogger(__name__)
 
 DEMO = "demo agents"
 START_DELAY_S = 2.0  # the server's first seconds: let it listen before the agents knock
+SYSTEM_PYTHON = Path("/usr/bin/python3.11")  # Debian's, of the same minor version as the portal's
 
 
 def simulated_cards(node: Node) -> list[SimCard]:
@@ -31,9 +43,8 @@ def simulated_cards(node: Node) -> list[SimCard]:
 class SimulatedAgents:
     """One agent thread per node that is not lost, each on simulated cards with the node's UUIDs."""
 
-    def __init__(self, portal_url: str, *, workdir: str, interval_s: float = 2.0, grace_s: float = 10.0):
-        # The demo's commands say `python`: make it this Python, whatever PATH the portal started with.
-        os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    def __init__(self, portal_url: str, *, interval_s: float = 2.0, grace_s: float = 10.0):
+        isolation = demo_isolation()
         self.agents: list[NodeAgent] = []
         self.threads: list[threading.Thread] = []
         nodes = Node.objects.exclude(status=NodeStatus.LOST).prefetch_related("gpus").order_by("name")
@@ -42,10 +53,10 @@ class SimulatedAgents:
             agent = NodeAgent(
                 NodeClient(portal_url, credential),
                 load_nvml(simulated_cards(node), seed=node.pk),
+                isolation=isolation,
                 interval_s=interval_s,
                 grace_s=grace_s,
                 mps=False,
-                workdir=workdir,
             )
             self.agents.append(agent)
             thread = threading.Thread(target=self._run, args=(agent,), name=f"agent-{node.name}", daemon=True)
@@ -67,3 +78,53 @@ class SimulatedAgents:
     def _run(agent: NodeAgent) -> None:
         if not agent.stopping.wait(START_DELAY_S):
             agent.run()
+
+
+def demo_isolation() -> Isolation:
+    """The demo nodes' isolation: full when the portal runs as root and a Python that the team
+    identities may run is at hand, unisolated otherwise (said in the log and on the nodes' pages).
+
+    The demo's commands say `python`: a directory in the jobs' PATH holds a `python` that links to one,
+    with this checkout and the portal's packages on PYTHONPATH, so `python -m agent.demo_job` runs."""
+    var = Path(settings.VAR_DIR)
+    python = next((p for p in (Path(sys.executable).resolve(), SYSTEM_PYTHON) if _open_to_all(p)), None)
+    job_bin = var / "job-bin"
+    job_bin.mkdir(parents=True, exist_ok=True)
+    link = job_bin / "python"
+    link.unlink(missing_ok=True)
+    link.symlink_to(python or Path(sys.executable).resolve())
+    packages = [str(settings.BASE_DIR), str(settings.BASE_DIR / "sdk"), sysconfig.get_paths()["purelib"]]
+    options = {
+        "work_root": str(var / "work"),
+        "path": f"{job_bin}:{DEFAULT_PATH}",
+        "environment": {"PYTHONPATH": os.pathsep.join(packages)},
+    }
+    try:
+        if python is None or not all(_open_to_all(Path(p)) for p in (job_bin, *packages)):
+            raise IsolationUnavailable(f"no Python that other users may run (tried {sys.executable})")
+        identities = Identities(home_root=str(var / "home"))
+        isolation = Isolation.detect(identities=identities, hide=(str(var),), **options)
+        _close_var(var)
+        return isolation
+    except IsolationUnavailable as error:
+        log.warning("the demo's jobs run unisolated, as the portal's own user: %s", error)
+        return Isolation(**options)
+
+
+def _open_to_all(path: Path) -> bool:
+    """Any user may reach `path` (every directory above it passable) and read or run it."""
+    if not path.exists():
+        return False
+    for parent in path.parents:
+        if not parent.stat().st_mode & stat.S_IXOTH:
+            return False
+    return bool(path.stat().st_mode & (stat.S_IROTH | stat.S_IXOTH))
+
+
+def _close_var(var: Path) -> None:
+    """Jobs pass through the portal's var directory to their own directories in it, but may not list
+    it or read the files the portal keeps there (its database), bubblewrap or not."""
+    os.chmod(var, 0o711)
+    for entry in var.iterdir():
+        if entry.is_file() and not entry.is_symlink():
+            os.chmod(entry, 0o600)

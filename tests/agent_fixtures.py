@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from gpu_portal_sdk.node import NodeClient
 
+from agent.isolation import Isolation
 from agent.node_agent import NodeAgent
 from agent.nvml import load_nvml
 from scheduler_app.demo_agents import simulated_cards
@@ -22,11 +23,16 @@ DEMO_JOB = f"{sys.executable} -m agent.demo_job"
 
 @pytest.fixture
 def agent_files(settings, tmp_path, monkeypatch):
-    """Checkpoints and the simulator's memory claims go to this test's own folder; the simulator looks at
-    the processes afresh on every read (no scan of /proc kept from an earlier test)."""
+    """Checkpoints go to this test's own folder; the simulator looks at the processes afresh on every
+    read (no scan of /proc kept from an earlier test)."""
     settings.CHECKPOINT_ROOT = str(tmp_path / "checkpoints")
-    monkeypatch.setenv("SIMNVML_CLAIMS_DIR", str(tmp_path / "claims"))
     monkeypatch.setattr("agent.simnvml.PROC_SCAN_TTL_S", 0)
+
+
+def unisolated(work_root) -> Isolation:
+    """How the agent tests run their jobs unless a test is about isolation: as the test's own user,
+    each in its own work directory, `python -m agent.demo_job` importable."""
+    return Isolation(work_root=str(work_root), environment={"PYTHONPATH": str(REPO)})
 
 
 @pytest.fixture
@@ -36,7 +42,7 @@ def node(make_node):
 
 
 @pytest.fixture
-def start_agent(live_server, transactional_db, node, agent_files):
+def start_agent(live_server, transactional_db, node, agent_files, tmp_path):
     """start_agent(node=node-1, **options) -> a NodeAgent for the node on simulated cards of its UUIDs;
     every agent made is shut down (its jobs stopped) at the end of the test."""
     made = []
@@ -44,7 +50,8 @@ def start_agent(live_server, transactional_db, node, agent_files):
     def make(for_node=None, **options):
         for_node = for_node or node
         cards = simulated_cards(for_node)
-        options = {"interval_s": 0.1, "grace_s": 1.0, "mps": False, "workdir": str(REPO), **options}
+        options = {"interval_s": 0.1, "grace_s": 1.0, "mps": False, **options}
+        options.setdefault("isolation", unisolated(tmp_path / "work"))
         agent = NodeAgent(
             NodeClient(live_server.url, issue_agent_credential(for_node)), load_nvml(cards, seed=7), **options
         )

@@ -288,3 +288,46 @@ def test_a_longer_key_is_not_mistaken_for_a_copy_of_a_shorter_one(fs_store, tmp_
 
     assert sync.latest("team-a/r1") == own
     assert sync.latest("team-a/r1/0") == nested  # not pruned as an old copy of team-a/r1
+
+
+def test_a_push_copies_no_link_a_job_left_only_its_regular_files(fs_store, tmp_path):
+    secret = tmp_path / "root-only"
+    secret.write_text("the node's secret")
+    job_dir = write_checkpoint(tmp_path / "job", step=1)
+    (job_dir / "stolen").symlink_to(secret)
+    (job_dir / "sub").symlink_to(tmp_path, target_is_directory=True)
+
+    copy = CheckpointSync(fs_store).push(job_dir, "request-1")
+
+    assert "stolen" not in copy.files and not any(path.startswith("sub/") for path in copy.files)
+    assert "model.pt" in copy.files
+
+
+def test_a_pull_writes_nothing_through_a_link_the_job_left_in_its_directory(fs_store, tmp_path):
+    job_dir = tmp_path / "job"
+    (job_dir / "ckpt").mkdir(parents=True)
+    (job_dir / "ckpt" / "weights.bin").write_bytes(b"weights")
+    sync = CheckpointSync(fs_store)
+    sync.push(job_dir, "request-1")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    (resumed / "ckpt").symlink_to(elsewhere, target_is_directory=True)  # planted by the job
+
+    with pytest.raises(OSError):
+        sync.pull("request-1", resumed)
+
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_manifest_naming_paths_outside_the_directory_is_not_taken(fs_store, tmp_path):
+    sync = CheckpointSync(fs_store)
+    copy = sync.push(write_checkpoint(tmp_path / "job", step=1), "request-1")
+    manifest_path = fs_store.root / "request-1" / copy.snapshot / "MANIFEST.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["files"]["../escaped"] = manifest["files"]["model.pt"]
+    manifest_path.write_text(json.dumps(manifest))
+
+    assert sync.pull("request-1", tmp_path / "resumed") is None
+    assert not (tmp_path / "escaped").exists()

@@ -6,17 +6,21 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from agent.__main__ import main
+from agent.simnvml import claims_dir
 from scheduler_app.models import Gpu
 from scheduler_app.services.inventory import issue_agent_credential, register_node
 from tests.agent_fixtures import DEMO_JOB, REPO
 
 
-def agent_process(*args, env=None):
+def agent_process(*args, workdir, env=None):
+    """`python -m agent run` as a single-tenant node (the isolation tests run it isolated)."""
     environment = {**os.environ, "PYTHONPATH": str(REPO / "sdk"), **(env or {})}  # this checkout's SDK
+    unisolated = ["--no-isolation", "--workdir", str(workdir), "--job-env", f"PYTHONPATH={REPO}"]
     return subprocess.Popen(
-        [sys.executable, "-m", "agent", *args],
+        [sys.executable, "-m", "agent", *args, *unisolated],
         cwd=REPO,
         env=environment,
         stdout=subprocess.PIPE,
@@ -63,6 +67,7 @@ def test_the_agent_runs_a_request_given_a_portal_and_a_credential_file(
         str(cards),
         "--interval-s",
         "0.2",
+        workdir=tmp_path / "work",
     )
     try:
         succeeded = wait_for(lambda: request.refresh_from_db() or request.state == "succeeded")
@@ -75,11 +80,11 @@ def test_the_agent_runs_a_request_given_a_portal_and_a_credential_file(
     assert f"request {request.pk}: exited 0" in output
 
 
-def test_the_agent_takes_its_settings_from_the_environment(live_server, transactional_db, pool):
+def test_the_agent_takes_its_settings_from_the_environment(live_server, transactional_db, pool, tmp_path):
     node, credential = register_node(pool=pool, name="bare-node", cpu_milli=8000, memory_mib=65536, gpus=[])
     env = settings_env(live_server.url, credential, simulate=2)
 
-    agent = agent_process("--interval-s", "0.2", env=env)
+    agent = agent_process("--interval-s", "0.2", env=env, workdir=tmp_path / "work")
     try:
         registered = wait_for(lambda: Gpu.objects.filter(node=node).count() == 2)
     finally:
@@ -98,8 +103,7 @@ def test_without_a_portal_or_credential_the_agent_says_what_to_give(capsys, monk
     assert "Give the portal's URL (--portal or GPU_PORTAL_URL)" in capsys.readouterr().err
 
 
-def test_probe_prints_the_cards_memory_mig_mode_and_processes(capsys, tmp_path, monkeypatch):
-    monkeypatch.setenv("SIMNVML_CLAIMS_DIR", str(tmp_path))
+def test_probe_prints_the_cards_memory_mig_mode_and_processes(capsys, tmp_path):
     cards = tmp_path / "cards.json"
     cards.write_text(
         json.dumps([{"uuid": "GPU-probe-0", "name": "NVIDIA H200", "memory_mib": 143771, "mig": None}])
@@ -111,7 +115,7 @@ def test_probe_prints_the_cards_memory_mig_mode_and_processes(capsys, tmp_path, 
         stdout=subprocess.DEVNULL,
     )
     try:
-        assert wait_for(lambda: (tmp_path / str(job.pid)).exists())
+        assert wait_for(lambda: (Path(claims_dir()) / str(job.pid)).exists())
         assert main(["probe", "--simulate-cards", str(cards)]) == 0
     finally:
         job.kill()
@@ -129,14 +133,14 @@ def test_without_nvml_the_agent_says_to_simulate(capsys):
     assert "run with --simulate N" in capsys.readouterr().err
 
 
-def test_a_refused_credential_stops_the_agent_with_an_error(live_server, transactional_db, node):
+def test_a_refused_credential_stops_the_agent_with_an_error(live_server, transactional_db, node, tmp_path):
     env = {
         "GPU_PORTAL_URL": live_server.url,
         "GPU_PORTAL_NODE_CREDENTIAL": "node_revoked",
         "GPU_PORTAL_SIMULATE": "1",
     }
 
-    agent = agent_process("--interval-s", "0.2", env=env)
+    agent = agent_process("--interval-s", "0.2", env=env, workdir=tmp_path / "work")
     output, _ = agent.communicate(timeout=30)
 
     assert agent.returncode == 1
@@ -207,3 +211,34 @@ def test_a_backup_without_a_primary_store_is_refused(monkeypatch, capsys):
 
     assert (code, agent) == (2, None)
     assert "--checkpoint-backup needs --checkpoint-store" in capsys.readouterr().err
+
+
+def test_an_isolated_agent_refuses_a_credential_file_others_can_read(capsys, tmp_path):
+    credential = tmp_path / "credential"
+    credential.write_text("node_secret")
+    credential.chmod(0o644)
+
+    code = main(
+        ["run", "--portal", "http://127.0.0.1:9", "--simulate", "1", "--credential-file", str(credential)]
+    )
+
+    assert code == 2
+    assert f"chmod 600 {credential}" in capsys.readouterr().err
+
+
+def test_without_root_the_agent_refuses_to_isolate_and_names_the_way_out(capsys, monkeypatch):
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+
+    code, agent = started_agent(monkeypatch)
+
+    assert (code, agent) == (2, None)
+    error = capsys.readouterr().err
+    assert "must run as root" in error and "--no-isolation" in error
+
+
+def test_the_agent_tells_the_portal_how_it_isolates_its_jobs(monkeypatch):
+    _, isolated = started_agent(monkeypatch)
+    _, unisolated = started_agent(monkeypatch, "--no-isolation")
+
+    assert isolated.isolation.report() == {"mode": "isolated", "namespaces": True, "cgroup": "v1"}
+    assert unisolated.isolation.report() == {"mode": "unisolated", "namespaces": False, "cgroup": "none"}

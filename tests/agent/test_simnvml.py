@@ -65,8 +65,7 @@ def test_cards_report_mig_mode_or_its_absence():
     assert [card.mig_mode for card in read_cards(nvml)] == ["unsupported", "disabled", "enabled"]
 
 
-def test_an_idle_card_reads_zero_and_a_process_on_it_moves_util_memory_power(tmp_path, monkeypatch):
-    monkeypatch.setenv("SIMNVML_CLAIMS_DIR", str(tmp_path))
+def test_an_idle_card_reads_zero_and_a_process_on_it_moves_util_memory_power(tmp_path):
     nvml = SimulatedNvml([SimCard("GPU-busy", "NVIDIA A100-SXM4-80GB"), SimCard("GPU-idle")], seed=1)
     nvml.nvmlInit()
     env = {

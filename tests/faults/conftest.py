@@ -91,16 +91,15 @@ def agent_process(live_server, agent_files, tmp_path):
         secret = tmp_path / f"{node.name}-credential"
         if not secret.exists():  # a restarted agent keeps the node's credential
             secret.write_text(issue_agent_credential(node))
-        env = os.environ | {"SIMNVML_CLAIMS_DIR": str(tmp_path / "claims")}
         argv = [
             sys.executable, "-m", "agent", "run", "--portal", live_server.url,
             "--credential-file", str(secret),
             "--simulate-cards", str(cards), "--interval-s", "0.2", "--grace-s", "1", "--mps", "off",
-            "--workdir", str(REPO),
+            "--no-isolation", "--workdir", str(tmp_path / "work"), "--job-env", f"PYTHONPATH={REPO}",
         ]  # fmt: skip
         log = (tmp_path / f"{node.name}-agent.log").open("a")
         process = subprocess.Popen(
-            argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         started.append(process)
         return process

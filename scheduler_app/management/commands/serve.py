@@ -25,7 +25,7 @@ class Command(BaseCommand):
         if simulated_agents:
             from scheduler_app.demo_agents import SimulatedAgents
 
-            agents = SimulatedAgents(f"http://127.0.0.1:{port}", workdir=str(settings.BASE_DIR))
+            agents = SimulatedAgents(f"http://127.0.0.1:{port}")
             agents.start()
             # Stop them while the server still answers, so their jobs' last output and exits reach it:
             # the reactor waits for the deferred, serving meanwhile, before it closes its ports.
