@@ -192,6 +192,17 @@ class AddMemberForm(ServiceErrorsMixin, forms.Form):
     role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
 
 
+class TeamSecretForm(ServiceErrorsMixin, forms.Form):
+    """A secret to add or replace; the value is never rendered back, not even after an error."""
+
+    name = forms.CharField(max_length=128, help_text="The variable the team's jobs get, e.g. WANDB_API_KEY.")
+    value = forms.CharField(
+        strip=False,
+        widget=forms.PasswordInput(attrs={"autocomplete": "off"}),
+        help_text="4 to 4,096 characters; stored encrypted, never shown again, masked in job logs.",
+    )
+
+
 class RoleForm(ServiceErrorsMixin, forms.Form):
     role = forms.ChoiceField(choices=Role.choices)
 
