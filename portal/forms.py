@@ -102,6 +102,13 @@ class RequestForm(ServiceErrorsMixin, forms.Form):
     )
     priority = forms.IntegerField(initial=0, help_text="-100..100; higher goes first within your team.")
     command = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}))
+    environment = forms.CharField(
+        required=False,
+        strip=False,  # a value is the job's exactly, trailing spaces included
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+        label="Environment (NAME=value, one per line)",
+        help_text="Variables the job gets; they win over the team's secrets of the same name.",
+    )
     workload_key = forms.CharField(
         required=False,
         max_length=200,
@@ -127,6 +134,21 @@ class RequestForm(ServiceErrorsMixin, forms.Form):
         self.fields["checkpoint_interval_min"].widget.attrs["min"] = 1
         self.fields["priority"].widget.attrs.update(min=-100, max=100)
 
+    def clean_environment(self) -> dict[str, str]:
+        """NAME=value lines into {NAME: value}; the submit service checks the names and values."""
+        environment: dict[str, str] = {}
+        for line in self.cleaned_data["environment"].splitlines():
+            if not line.strip():
+                continue
+            name, equals, value = line.partition("=")
+            name = name.strip()
+            if not equals or not name:
+                raise ValidationError(f"“{line.strip()[:40]}”: write NAME=value, one variable per line.")
+            if name in environment:
+                raise ValidationError(f"{name} is given twice; keep one line for it.")
+            environment[name] = value
+        return environment
+
     def service_kwargs(self) -> dict:
         """The keyword arguments of submit_request / estimate_request, from the cleaned data."""
         data = self.cleaned_data
@@ -149,6 +171,7 @@ class RequestForm(ServiceErrorsMixin, forms.Form):
             "max_duration_s": None if duration is None else int(duration * Decimal(3600)),
             "priority": data["priority"],
             "command": data["command"],
+            "environment": data["environment"],
             "workload_key": data["workload_key"].strip(),
         }
 
@@ -167,6 +190,17 @@ class ApiTokenForm(ServiceErrorsMixin, forms.Form):
 class AddMemberForm(ServiceErrorsMixin, forms.Form):
     username = forms.CharField(max_length=150)
     role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
+
+
+class TeamSecretForm(ServiceErrorsMixin, forms.Form):
+    """A secret to add or replace; the value is never rendered back, not even after an error."""
+
+    name = forms.CharField(max_length=128, help_text="The variable the team's jobs get, e.g. WANDB_API_KEY.")
+    value = forms.CharField(
+        strip=False,
+        widget=forms.PasswordInput(attrs={"autocomplete": "off"}),
+        help_text="4 to 4,096 characters; stored encrypted, never shown again, masked in job logs.",
+    )
 
 
 class RoleForm(ServiceErrorsMixin, forms.Form):

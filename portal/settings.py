@@ -11,7 +11,7 @@ import dj_database_url
 import plotly
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.env import env_bool, env_int, env_list, env_secret, env_str
+from portal.env import env_bool, env_fernet_keys, env_int, env_list, env_secret, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("PORTAL_VAR_DIR", str(BASE_DIR / "var")))
@@ -23,6 +23,13 @@ if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured("SECRET_KEY (or SECRET_KEY_FILE) is required when DEBUG is off.")
     SECRET_KEY = "django-insecure-embedded-default-only-never-in-production"
+
+# Team secrets (teams.TeamSecret) are encrypted with these Fernet keys: the first encrypts, every one
+# decrypts (rotation). Unset: one key derived from SECRET_KEY, so changing SECRET_KEY then makes the
+# stored secrets unreadable; production sets its own keys.
+TEAM_SECRETS_KEYS = env_fernet_keys(
+    "TEAM_SECRETS_KEYS", derive_from=SECRET_KEY, purpose=b"gpu-portal team secrets"
+)
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"] if DEBUG else [])
 if not ALLOWED_HOSTS:

@@ -238,6 +238,12 @@ class GpuRequest(models.Model):
     )
     max_duration_s = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
     command = models.TextField(blank=True)
+    environment = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Variables the job gets, NAME -> value (scheduler_app.environment); they win over "
+        "the team's secrets of the same name.",
+    )
     workload_key = models.CharField(
         max_length=200,
         blank=True,

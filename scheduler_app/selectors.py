@@ -19,6 +19,7 @@ from scheduler_app.models import Allocation, Gpu, GpuRequest, GpuSample, LogChun
 from scheduler_app.services.agents import checkpoint_dir
 from scheduler_app.telemetry import Load, Point, Summary, current_load, downsample, summarize
 from teams.models import Membership, Team
+from teams.selectors import secret_values
 
 
 def requests_visible_to(user) -> QuerySet[GpuRequest]:
@@ -382,8 +383,14 @@ def node_work(node: Node) -> list[dict]:
     command, its cards (UUID, milli-GPU, memory MiB) and its checkpoint directory. A request that
     drops out of this list (released, cancelled, requeued) is one the agent must stop; one with a
     `stop_by` (migrating) must checkpoint and stop by then. `log_offset` is where the stored log
-    ends: a job started again appends its output there."""
+    ends: a job started again appends its output there.
+
+    `environment` ({NAME: value}) is what the job gets besides the agent's own variables: its team's
+    secrets, decrypted, and the variables the request declares, which win over a secret of the same
+    name as the more specific. Only the node a request runs on sees them: this list is the node's own.
+    Three queries however many requests: the slices, the log ends, the secrets of the teams involved."""
     work: dict[int, dict] = {}
+    team_of: dict[int, int] = {}
     for allocation in (
         Allocation.objects.committed()
         .filter(gpu__node=node)
@@ -391,6 +398,7 @@ def node_work(node: Node) -> list[dict]:
         .order_by("request_id", "gpu__index")
     ):
         request = allocation.request
+        team_of[request.pk] = request.team_id
         item = work.setdefault(
             request.pk,
             {
@@ -405,6 +413,7 @@ def node_work(node: Node) -> list[dict]:
                 "last_checkpoint_at": request.last_checkpoint_at,
                 "stop_by": request.stop_by,
                 "log_offset": 0,
+                "environment": request.environment,
                 "gpus": [],
             },
         )
@@ -423,6 +432,9 @@ def node_work(node: Node) -> list[dict]:
     )
     for row in ends:
         work[row["request_id"]]["log_offset"] = row["end"]
+    secrets = secret_values(set(team_of.values()))
+    for request_id, item in work.items():
+        item["environment"] = {**secrets.get(team_of[request_id], {}), **item["environment"]}
     return list(work.values())
 
 

@@ -75,3 +75,26 @@ class ApiToken(models.Model):
 
     def is_usable(self, now) -> bool:
         return self.revoked_at is None and self.expires_at > now
+
+
+class TeamSecret(models.Model):
+    """A named value the team's jobs get as an environment variable. Stored encrypted (teams.crypto);
+    after it is set it is never shown again, only its name and who last set it when."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="secrets")
+    name = models.CharField(max_length=128)
+    encrypted_value = models.TextField(editable=False, help_text="A Fernet token under TEAM_SECRETS_KEYS.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["team", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "name"], name="teamsecret_unique_team_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"secret {self.name} of {self.team_id}"

@@ -1,4 +1,4 @@
-"""Who may act on teams, members and tokens; and the one refusal every app's services raise."""
+"""Who may act on teams, members, secrets and tokens; and the one refusal every app's services raise."""
 
 from django.core.exceptions import PermissionDenied
 
@@ -37,6 +37,14 @@ def can_manage_team(user, team: Team) -> bool:
     if user is None or not user.is_authenticated:
         return False
     return user.is_staff or Membership.objects.filter(team=team, user=user, role=Role.TEAM_ADMIN).exists()
+
+
+def can_manage_secrets(user, team: Team) -> bool:
+    """Only the team's own admins set and delete its secrets: an operator runs the platform, not the
+    team's jobs, and gets no say over what they are given."""
+    if user is None or not user.is_authenticated:
+        return False
+    return Membership.objects.filter(team=team, user=user, role=Role.TEAM_ADMIN).exists()
 
 
 def can_revoke_token(user, token: ApiToken) -> bool:

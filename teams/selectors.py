@@ -1,8 +1,14 @@
+import logging
+from collections.abc import Iterable
+
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
-from teams.models import Membership, Team
+from teams.crypto import InvalidToken, decrypt
+from teams.models import Membership, Team, TeamSecret
 from teams.permissions import note_membership
+
+logger = logging.getLogger(__name__)
 
 
 def team_for_member(user, slug: str) -> Team | None:
@@ -55,3 +61,26 @@ def teams_visible_to(user) -> QuerySet[Team]:
 
 def team_members(team: Team) -> QuerySet[Membership]:
     return team.memberships.select_related("user").order_by("user__username")
+
+
+def team_secrets(team: Team) -> QuerySet[TeamSecret]:
+    """The team's secrets by name, with who last set each; never their values (not even encrypted)."""
+    return team.secrets.select_related("updated_by").defer("encrypted_value").order_by("name")
+
+
+def secret_values(team_ids: Iterable[int]) -> dict[int, dict[str, str]]:
+    """{team id: {name: decrypted value}} for these teams, in one query: what their jobs are given, and
+    what their logs are masked for. A secret no key of TEAM_SECRETS_KEYS opens (its key was dropped)
+    is left out and logged: the job runs without it rather than the node getting no work at all."""
+    values: dict[int, dict[str, str]] = {}
+    rows = TeamSecret.objects.filter(team_id__in=set(team_ids)).values_list(
+        "team_id", "name", "encrypted_value"
+    )
+    for team_id, name, token in rows.order_by("team_id", "name"):
+        try:
+            values.setdefault(team_id, {})[name] = decrypt(token)
+        except InvalidToken:
+            logger.error(
+                "team %s: secret %s cannot be decrypted with TEAM_SECRETS_KEYS; left out", team_id, name
+            )
+    return values

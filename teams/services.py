@@ -1,4 +1,4 @@
-"""Writes for teams, membership and API tokens; each checks who may act and logs an Event."""
+"""Writes for teams, membership, secrets and API tokens; each checks who may act and logs an Event."""
 
 import datetime as dt
 from contextlib import suppress
@@ -11,9 +11,12 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from audit.events import log_event
+from scheduler_app.environment import name_problem, value_problem
 from teams.choices import Role
-from teams.models import ApiToken, Membership, Team
-from teams.permissions import can_manage_team, can_revoke_token, require
+from teams.constants import MAX_SECRETS_PER_TEAM, TEAM_SECRET_MIN_CHARS
+from teams.crypto import encrypt
+from teams.models import ApiToken, Membership, Team, TeamSecret
+from teams.permissions import can_manage_secrets, can_manage_team, can_revoke_token, require
 from teams.selectors import user_teams
 from teams.tokens import hash_token, new_token
 
@@ -180,3 +183,64 @@ def set_idle_release(team: Team, *, release: bool, actor) -> Team:
             )
     team.refresh_from_db()
     return team
+
+
+def set_team_secret(team: Team, *, name: str, value: str, actor) -> tuple[TeamSecret, bool]:
+    """Create or replace the team's secret `name` (True: created), stored encrypted. Its name follows
+    the rule of a job's variables (scheduler_app.environment); the audit event names it, never its value."""
+    require(can_manage_secrets(actor, team), f"Only team admins of {team.name} can set its secrets.")
+    errors = {}
+    if problem := name_problem(name):
+        errors["name"] = [problem]
+    if problem := value_problem(value):
+        errors["value"] = [problem[0].upper() + problem[1:]]
+    elif len(value) < TEAM_SECRET_MIN_CHARS:
+        errors["value"] = [
+            f"A secret has at least {TEAM_SECRET_MIN_CHARS} characters, so that masking it in job logs "
+            "hides it without hiding ordinary text."
+        ]
+    if errors:
+        raise ValidationError(errors)
+    with transaction.atomic():
+        locked = Team.objects.select_for_update().get(pk=team.pk)  # one writer of the team's secrets
+        secret = TeamSecret.objects.filter(team=locked, name=name).first()
+        created = secret is None
+        if created:
+            if TeamSecret.objects.filter(team=locked).count() >= MAX_SECRETS_PER_TEAM:
+                raise ValidationError(
+                    {
+                        "name": f"{team.name} has {MAX_SECRETS_PER_TEAM} secrets, the most a team may have; "
+                        "delete one first."
+                    }
+                )
+            secret = TeamSecret(team=locked, name=name)
+        secret.encrypted_value = encrypt(value)
+        secret.updated_by = actor
+        secret.save()
+        log_event(
+            secret,
+            "created" if created else "replaced",
+            actor=actor,
+            team=locked,
+            reason=f"secret {name} set",
+            data={"name": name},
+        )
+    return secret, created
+
+
+def delete_team_secret(secret: TeamSecret, *, actor) -> None:
+    """Delete the secret: jobs placed from now on no longer get it."""
+    team = secret.team
+    require(can_manage_secrets(actor, team), f"Only team admins of {team.name} can delete its secrets.")
+    with transaction.atomic():
+        locked = Team.objects.select_for_update().get(pk=team.pk)
+        deleted, _ = TeamSecret.objects.filter(pk=secret.pk).delete()
+        if deleted:  # a second delete at the same time found it gone: nothing to log twice
+            log_event(
+                secret,
+                "deleted",
+                actor=actor,
+                team=locked,
+                reason=f"secret {secret.name} deleted",
+                data={"name": secret.name},
+            )

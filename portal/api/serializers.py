@@ -4,7 +4,7 @@ from rest_framework import serializers
 
 from portal.api.fields import StrictCharField, StrictIntegerField
 from teams.choices import Role
-from teams.models import ApiToken, Membership
+from teams.models import ApiToken, Membership, TeamSecret
 
 
 class TeamSerializer(serializers.ModelSerializer):
@@ -52,3 +52,22 @@ class CreatedApiTokenSerializer(ApiTokenSerializer):
 
     class Meta(ApiTokenSerializer.Meta):
         fields = [*ApiTokenSerializer.Meta.fields, "token"]
+
+
+class TeamSecretSerializer(serializers.ModelSerializer):
+    """A secret as anyone in the team sees it: its name and who last set it when, never its value."""
+
+    updated_by = serializers.CharField(source="updated_by.username", allow_null=True, default=None)
+
+    class Meta:
+        model = TeamSecret
+        fields = ["name", "created_at", "updated_at", "updated_by"]
+
+
+class SetTeamSecretSerializer(serializers.Serializer):
+    value = StrictCharField(
+        trim_whitespace=False,
+        allow_blank=True,  # the service says how long a secret must be
+        write_only=True,
+        help_text="4 to 4,096 characters; stored encrypted, never shown again.",
+    )

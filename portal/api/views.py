@@ -1,8 +1,8 @@
-"""Teams (members, quotas) and personal API tokens over REST."""
+"""Teams (members, quotas, secrets) and personal API tokens over REST."""
 
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action, api_view, permission_classes
 from rest_framework.exceptions import NotFound
@@ -15,6 +15,8 @@ from portal.api.serializers import (
     NewApiTokenSerializer,
     NewMemberSerializer,
     RoleSerializer,
+    SetTeamSecretSerializer,
+    TeamSecretSerializer,
     TeamSerializer,
 )
 from scheduler_app.api.serializers import QuotaSerializer, SetQuotaSerializer
@@ -22,8 +24,18 @@ from scheduler_app.models import Pool
 from scheduler_app.selectors import quota_usage
 from scheduler_app.services.quotas import set_team_quota
 from teams.models import ApiToken, Membership
-from teams.selectors import team_members, teams_visible_to
-from teams.services import add_member, change_role, create_api_token, remove_member, revoke_api_token
+from teams.selectors import team_members, team_secrets, teams_visible_to
+from teams.services import (
+    add_member,
+    change_role,
+    create_api_token,
+    delete_team_secret,
+    remove_member,
+    revoke_api_token,
+    set_team_secret,
+)
+
+SECRET_NAME = "The variable the team's jobs get: letters, digits and _, not starting with a digit."
 
 
 class TeamViewSet(viewsets.GenericViewSet):
@@ -89,6 +101,33 @@ class TeamViewSet(viewsets.GenericViewSet):
         return Response(
             MemberSerializer(change_role(membership, actor=request.user, **form.validated_data)).data
         )
+
+    @extend_schema(responses=TeamSecretSerializer(many=True))
+    @action(detail=True)
+    def secrets(self, request, slug=None):
+        """Anyone in the team lists its secrets: names and who last set each when, never the values."""
+        return Response(TeamSecretSerializer(team_secrets(self._team(slug)), many=True).data)
+
+    @extend_schema(
+        methods=["put"],
+        request=SetTeamSecretSerializer,
+        responses={200: TeamSecretSerializer, 201: TeamSecretSerializer},
+    )
+    @extend_schema(methods=["delete"], request=None, responses={204: None})
+    @extend_schema(parameters=[OpenApiParameter("name", str, OpenApiParameter.PATH, description=SECRET_NAME)])
+    @action(detail=True, methods=["put", "delete"], url_path="secrets/<str:name>")
+    def secret(self, request, slug=None, name=None):
+        """Team admins set a secret (201 new, 200 replaced) or delete it; the value is never answered
+        back. The team's jobs get it as the environment variable `name`."""
+        team = self._team(slug)
+        if request.method == "DELETE":
+            delete_team_secret(get_object_or_404(team_secrets(team), name=name), actor=request.user)
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        form = SetTeamSecretSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        secret, created = set_team_secret(team, name=name, actor=request.user, **form.validated_data)
+        answer = status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        return Response(TeamSecretSerializer(secret).data, status=answer)
 
 
 class ApiTokenViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):

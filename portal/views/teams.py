@@ -1,4 +1,5 @@
-"""A team's quota and use per pool, its members and its notices; team admins manage the members."""
+"""A team's quota and use per pool, its members, secrets and notices; team admins manage the members
+and the secrets."""
 
 from django.conf import settings
 from django.contrib import messages
@@ -9,11 +10,18 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from audit.notices import dismiss_notice, notices_for, visible_notices
-from portal.forms import AddMemberForm, RoleForm
+from portal.forms import AddMemberForm, RoleForm, TeamSecretForm
 from scheduler_app.selectors import quota_usage
-from teams.permissions import can_manage_team
-from teams.selectors import team_members, teams_visible_to
-from teams.services import add_member, change_role, remove_member, set_idle_release
+from teams.permissions import can_manage_secrets, can_manage_team
+from teams.selectors import team_members, team_secrets, teams_visible_to
+from teams.services import (
+    add_member,
+    change_role,
+    delete_team_secret,
+    remove_member,
+    set_idle_release,
+    set_team_secret,
+)
 
 
 def _visible_team(request, slug):
@@ -21,7 +29,7 @@ def _visible_team(request, slug):
     return get_object_or_404(teams_visible_to(request.user), slug=slug)
 
 
-def _render_team(request, team, add_form=None, status=200):
+def _render_team(request, team, add_form=None, secret_form=None, status=200):
     context = {
         "team": team,
         "usage": quota_usage(team),
@@ -31,6 +39,9 @@ def _render_team(request, team, add_form=None, status=200):
         "can_manage": can_manage_team(request.user, team),
         "add_form": add_form or AddMemberForm(),
         "roles": RoleForm.base_fields["role"].choices,
+        "secrets": team_secrets(team),
+        "can_manage_secrets": can_manage_secrets(request.user, team),
+        "secret_form": secret_form or TeamSecretForm(),
     }
     return render(request, "portal/teams/detail.html", context, status=status)
 
@@ -93,6 +104,35 @@ def member_remove(request, slug, membership_id):
         messages.error(request, f"Not removed: {' '.join(error.messages)}")
     else:
         messages.success(request, f"{membership.user} removed from {team.name}.")
+    return redirect("team_detail", slug=slug)
+
+
+@login_required
+@require_POST
+def secret_set(request, slug):
+    """Team admins add or replace a secret; a refused one comes back with its name, never its value."""
+    team = _visible_team(request, slug)
+    form = TeamSecretForm(request.POST)
+    if form.is_valid():
+        try:
+            _, created = set_team_secret(team, actor=request.user, **form.cleaned_data)
+        except ValidationError as error:
+            form.add_service_errors(error)
+        else:
+            done = "added" if created else "replaced"
+            messages.success(
+                request, f"Secret {form.cleaned_data['name']} {done}; jobs placed from now get it."
+            )
+            return redirect("team_detail", slug=slug)
+    return _render_team(request, team, secret_form=form, status=400)
+
+
+@login_required
+@require_POST
+def secret_delete(request, slug, name):
+    team = _visible_team(request, slug)
+    delete_team_secret(get_object_or_404(team_secrets(team), name=name), actor=request.user)
+    messages.success(request, f"Secret {name} deleted.")
     return redirect("team_detail", slug=slug)
 
 

@@ -77,6 +77,11 @@ class WorkSerializer(serializers.Serializer):
     log_offset = serializers.IntegerField(
         help_text="Where the stored log ends: a restarted job's output goes on there."
     )
+    environment = serializers.DictField(
+        child=serializers.CharField(),
+        help_text="Variables the job gets, NAME -> value: its team's secrets and the request's own "
+        "variables (these win over a secret of the same name). Secret values: never log them.",
+    )
     gpus = WorkCardSerializer(many=True)
 
 

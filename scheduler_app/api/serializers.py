@@ -6,6 +6,7 @@ import datetime as dt
 
 from django.conf import settings
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from audit.models import Event
@@ -19,6 +20,10 @@ from portal.api.fields import (
 )
 from scheduler_app.choices import BillingMode, MigMode, RequestState, TaskType
 from scheduler_app.constants import (
+    ENV_NAME_MAX_CHARS,
+    ENV_NAME_PATTERN,
+    ENV_VALUE_MAX_CHARS,
+    MAX_ENV_VARIABLES_PER_REQUEST,
     MAX_GPUS_PER_REQUEST,
     MAX_GPUS_PER_SAMPLE_BATCH,
     MAX_MOMENTS_PER_SAMPLE_BATCH,
@@ -28,6 +33,7 @@ from scheduler_app.constants import (
     MILLI_PER_GPU,
     TELEMETRY_MAX_RANGE_S,
 )
+from scheduler_app.environment import RESERVED
 from scheduler_app.models import Allocation, GpuRequest, GpuSample, Node, Pool, WhatIfRun
 
 
@@ -82,11 +88,27 @@ class EventSerializer(serializers.ModelSerializer):
         fields = ["created_at", "actor_label", "from_state", "to_state", "reason"]
 
 
+@extend_schema_field(
+    {
+        "type": "object",
+        "additionalProperties": {"type": "string", "maxLength": ENV_VALUE_MAX_CHARS},
+        "maxProperties": MAX_ENV_VARIABLES_PER_REQUEST,
+        "description": "Environment variables for the job, NAME -> value: names "
+        f"{ENV_NAME_PATTERN}, at most {ENV_NAME_MAX_CHARS} characters, not the ones the node agent sets "
+        f"({RESERVED}). They win over the team's secrets of the same name.",
+    }
+)
+class EnvironmentField(serializers.JSONField):
+    """A JSON object of NAME -> value strings, checked by the submit service (scheduler_app.environment)
+    so that the API, the pages and the SDK refuse the same things in the same words."""
+
+
 class GpuRequestSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
     team = serializers.CharField(source="team.slug")
     user = serializers.CharField(source="user.username")
     pool = serializers.CharField(source="pool.name", allow_null=True, default=None)
     share = serializers.CharField(source="share_label")
+    environment = EnvironmentField(read_only=True)
     allocations = serializers.SerializerMethodField()
 
     class Meta:
@@ -111,6 +133,7 @@ class GpuRequestSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
             "priority",
             "max_duration_s",
             "command",
+            "environment",
             "workload_key",
             "state",
             "pending_reason",
@@ -163,6 +186,7 @@ class SubmitSerializer(FieldsBuiltOnce, serializers.Serializer):
     priority = StrictIntegerField(min_value=-100, max_value=100, default=0)
     max_duration_s = StrictIntegerField(min_value=1, max_value=2**31 - 1, required=False, allow_null=True)
     command = StrictCharField(required=False, allow_blank=True, default="", max_length=10_000)
+    environment = EnvironmentField(required=False, default=dict)
     workload_key = StrictCharField(
         required=False,
         allow_blank=True,

@@ -28,10 +28,12 @@ from scheduler_app.constants import (
     MAX_GPUS_PER_NODE,
 )
 from scheduler_app.lifecycle import ACTIVE_STATES
+from scheduler_app.log_masking import mask_secrets
 from scheduler_app.models import Allocation, AllocationSample, Gpu, GpuRequest, LogChunk, Node, NodeSample
 from scheduler_app.services.migration import move_reasons, requeue_from_checkpoint
 from scheduler_app.services.transitions import stop_gracefully, transition_request
 from scheduler_app.telemetry import record_heartbeat, sampled_at_error
+from teams.selectors import secret_values
 
 AGENT = "node agent"
 MAX_CLOCK_SKEW_S = 60  # a report's time further ahead of the portal's clock is refused
@@ -305,7 +307,8 @@ def append_log(node: Node, request_id: int, offset: int, text: str) -> int:
     """Store one piece of the job's output at its character offset; returns the log's end offset.
 
     A piece sent again (same offset) is stored once. Beyond LOG_MAX_CHARS_PER_REQUEST the oldest
-    pieces are dropped, like a bounded `kubectl logs` buffer.
+    pieces are dropped, like a bounded `kubectl logs` buffer. The team's secrets are masked before
+    anything is stored (see _mask_secrets).
     """
     errors = {}
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
@@ -321,12 +324,34 @@ def append_log(node: Node, request_id: int, offset: int, text: str) -> int:
     request = _own_request(node, request_id)
     with transaction.atomic():
         GpuRequest.objects.select_for_update().get(pk=request.pk)
-        LogChunk.objects.bulk_create(
-            [LogChunk(request=request, node=node, offset=offset, text=text)], ignore_conflicts=True
-        )
+        piece = LogChunk(request=request, node=node, offset=offset, text=text)
+        rewritten = _mask_secrets(request, piece)
+        LogChunk.objects.bulk_create([piece], ignore_conflicts=True)
+        LogChunk.objects.bulk_update(rewritten, ["text"])
         _trim_log(request)
         end = LogChunk.objects.filter(request=request).aggregate(end=Max("offset"))["end"]
     return max(end or 0, offset + len(text))
+
+
+def _mask_secrets(request: GpuRequest, piece: LogChunk) -> list[LogChunk]:
+    """Mask the team's secrets in the new piece, and in the stored pieces next to it where a secret runs
+    across the boundary (each starred to the same length, so every offset stays valid); returns the
+    stored pieces to write back. Until the piece after it arrives, a stored piece may end with the
+    start of a secret: only the whole value is known to be one."""
+    secrets = secret_values([request.team_id]).get(request.team_id, {}).values()
+    if not secrets:
+        return []
+    reach = max(len(secret) for secret in secrets) - 1  # how far an occurrence can run past the piece
+    start, end = piece.offset - reach, piece.offset + len(piece.text) + reach
+    near = [
+        chunk
+        for chunk in LogChunk.objects.filter(
+            request=request, offset__gte=start - LOG_CHUNK_MAX_CHARS, offset__lt=end
+        )
+        if chunk.end() > start
+    ]
+    changed = mask_secrets([*near, piece], secrets)
+    return [chunk for chunk in changed if chunk is not piece]
 
 
 def _trim_log(request: GpuRequest) -> None:

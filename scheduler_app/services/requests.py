@@ -8,6 +8,7 @@ from audit.events import log_event
 from billing_app.budgets import apply_budget_policy
 from scheduler_app.choices import RequestState
 from scheduler_app.dispatch import schedule_soon
+from scheduler_app.environment import environment_problems
 from scheduler_app.lifecycle import StateConflict, release_target
 from scheduler_app.models import Gpu, GpuRequest, Pool
 from scheduler_app.permissions import can_act_on, can_submit
@@ -18,7 +19,7 @@ from teams.permissions import require
 
 def validated_request(*, user, team: Team | None, pool_name: str = "", **fields) -> GpuRequest:
     """An unsaved request, checked as submit_request checks it (ValidationError naming the field)."""
-    errors: dict[str, str] = {}
+    errors: dict[str, str | list[str]] = {}
     if team is None:
         errors["team"] = "A request needs a team."
     elif not can_submit(user, team):
@@ -28,6 +29,8 @@ def validated_request(*, user, team: Team | None, pool_name: str = "", **fields)
         pool = Pool.objects.filter(name=pool_name).first()
         if pool is None:
             errors["pool"] = f"No pool named {pool_name!r}."
+    if problems := environment_problems(fields.get("environment", {})):
+        errors["environment"] = problems
     if errors:
         raise ValidationError(errors)
 

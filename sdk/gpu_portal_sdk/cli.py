@@ -180,7 +180,16 @@ def _spec(args, command: str) -> dict:
         "checkpoint_interval_s": args.checkpoint_interval,
         "priority": args.priority,
         "command": command,
+        "environment": dict(args.env) if args.env else None,
     }
+
+
+def _variable(text: str) -> tuple[str, str]:
+    """--env NAME=VALUE; the portal checks the name and the value."""
+    name, equals, value = text.partition("=")
+    if not equals or not name:
+        raise argparse.ArgumentTypeError(f"{text!r}: write NAME=VALUE")
+    return name, value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -306,3 +315,10 @@ def _add_spec(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--max-duration", type=int, metavar="S")
     sub.add_argument("--checkpoint-interval", type=int, metavar="S", help="(spot default 900)")
     sub.add_argument("--priority", type=int, default=0)
+    sub.add_argument(
+        "--env",
+        type=_variable,
+        action="append",
+        metavar="NAME=VALUE",
+        help="a variable for the job (repeatable); it wins over a team secret of the same name",
+    )

@@ -8,7 +8,7 @@ import math
 import random as _random
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from decimal import Decimal
 from urllib.parse import parse_qs, urlsplit
@@ -102,6 +102,7 @@ class ResourceManager:
         team: str | None = None,
         allow_on_demand_fallback: bool = True,
         workload_key: str | None = None,
+        environment: Mapping[str, str] | None = None,
         wait: bool = True,
         timeout_s: float | None = DEFAULT_WAIT_S,
     ) -> Resource:
@@ -118,6 +119,10 @@ class ResourceManager:
         request it made, so nothing is left queued, and raises ResourceBusyError; the same cancel
         happens when the wait is interrupted (Ctrl-C). RequestFailedError if it ended otherwise.
         `wait=False` returns the request as submitted, usually pending.
+
+        `environment` ({NAME: value}) are variables the job gets, besides those the node agent sets
+        (GPU_PORTAL_*, CUDA_VISIBLE_DEVICES ...: those names are refused); they win over the team's
+        secrets of the same name.
         """
         body = self._request_body(locals())  # every argument, by name: one mapping for submit and estimate
         resource = Resource.from_api(self._call("POST", "requests/", json=body))
@@ -151,6 +156,7 @@ class ResourceManager:
         team: str | None = None,
         allow_on_demand_fallback: bool = True,
         workload_key: str | None = None,
+        environment: Mapping[str, str] | None = None,
     ) -> Estimate:
         """Where the same request_allocation(...) would run now, or why and until when it would wait.
         Checked like a submit (same errors); nothing is submitted."""
@@ -345,6 +351,7 @@ class ResourceManager:
             "priority": args["priority"],
             "command": args["command"],
             "workload_key": args["workload_key"],
+            "environment": None if args["environment"] is None else dict(args["environment"]),
             "billing_mode": "spot" if spot else "on-demand",
             "allow_on_demand_fallback": spot and args["allow_on_demand_fallback"],
             "checkpoint_interval_s": DEFAULT_CHECKPOINT_INTERVAL_S

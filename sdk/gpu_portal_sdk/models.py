@@ -91,6 +91,7 @@ class Resource:
     priority: int = 0
     max_duration_s: int | None = None
     command: str = ""
+    environment: dict[str, str] = dataclasses.field(default_factory=dict, hash=False)  # NAME -> value
     pending_reason: str = ""
     estimated_start_at: dt.datetime | None = None
     created_at: dt.datetime | None = None

@@ -78,6 +78,7 @@ def detail(r: Resource) -> str:
         lines.append(f"  estimated start {when(r.estimated_start_at)}")
     if r.command:
         lines.append(f"  command: {r.command}")
+    lines += [f"  env {name}={value}" for name, value in r.environment.items()]
     if r.segments:
         rows = [
             [

@@ -90,6 +90,18 @@ def test_member_submits_a_quarter_gpu_and_lands_on_its_page(client, team, member
     assert request.state == RequestState.PENDING and request.command == "python train.py"
 
 
+def test_the_environment_lines_become_the_requests_variables_shown_on_its_page(client, team, member, node):
+    client.force_login(member)
+    lines = "WANDB_PROJECT=vision\r\n\r\n  LR = 3e-4 \r\nURL=http://x/?a=b\r\n"
+
+    client.post(reverse("request_new"), form_data(team, environment=lines))
+
+    request = GpuRequest.objects.get()
+    assert request.environment == {"WANDB_PROJECT": "vision", "LR": " 3e-4 ", "URL": "http://x/?a=b"}
+    page = client.get(reverse("request_detail", args=[request.pk])).text
+    assert "<code>WANDB_PROJECT=vision</code>" in page and "<code>URL=http://x/?a=b</code>" in page
+
+
 def test_whole_cards_become_a_gang_of_full_gpus(client, team, member, node):
     client.force_login(member)
 
@@ -153,6 +165,14 @@ def test_spot_request_with_units_people_use_is_stored_in_seconds_and_mib(
         ({"max_duration_h": "0"}, "max_duration_h", "greater than or equal to 1"),
         ({"pool": "nowhere"}, "pool", "Select a valid choice"),
         ({"checkpoint_interval_min": "ten"}, "checkpoint_interval_min", "Enter a whole number."),
+        (
+            {"environment": "CUDA_VISIBLE_DEVICES=0,1"},
+            "environment",
+            "CUDA_VISIBLE_DEVICES is reserved: the node agent sets it for every job",
+        ),
+        ({"environment": "A=1\nB"}, "environment", "“B”: write NAME=value, one variable per line."),
+        ({"environment": "A=1\nA=2"}, "environment", "A is given twice"),
+        ({"environment": "9LIVES=1"}, "environment", "&#x27;9LIVES&#x27; is not a variable name"),
     ],
 )
 def test_bad_input_is_shown_at_its_field_and_writes_nothing(

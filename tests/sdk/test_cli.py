@@ -184,3 +184,38 @@ def test_python_m_gpu_portal_sdk_lists_as_a_script_would(
 
     assert done.returncode == 0, done.stderr
     assert [r["name"] for r in json.loads(done.stdout)] == ["seen"]
+
+
+def test_request_takes_repeatable_env_options_and_show_prints_them(as_user, member, cluster, capsys):
+    as_user(member)
+
+    code = main(
+        ["request", "--env", "LR=3e-4", "--env", "URL=http://x/?a=b", "--env", "EMPTY=", "--", "train"]
+    )
+    request = GpuRequest.objects.get()
+    assert main(["show", str(request.pk)]) == 0
+
+    assert code == 0
+    assert request.environment == {"LR": "3e-4", "URL": "http://x/?a=b", "EMPTY": ""}
+    assert "  env LR=3e-4\n  env URL=http://x/?a=b\n  env EMPTY=\n" in capsys.readouterr().out
+
+
+def test_an_env_option_without_a_name_is_a_usage_error(as_user, member, cluster, capsys):
+    as_user(member)
+
+    with pytest.raises(SystemExit) as exited:
+        main(["request", "--env", "LR", "--", "train"])
+
+    assert exited.value.code == 2
+    assert "'LR': write NAME=VALUE" in capsys.readouterr().err
+    assert not GpuRequest.objects.exists()
+
+
+def test_a_reserved_env_name_is_refused_by_the_portal_with_exit_code_5(as_user, member, cluster, capsys):
+    as_user(member)
+
+    code = main(["request", "--env", "HOME=/root", "--", "train"])
+
+    assert code == 5
+    assert "HOME is reserved: the node agent sets it for every job" in capsys.readouterr().err
+    assert not GpuRequest.objects.exists()

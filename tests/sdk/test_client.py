@@ -41,6 +41,26 @@ def test_request_allocation_asks_for_half_a_card_on_spot_with_a_checkpoint(conne
     assert GpuRequest.objects.get(pk=resource.id).command == "python train.py"
 
 
+def test_request_allocation_declares_the_jobs_environment_and_get_shows_it(connect, member, cluster):
+    portal = connect(member)
+
+    resource = portal.request_allocation(
+        name="train", environment={"LR": "3e-4", "WANDB_MODE": ""}, wait=False
+    )
+
+    assert resource.environment == {"LR": "3e-4", "WANDB_MODE": ""}
+    assert portal.get(resource.id).environment == {"LR": "3e-4", "WANDB_MODE": ""}
+    assert GpuRequest.objects.get(pk=resource.id).environment == {"LR": "3e-4", "WANDB_MODE": ""}
+
+
+def test_a_reserved_variable_is_a_validation_error_saying_the_agent_sets_it(connect, member, cluster):
+    with pytest.raises(ValidationError) as raised:
+        connect(member).request_allocation(environment={"CUDA_VISIBLE_DEVICES": "0"}, wait=False)
+
+    assert "CUDA_VISIBLE_DEVICES is reserved: the node agent sets it" in raised.value.fields["environment"][0]
+    assert not GpuRequest.objects.exists()
+
+
 def test_min_gpu_counts_eighths_or_whole_cards(connect, member, cluster):
     portal = connect(member)
 
