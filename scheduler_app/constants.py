@@ -22,16 +22,3 @@ MAX_GPUS_PER_NODE = 64
 LOG_CHUNK_MAX_CHARS = 64 * 1024  # one log report at most; the agent ships longer output in pieces
 LOG_MAX_CHARS_PER_REQUEST = 1024 * 1024  # the oldest chunks go beyond this: the page shows the tail
 EXIT_CODE_RANGE = (-255, 255)  # negative: the signal that killed the job (Popen's convention)
-
-# A job's environment: the variables a request declares and its team's secrets (teams.TeamSecret).
-# Names as POSIX shells take them, so a job's `$NAME` works; the limits keep the agent's work list small.
-ENV_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*"
-ENV_NAME_MAX_CHARS = 128
-ENV_VALUE_MAX_CHARS = 4096
-MAX_ENV_VARIABLES_PER_REQUEST = 64
-# The node agent sets these for every job (its cards, its slice, its identity, the simulated NVML):
-# a request or a secret that set them could leave its slice or pose as another job, so they are refused.
-RESERVED_ENV_NAMES = frozenset(
-    {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES", "HOME", "USER", "LOGNAME"}
-)
-RESERVED_ENV_PREFIXES = ("GPU_PORTAL_", "CUDA_MPS_", "SIMNVML_")

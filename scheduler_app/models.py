@@ -241,7 +241,7 @@ class GpuRequest(models.Model):
     environment = models.JSONField(
         default=dict,
         blank=True,
-        help_text="Variables the job gets, NAME -> value (scheduler_app.environment); they win over "
+        help_text="Variables the job gets, NAME -> value (teams.environment); they win over "
         "the team's secrets of the same name.",
     )
     workload_key = models.CharField(

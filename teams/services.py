@@ -11,10 +11,10 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from audit.events import log_event
-from scheduler_app.environment import name_problem, value_problem
 from teams.choices import Role
 from teams.constants import MAX_SECRETS_PER_TEAM, TEAM_SECRET_MIN_CHARS
 from teams.crypto import encrypt
+from teams.environment import name_problem, value_problem
 from teams.models import ApiToken, Membership, Team, TeamSecret
 from teams.permissions import can_manage_secrets, can_manage_team, can_revoke_token, require
 from teams.selectors import user_teams
@@ -187,7 +187,7 @@ def set_idle_release(team: Team, *, release: bool, actor) -> Team:
 
 def set_team_secret(team: Team, *, name: str, value: str, actor) -> tuple[TeamSecret, bool]:
     """Create or replace the team's secret `name` (True: created), stored encrypted. Its name follows
-    the rule of a job's variables (scheduler_app.environment); the audit event names it, never its value."""
+    the rule of a job's variables (teams.environment); the audit event names it, never its value."""
     require(can_manage_secrets(actor, team), f"Only team admins of {team.name} can set its secrets.")
     errors = {}
     if problem := name_problem(name):

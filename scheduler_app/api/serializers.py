@@ -20,10 +20,6 @@ from portal.api.fields import (
 )
 from scheduler_app.choices import BillingMode, MigMode, RequestState, TaskType
 from scheduler_app.constants import (
-    ENV_NAME_MAX_CHARS,
-    ENV_NAME_PATTERN,
-    ENV_VALUE_MAX_CHARS,
-    MAX_ENV_VARIABLES_PER_REQUEST,
     MAX_GPUS_PER_REQUEST,
     MAX_GPUS_PER_SAMPLE_BATCH,
     MAX_MOMENTS_PER_SAMPLE_BATCH,
@@ -33,8 +29,14 @@ from scheduler_app.constants import (
     MILLI_PER_GPU,
     TELEMETRY_MAX_RANGE_S,
 )
-from scheduler_app.environment import RESERVED
 from scheduler_app.models import Allocation, GpuRequest, GpuSample, Node, Pool, WhatIfRun
+from teams.constants import (
+    ENV_NAME_MAX_CHARS,
+    ENV_NAME_PATTERN,
+    ENV_VALUE_MAX_CHARS,
+    MAX_ENV_VARIABLES_PER_REQUEST,
+)
+from teams.environment import RESERVED
 
 
 class FieldsBuiltOnce:
@@ -99,7 +101,7 @@ class EventSerializer(serializers.ModelSerializer):
     }
 )
 class EnvironmentField(serializers.JSONField):
-    """A JSON object of NAME -> value strings, checked by the submit service (scheduler_app.environment)
+    """A JSON object of NAME -> value strings, checked by the submit service (teams.environment)
     so that the API, the pages and the SDK refuse the same things in the same words."""
 
 

@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='gpurequest',
             name='environment',
-            field=models.JSONField(blank=True, default=dict, help_text="Variables the job gets, NAME -> value (scheduler_app.environment); they win over the team's secrets of the same name."),
+            field=models.JSONField(blank=True, default=dict, help_text="Variables the job gets, NAME -> value (teams.environment); they win over the team's secrets of the same name."),
         ),
     ]

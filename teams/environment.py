@@ -4,7 +4,7 @@ itself, what a value may hold. Each check answers in words a user can act on."""
 
 import re
 
-from scheduler_app.constants import (
+from teams.constants import (
     ENV_NAME_MAX_CHARS,
     ENV_NAME_PATTERN,
     ENV_VALUE_MAX_CHARS,
