@@ -25,8 +25,6 @@ from tests.agent.hostile_jobs import ATTACKS, PIDS_MAX, Driver, Target, kill_lef
 from tests.agent_fixtures import REPO
 from tests.embedded_portal import embedded_portal
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="isolation needs root (CI runs as root)")
-
 SCRATCH = Path("/var/tmp/gpu-portal-isolation-tests")  # the jobs' identities reach it, unlike /tmp/pytest-*
 SECRET_KEY = "leak-sentinel-secret-key-0f9e"
 CONTAINED = dict.fromkeys(ATTACKS, "contained")
@@ -90,6 +88,8 @@ def assert_outcomes(outcomes: dict[str, str], expected: dict[str, str]) -> None:
 @pytest.fixture
 def scratch():
     """A folder the jobs' identities can reach (its parents passable), removed afterwards."""
+    if os.geteuid() != 0:
+        pytest.fail("the isolation tests run real jobs as other users: run them as root (CI does)")
     SCRATCH.mkdir(mode=0o711, exist_ok=True)
     folder = SCRATCH / uuid.uuid4().hex
     folder.mkdir(mode=0o711)
