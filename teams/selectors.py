@@ -1,7 +1,7 @@
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
-from teams.models import Membership, Team
+from teams.models import Membership, Team, UserUnixAccount
 from teams.permissions import note_membership
 
 
@@ -54,4 +54,23 @@ def teams_visible_to(user) -> QuerySet[Team]:
 
 
 def team_members(team: Team) -> QuerySet[Membership]:
-    return team.memberships.select_related("user").order_by("user__username")
+    """The team's members with each one's own Unix account mapping, if any (job_unix_account)."""
+    return team.memberships.select_related("user__unix_mapping").order_by("user__username")
+
+
+def own_unix_account(user) -> str:
+    """The Unix account an operator mapped the user to ("" for none). Read from `user` when it was
+    loaded with its mapping (select_related("unix_mapping")), else in one query."""
+    mapping = getattr(user, "unix_mapping", None)  # RelatedObjectDoesNotExist is an AttributeError
+    return mapping.unix_account if mapping else ""
+
+
+def job_unix_account(user, team: Team) -> str:
+    """The Unix account a job of `user` in `team` runs as on a node: the user's own mapping, else the
+    team's, else "" (the identity the node's agent creates for the team)."""
+    return own_unix_account(user) or team.unix_account
+
+
+def user_unix_accounts() -> QuerySet[UserUnixAccount]:
+    """Every user's own mapping, by username: the operators' Unix identities page."""
+    return UserUnixAccount.objects.select_related("user").order_by("user__username")

@@ -77,6 +77,14 @@ class WorkSerializer(serializers.Serializer):
     log_offset = serializers.IntegerField(
         help_text="Where the stored log ends: a restarted job's output goes on there."
     )
+    user = serializers.CharField(help_text="The username of who submitted it.")
+    unix_account = serializers.CharField(
+        allow_blank=True,
+        help_text="The existing Unix account to run the job as (the user's mapping, else the team's); "
+        "empty: the agent's own identity for the team (gpp-<team>).",
+    )
+    cpu_milli = serializers.IntegerField(help_text="Host CPU for the job's cgroup, in milli-cores.")
+    memory_mib = serializers.IntegerField(help_text="Host memory limit for the job's cgroup, in MiB.")
     gpus = WorkCardSerializer(many=True)
 
 

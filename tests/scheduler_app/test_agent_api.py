@@ -140,6 +140,10 @@ def test_work_lists_this_nodes_requests_with_command_share_memory_cards_and_chec
             "last_checkpoint_at": None,
             "stop_by": None,
             "log_offset": 0,
+            "user": "bob",
+            "unix_account": "",
+            "cpu_milli": 1000,
+            "memory_mib": 4096,
             "gpus": [{"uuid": "GPU-node-1-0", "milli": 250, "memory_mib": 20480, "mig_instance": ""}],
         }
     ]
