@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from audit.events import log_event
 from audit.models import Event
-from scheduler_app.choices import RequestState
+from scheduler_app.choices import IsolationMode, RequestState
 from scheduler_app.constants import (
     EXIT_CODE_RANGE,
     LOG_CHUNK_MAX_CHARS,
@@ -85,6 +85,43 @@ def reconcile_gpus(node: Node, cards: Sequence[Mapping]) -> dict[str, list[str]]
             data = {"added": added, "updated": updated, "missing": missing}
             log_event(node, "gpus reconciled", actor_name=AGENT, reason=reason, data=data)
     return {"added": added, "updated": updated, "missing": missing}
+
+
+def register_agent(
+    node: Node, cards: Sequence[Mapping], isolation: Mapping | None = None
+) -> tuple[Node, dict[str, list[str]]]:
+    """The node's agent (re)registered: its cards are reconciled (reconcile_gpus), how it isolates jobs
+    is recorded (record_isolation), and it counts as a heartbeat. Returns the node and the card changes."""
+    with transaction.atomic():
+        changes = reconcile_gpus(node, cards)
+        return record_heartbeat(record_isolation(node, isolation)), changes
+
+
+def record_isolation(node: Node, isolation: Mapping | None) -> Node:
+    """Keep how the node's agent runs jobs, as it reported at registration: {mode, namespaces, cgroup}
+    (mode isolated or unisolated, namespaces a bool, cgroup v2, v1 or none); None, from an agent that
+    does not report it, is unknown. A change is logged on the node, so operators see when and how a
+    node's isolation weakened or returned."""
+    if isolation is None:
+        isolation = {"mode": IsolationMode.UNKNOWN, "namespaces": None, "cgroup": ""}
+    fields = {f"isolation_{key}": isolation[key] for key in ("mode", "namespaces", "cgroup")}
+    with transaction.atomic():
+        locked = Node.objects.select_for_update().get(pk=node.pk)
+        if all(getattr(locked, name) == value for name, value in fields.items()):
+            return locked
+        before = locked.isolation_label()
+        for name, value in fields.items():
+            setattr(locked, name, value)
+        locked.save(update_fields=list(fields))
+        after = locked.isolation_label()
+        log_event(
+            locked,
+            "isolation changed",
+            actor_name=AGENT,
+            reason=f"agent registered: {after}",
+            data={"isolation": {"from": before, "to": after}},
+        )
+    return locked
 
 
 def _check_cards(node: Node, cards: Sequence[Mapping], known: dict[str, Gpu]) -> None:

@@ -98,7 +98,7 @@ def test_registering_the_same_cards_again_changes_nothing(agent, node):
         ([card("GPU-x"), card("GPU-x")], "gpus[1].uuid", "appears twice"),
         ([card("GPU-node-1-0", memory_mib=10000)], "gpus[0].memory_mib", "hold 20480 MiB"),
         ([card("GPU-x", memory_mib=0)], "gpus[0].memory_mib", "greater than or equal to 1"),
-        ([card("GPU-x", mig_mode="maybe")], "gpus[0].mig_mode", "not a valid choice"),
+        ([card("GPU-x", mig_mode="maybe")], "gpus[0].mig_mode", "Give one of: enabled, disabled"),
         ([{"uuid": "GPU-x"}], "gpus[0].model", "required"),
         ([], "gpus", "at least one card"),
         ("all", "gpus", ""),
