@@ -173,6 +173,15 @@ class FinishedSerializer(serializers.Serializer):
     stopped_at = AwareDateTimeField(
         required=False, allow_null=True, default=None, help_text="When the process ended; null: now."
     )
+    host_memory_exceeded_mib = StrictIntegerField(
+        min_value=1,
+        max_value=2**31 - 1,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Its cgroup's memory limit killed it: the limit enforced, in MiB. The request fails "
+        "saying so, whatever the exit status.",
+    )
 
 
 class LogChunkSerializer(serializers.Serializer):

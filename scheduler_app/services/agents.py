@@ -202,17 +202,32 @@ def report_finished(
     exit_code: int,
     generation: int | None = None,
     stopped_at: dt.datetime | None = None,
+    host_memory_exceeded_mib: int | None = None,
 ) -> GpuRequest:
     """The job's process ended: exit status 0 is succeeded, anything else failed; the status is kept.
     `stopped_at`: when it ended, as the agent saw it (see stop_time); a report comes up to a round later.
+    `host_memory_exceeded_mib`: its cgroup's memory limit (MiB) killed it; it fails saying so, whatever
+    its status, and even while it was being moved: the kill is the job's own end, not a stop for the
+    move, and a requeue would run it into the same limit again.
 
     A request that had already ended (released, cancelled, stopped by the watchdog) keeps its state
     and takes the exit status if it has none; one that left this node (requeued, moved) is left as
     it is. A repeated report changes nothing.
     """
     low, high = EXIT_CODE_RANGE
+    errors = {}
     if isinstance(exit_code, bool) or not isinstance(exit_code, int) or not low <= exit_code <= high:
-        raise ValidationError({"exit_code": f"Give the exit status as a whole number from {low} to {high}."})
+        errors["exit_code"] = f"Give the exit status as a whole number from {low} to {high}."
+    limit = host_memory_exceeded_mib
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        errors["host_memory_exceeded_mib"] = "Give the limit that killed it in whole MiB, 1 or more."
+    if errors:
+        raise ValidationError(errors)
+    if limit is not None:
+        reason = f"exceeded its host memory limit ({limit} MiB)"
+        return _end_here(
+            node, request_id, RequestState.FAILED, reason, exit_code=exit_code, generation=generation
+        )
     outcome = RequestState.SUCCEEDED if exit_code == 0 else RequestState.FAILED
     if stopped := _stopped_for_move(node, request_id, generation, stopped_at):
         return stopped

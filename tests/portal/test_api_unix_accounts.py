@@ -132,7 +132,7 @@ def test_an_unknown_user_is_a_404_in_the_envelope(api_client, operator):
     assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
 
 
-def test_the_schema_documents_the_unix_account_endpoints_and_the_work_fields(api_client, operator):
+def test_the_schema_documents_the_unix_account_endpoints_and_the_agent_fields(api_client, operator):
     schema = json.loads(api_client(operator).get("/api/v1/schema/", {"format": "json"}).content)
 
     paths = schema["paths"]
@@ -140,3 +140,6 @@ def test_the_schema_documents_the_unix_account_endpoints_and_the_work_fields(api
     assert {"get", "patch"} <= paths["/api/v1/teams/{slug}/"].keys()
     components = schema["components"]["schemas"]
     assert {"user", "unix_account", "cpu_milli", "memory_mib"} <= components["Work"]["properties"].keys()
+    assert "host_memory_exceeded_mib" in components["Finished"]["properties"]
+    assert "isolation" in components["Register"]["properties"]
+    assert "isolation" in components["OperatorNode"]["properties"]
