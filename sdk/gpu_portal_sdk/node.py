@@ -19,9 +19,12 @@ class NodeClient:
         self._http = ResourceManager(url, credential, timeout=timeout, max_retries=max_retries, **http)
         self.api_url = self._http.api_url
 
-    def register(self, gpus: Sequence[dict]) -> dict:
-        """Register or reconcile the node's cards: [{uuid, model, memory_mib, mig_mode}]."""
-        return self._post("agent/register/", {"gpus": list(gpus)})
+    def register(self, gpus: Sequence[dict], isolation: dict | None = None) -> dict:
+        """Register or reconcile the node's cards: [{uuid, model, memory_mib, mig_mode}]. `isolation`:
+        how the agent runs jobs, {mode: "isolated"|"unisolated", namespaces: bool, cgroup: "v2"|"v1"|"none"};
+        not sent when None (the portal then shows the node's isolation as unknown)."""
+        body = {"gpus": list(gpus), **({"isolation": dict(isolation)} if isolation is not None else {})}
+        return self._post("agent/register/", body)
 
     def heartbeat(self) -> dict:
         return self._post("agent/heartbeat/")
@@ -45,13 +48,18 @@ class NodeClient:
         exit_code: int,
         generation: int | None = None,
         stopped_at: dt.datetime | None = None,
+        host_memory_exceeded_mib: int | None = None,
     ) -> dict:
-        """The job's process ended with `exit_code`; `stopped_at` (aware): when, if the agent knows."""
+        """The job's process ended with `exit_code`; `stopped_at` (aware): when, if the agent knows.
+        `host_memory_exceeded_mib`: its cgroup's memory limit (MiB) killed it, so the request fails
+        saying so; not sent when None."""
         body = {
             "exit_code": exit_code,
             "generation": generation,
             "stopped_at": stopped_at.isoformat() if stopped_at else None,
         }
+        if host_memory_exceeded_mib is not None:
+            body["host_memory_exceeded_mib"] = host_memory_exceeded_mib
         return self._post(f"agent/requests/{int(request_id)}/finished/", body)
 
     def checkpointed(
