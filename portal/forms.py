@@ -11,6 +11,7 @@ from decimal import Decimal
 
 from django import forms
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
@@ -25,6 +26,7 @@ from scheduler_app.core.queueing import DEFAULT_POLICY
 from scheduler_app.models import Gpu, Pool
 from scheduler_app.whatif import QUEUE_MODES
 from teams.choices import Role
+from teams.constants import UNIX_ACCOUNT_MAX_CHARS
 from teams.models import Team
 
 MIB_PER_GIB = 1024
@@ -205,6 +207,38 @@ class TeamSecretForm(ServiceErrorsMixin, forms.Form):
 
 class RoleForm(ServiceErrorsMixin, forms.Form):
     role = forms.ChoiceField(choices=Role.choices)
+
+
+def unix_account_field(help_text: str) -> forms.CharField:
+    """A Unix user name as typed (not stripped: a space is refused, not dropped); the service checks it."""
+    return forms.CharField(
+        max_length=UNIX_ACCOUNT_MAX_CHARS,
+        required=False,
+        strip=False,
+        label="Unix account",
+        help_text=help_text,
+    )
+
+
+class TeamUnixAccountForm(ServiceErrorsMixin, forms.Form):
+    """Operators map a team's jobs to an existing Unix account; set_team_unix_account checks the name."""
+
+    team = forms.ModelChoiceField(queryset=Team.objects.all())
+    unix_account = unix_account_field("An existing account on the nodes; empty: the agent's own gpp-<slug>.")
+
+
+class UserUnixAccountForm(ServiceErrorsMixin, forms.Form):
+    """Operators map a user's jobs, in every team, to an existing Unix account."""
+
+    username = forms.CharField(max_length=150, label="User")
+    unix_account = unix_account_field("An existing account on the nodes; empty: the team's account.")
+
+    def clean_username(self):
+        username = self.cleaned_data["username"]
+        user = get_user_model().objects.filter(username=username).first()
+        if user is None:
+            raise ValidationError(f"No user named {username!r}.")
+        return user
 
 
 class NodeStatusForm(ServiceErrorsMixin, forms.Form):

@@ -55,6 +55,8 @@ urlpatterns = [
     path("operator/pools/", operator.pool_index, name="operator_pools"),
     path("operator/pools/<int:pk>/", operator.pool_edit, name="operator_pool"),
     path("operator/quotas/", operator.quota_index, name="operator_quotas"),
+    path("operator/identities/", operator.identity_index, name="operator_identities"),
+    path("operator/identities/users/", operator.identity_user, name="operator_identity_user"),
     path("operator/what-if/", operator.what_if, name="operator_what_if"),
     path("operator/what-if/<int:pk>/", operator.what_if_run, name="operator_what_if_run"),
     path("admin/", admin.site.urls),

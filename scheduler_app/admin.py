@@ -30,9 +30,14 @@ class NodeAdmin(admin.ModelAdmin):
     list_display = ["name", "pool", "status", "last_heartbeat_at", "cpu_milli", "memory_mib"]
     list_filter = ["status", "pool", "pool__capacity_type"]
     search_fields = ["name", "gpus__uuid"]
-    readonly_fields = ["status", "last_heartbeat_at", "created_at"]
+    # Isolation: as the node's agent reports it at registration.
+    readonly_fields = ["status", "last_heartbeat_at", "created_at", "isolation_label"]
     inlines = [GpuInline]
     actions = ["drain", "undrain"]
+
+    @admin.display(description="Isolation")
+    def isolation_label(self, node):
+        return node.isolation_label()
 
     @admin.action(description="Drain: take no new work", permissions=["change"])
     def drain(self, request, queryset):

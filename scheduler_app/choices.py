@@ -19,6 +19,22 @@ class NodeStatus(models.TextChoices):
     RECLAIMED = "reclaimed", "Reclaimed (spot)"
 
 
+class IsolationMode(models.TextChoices):
+    """How a node's agent runs jobs, as it reported at registration."""
+
+    UNKNOWN = "unknown", "Unknown (an agent that does not report it)"
+    ISOLATED = "isolated", "Isolated (each job as its own Unix identity, in its own cgroup)"
+    UNISOLATED = "unisolated", "Unisolated (--no-isolation: jobs run as the agent's user)"
+
+
+class CgroupVersion(models.TextChoices):
+    """The cgroup hierarchy a node's agent puts each job in; none: no CPU, memory or pids limits."""
+
+    V2 = "v2", "cgroup v2"
+    V1 = "v1", "cgroup v1"
+    NONE = "none", "none"
+
+
 class TaskType(models.TextChoices):
     TRAINING = "training", "Training"
     INFERENCE = "inference", "Inference"

@@ -17,6 +17,8 @@ from portal.bulk_insert import update_rows
 from scheduler_app.choices import (
     BillingMode,
     CapacityType,
+    CgroupVersion,
+    IsolationMode,
     MigMode,
     NodeStatus,
     RequestState,
@@ -74,7 +76,10 @@ class Pool(models.Model):
 
 
 class Node(models.Model):
-    """A GPU host in a pool; CPU in milli-cores, memory in MiB; the agent credential is kept hashed."""
+    """A GPU host in a pool; CPU in milli-cores, memory in MiB; the agent credential is kept hashed.
+
+    `isolation_*` is how its agent runs jobs, as it last reported at registration (unknown: an agent
+    that does not report it; namespaces null and cgroup blank then)."""
 
     name = models.CharField(max_length=128, unique=True)
     pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="nodes")
@@ -90,11 +95,27 @@ class Node(models.Model):
         help_text="The reclaim notice being served: the same notice again is a no-op.",
     )
     reclaim_deadline = models.DateTimeField(null=True, blank=True)
+    isolation_mode = models.CharField(
+        max_length=16, choices=IsolationMode.choices, default=IsolationMode.UNKNOWN, editable=False
+    )
+    isolation_namespaces = models.BooleanField(
+        null=True, editable=False, help_text="Jobs get mount, PID, IPC and UTS namespaces (bubblewrap)."
+    )
+    isolation_cgroup = models.CharField(
+        max_length=8, choices=CgroupVersion.choices, blank=True, editable=False
+    )
 
     class Meta:
         ordering = ["pool__name", "name"]
         constraints = [
             models.CheckConstraint(condition=Q(status__in=NodeStatus.values), name="node_status_valid"),
+            models.CheckConstraint(
+                condition=Q(isolation_mode__in=IsolationMode.values), name="node_isolation_mode_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(isolation_cgroup__in=[*CgroupVersion.values, ""]),
+                name="node_isolation_cgroup_valid",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -102,6 +123,35 @@ class Node(models.Model):
 
     def is_schedulable(self) -> bool:
         return self.status == NodeStatus.READY
+
+    def isolation(self) -> dict:
+        """As the agent reported it: {mode, namespaces, cgroup}; null namespaces and cgroup when unknown."""
+        return {
+            "mode": self.isolation_mode,
+            "namespaces": self.isolation_namespaces,
+            "cgroup": self.isolation_cgroup or None,
+        }
+
+    def isolation_label(self) -> str:
+        """What the isolation means for a job here, in words, e.g. "isolated (cgroup v1, namespaces)"."""
+        if self.isolation_mode == IsolationMode.UNISOLATED:
+            return "unisolated: jobs run as the agent's own user, without limits (--no-isolation)"
+        if self.isolation_mode == IsolationMode.UNKNOWN:
+            return "unknown: the agent does not report it"
+        has_cgroup = self.isolation_cgroup != CgroupVersion.NONE
+        inside = [f"cgroup {self.isolation_cgroup}"] if has_cgroup else []
+        inside += ["namespaces"] if self.isolation_namespaces else []
+        missing = [] if self.isolation_namespaces else ["no namespaces (bubblewrap missing)"]
+        missing += [] if has_cgroup else ["no cgroup: no CPU, memory or pids limits"]
+        return "isolated" + (f" ({', '.join(inside)})" if inside else "") + "".join(f", {m}" for m in missing)
+
+    def isolation_level(self) -> str:
+        """For the pages' styling: "isolated", "partial" (isolated without namespaces or a cgroup),
+        "unknown" or "unisolated"."""
+        partial = not self.isolation_namespaces or self.isolation_cgroup == CgroupVersion.NONE
+        if self.isolation_mode == IsolationMode.ISOLATED and partial:
+            return "partial"
+        return self.isolation_mode
 
 
 class Gpu(models.Model):

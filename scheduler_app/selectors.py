@@ -5,6 +5,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from django.contrib.auth import get_user_model
 from django.contrib.contenttypes.models import ContentType
 from django.db.models import Count, F, Max, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce, Length
@@ -19,7 +20,7 @@ from scheduler_app.models import Allocation, Gpu, GpuRequest, GpuSample, LogChun
 from scheduler_app.services.agents import checkpoint_dir
 from scheduler_app.telemetry import Load, Point, Summary, current_load, downsample, summarize
 from teams.models import Membership, Team
-from teams.selectors import secret_values
+from teams.selectors import job_unix_account, secret_values
 
 
 def requests_visible_to(user) -> QuerySet[GpuRequest]:
@@ -283,8 +284,11 @@ def cluster_heatmap(last_frame_gpus: dict[str, int | None]) -> Heatmap:
 
 
 def recent_audit_events(limit: int = 50) -> list[Event]:
-    """The latest operator-side changes (nodes, pools, quotas, memberships), newest first."""
-    kinds = ContentType.objects.get_for_models(Node, Pool, TeamQuota, Membership).values()
+    """The latest operator-side changes (nodes, pools, quotas, teams, memberships, users' Unix
+    accounts), newest first."""
+    kinds = ContentType.objects.get_for_models(
+        Node, Pool, TeamQuota, Team, Membership, get_user_model()
+    ).values()
     return list(
         Event.objects.filter(content_type__in=kinds)
         .select_related("content_type")
@@ -383,7 +387,8 @@ def node_work(node: Node) -> list[dict]:
     command, its cards (UUID, milli-GPU, memory MiB) and its checkpoint directory. A request that
     drops out of this list (released, cancelled, requeued) is one the agent must stop; one with a
     `stop_by` (migrating) must checkpoint and stop by then. `log_offset` is where the stored log
-    ends: a job started again appends its output there.
+    ends: a job started again appends its output there. The job runs as `unix_account` (empty: the
+    agent's own identity for the team) in a cgroup of `cpu_milli` milli-cores and `memory_mib` MiB.
 
     `environment` ({NAME: value}) is what the job gets besides the agent's own variables: its team's
     secrets, decrypted, and the variables the request declares, which win over a secret of the same
@@ -394,7 +399,7 @@ def node_work(node: Node) -> list[dict]:
     for allocation in (
         Allocation.objects.committed()
         .filter(gpu__node=node)
-        .select_related("request__team", "gpu")
+        .select_related("request__team", "request__user__unix_mapping", "gpu")
         .order_by("request_id", "gpu__index")
     ):
         request = allocation.request
@@ -414,6 +419,10 @@ def node_work(node: Node) -> list[dict]:
                 "stop_by": request.stop_by,
                 "log_offset": 0,
                 "environment": request.environment,
+                "user": request.user.get_username(),
+                "unix_account": job_unix_account(request.user, request.team),
+                "cpu_milli": request.cpu_milli,
+                "memory_mib": request.memory_mib,
                 "gpus": [],
             },
         )

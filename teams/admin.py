@@ -1,6 +1,7 @@
 from django.contrib import admin
 
-from teams.models import ApiToken, Membership, Team
+from teams.models import ApiToken, Membership, Team, UserUnixAccount
+from teams.services import set_team_unix_account, set_user_unix_account
 
 
 class MembershipInline(admin.TabularInline):
@@ -11,8 +12,8 @@ class MembershipInline(admin.TabularInline):
 
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
-    list_display = ["name", "slug", "member_count", "created_at"]
-    search_fields = ["name", "slug"]
+    list_display = ["name", "slug", "unix_account", "member_count", "created_at"]
+    search_fields = ["name", "slug", "unix_account"]
     prepopulated_fields = {"slug": ["name"]}
     readonly_fields = ["release_idle_allocations"]  # set on the team's page (teams.services.set_idle_release)
     inlines = [MembershipInline]
@@ -20,6 +21,36 @@ class TeamAdmin(admin.ModelAdmin):
     @admin.display(description="Members")
     def member_count(self, team):
         return team.memberships.count()
+
+    def save_model(self, request, obj, form, change):
+        """The Unix account is set through set_team_unix_account, which logs the change."""
+        unix_account = obj.unix_account
+        obj.unix_account = form.initial.get("unix_account", "")
+        super().save_model(request, obj, form, change)
+        set_team_unix_account(obj, unix_account=unix_account, actor=request.user)
+
+
+@admin.register(UserUnixAccount)
+class UserUnixAccountAdmin(admin.ModelAdmin):
+    """Each change goes through set_user_unix_account, which logs it; deleting a mapping is mapping
+    the user back to their team's account."""
+
+    list_display = ["user", "unix_account", "updated_at"]
+    search_fields = ["user__username", "unix_account"]
+    autocomplete_fields = ["user"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["user"] if obj else []
+
+    def save_model(self, request, obj, form, change):
+        set_user_unix_account(obj.user, unix_account=obj.unix_account, actor=request.user)
+
+    def delete_model(self, request, obj):
+        set_user_unix_account(obj.user, unix_account="", actor=request.user)
+
+    def delete_queryset(self, request, queryset):
+        for mapping in queryset.select_related("user"):
+            self.delete_model(request, mapping)
 
 
 @admin.register(Membership)

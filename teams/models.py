@@ -1,7 +1,31 @@
+import re
+
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 
+from agent.isolation.identity import team_account
 from teams.choices import Role
+from teams.constants import (
+    DEFAULT_UNIX_ACCOUNT_PREFIX,
+    UNIX_ACCOUNT_MAX_CHARS,
+    UNIX_ACCOUNT_PATTERN,
+    UNIX_ACCOUNTS_REFUSED,
+)
+
+
+def validate_unix_account(name: str) -> None:
+    """A POSIX user name an operator maps jobs to (never root); blank means "no mapping" and is let
+    through here, the fields say whether blank is allowed."""
+    if len(name) > UNIX_ACCOUNT_MAX_CHARS:
+        raise ValidationError(f"A Unix user name has at most {UNIX_ACCOUNT_MAX_CHARS} characters.")
+    if name in UNIX_ACCOUNTS_REFUSED:
+        raise ValidationError(f"Jobs never run as {name}: name an unprivileged account.")
+    if name and not re.fullmatch(UNIX_ACCOUNT_PATTERN, name):
+        raise ValidationError(
+            "Not a Unix user name: use lower-case letters, digits, '_' and '-', starting with a letter "
+            "or '_' (a '$' may end it)."
+        )
 
 
 class Team(models.Model):
@@ -15,6 +39,13 @@ class Team(models.Model):
         default=False,
         help_text="Release running work idle for TELEMETRY_IDLE_AFTER_S (a notice goes out either way).",
     )
+    unix_account = models.CharField(
+        max_length=UNIX_ACCOUNT_MAX_CHARS,
+        blank=True,
+        validators=[validate_unix_account],
+        help_text="The existing Unix account the team's jobs run as on the nodes; blank: the identity "
+        "each node's agent creates for the team (gpp-<slug>). Set by operators.",
+    )
 
     class Meta:
         db_table = "portal_team"  # created by the portal app before teams moved here; kept in place
@@ -22,6 +53,29 @@ class Team(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def default_unix_account(self) -> str:
+        """The identity a node's agent creates for the team when no account is mapped (by the agent's
+        own rule: shortened, with a digest, past a user name's 32 characters)."""
+        return team_account(DEFAULT_UNIX_ACCOUNT_PREFIX, self.slug)
+
+
+class UserUnixAccount(models.Model):
+    """An existing Unix account a user's jobs run as on the nodes, in every team of theirs; a user
+    without one runs as their team's. Set by operators (teams.services.set_user_unix_account)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True, related_name="unix_mapping"
+    )
+    unix_account = models.CharField(max_length=UNIX_ACCOUNT_MAX_CHARS, validators=[validate_unix_account])
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["user__username"]
+        verbose_name = "user's Unix account"
+
+    def __str__(self) -> str:
+        return f"{self.user} runs as {self.unix_account}"
 
 
 class Membership(models.Model):

@@ -47,6 +47,11 @@ def can_manage_secrets(user, team: Team) -> bool:
     return Membership.objects.filter(team=team, user=user, role=Role.TEAM_ADMIN).exists()
 
 
+def can_map_unix_accounts(user) -> bool:
+    """Operators (staff) choose the Unix accounts jobs run as on the nodes: who owns the files there."""
+    return user is not None and user.is_authenticated and user.is_staff
+
+
 def can_revoke_token(user, token: ApiToken) -> bool:
     """Only the token's own user revokes it."""
     return user is not None and token.user_id == user.pk

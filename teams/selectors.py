@@ -5,7 +5,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
 from teams.crypto import InvalidToken, decrypt
-from teams.models import Membership, Team, TeamSecret
+from teams.models import Membership, Team, TeamSecret, UserUnixAccount
 from teams.permissions import note_membership
 
 logger = logging.getLogger(__name__)
@@ -60,7 +60,8 @@ def teams_visible_to(user) -> QuerySet[Team]:
 
 
 def team_members(team: Team) -> QuerySet[Membership]:
-    return team.memberships.select_related("user").order_by("user__username")
+    """The team's members with each one's own Unix account mapping, if any (job_unix_account)."""
+    return team.memberships.select_related("user__unix_mapping").order_by("user__username")
 
 
 def team_secrets(team: Team) -> QuerySet[TeamSecret]:
@@ -84,3 +85,21 @@ def secret_values(team_ids: Iterable[int]) -> dict[int, dict[str, str]]:
                 "team %s: secret %s cannot be decrypted with TEAM_SECRETS_KEYS; left out", team_id, name
             )
     return values
+
+
+def own_unix_account(user) -> str:
+    """The Unix account an operator mapped the user to ("" for none). Read from `user` when it was
+    loaded with its mapping (select_related("unix_mapping")), else in one query."""
+    mapping = getattr(user, "unix_mapping", None)  # RelatedObjectDoesNotExist is an AttributeError
+    return mapping.unix_account if mapping else ""
+
+
+def job_unix_account(user, team: Team) -> str:
+    """The Unix account a job of `user` in `team` runs as on a node: the user's own mapping, else the
+    team's, else "" (the identity the node's agent creates for the team)."""
+    return own_unix_account(user) or team.unix_account
+
+
+def user_unix_accounts() -> QuerySet[UserUnixAccount]:
+    """Every user's own mapping, by username: the operators' Unix identities page."""
+    return UserUnixAccount.objects.select_related("user").order_by("user__username")

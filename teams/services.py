@@ -15,8 +15,14 @@ from teams.choices import Role
 from teams.constants import MAX_SECRETS_PER_TEAM, TEAM_SECRET_MIN_CHARS
 from teams.crypto import encrypt
 from teams.environment import name_problem, value_problem
-from teams.models import ApiToken, Membership, Team, TeamSecret
-from teams.permissions import can_manage_secrets, can_manage_team, can_revoke_token, require
+from teams.models import ApiToken, Membership, Team, TeamSecret, UserUnixAccount, validate_unix_account
+from teams.permissions import (
+    can_manage_secrets,
+    can_manage_team,
+    can_map_unix_accounts,
+    can_revoke_token,
+    require,
+)
 from teams.selectors import user_teams
 from teams.tokens import hash_token, new_token
 
@@ -168,18 +174,40 @@ def set_idle_release(team: Team, *, release: bool, actor) -> Team:
     require(
         can_manage_team(actor, team), f"Only team admins of {team.name} (or operators) can set its policy."
     )
+    return _set_team_field(team, "release_idle_allocations", release, actor=actor, reason="idle work policy")
+
+
+def set_team_unix_account(team: Team, *, unix_account: str, actor) -> Team:
+    """Map the team's jobs to an existing Unix account on the nodes; "" goes back to the identity each
+    node's agent creates for the team. Operators only; a change is logged on the team."""
+    require(can_map_unix_accounts(actor), "Only platform operators map teams to Unix accounts.")
+    _check_unix_account(unix_account)
+    return _set_team_field(
+        team,
+        "unix_account",
+        unix_account,
+        actor=actor,
+        reason="Unix account of its jobs",
+        shown=_none_if_blank,
+    )
+
+
+def _set_team_field(team: Team, name: str, value, *, actor, reason: str, shown=lambda value: value) -> Team:
+    """Set one field of the team under its row lock and log the change on the team, with the values as
+    `shown` gives them; a value it already has changes nothing."""
     with transaction.atomic():
         locked = Team.objects.select_for_update().get(pk=team.pk)
-        if locked.release_idle_allocations != release:
-            before, locked.release_idle_allocations = locked.release_idle_allocations, release
-            locked.save(update_fields=["release_idle_allocations"])
+        before = getattr(locked, name)
+        if before != value:
+            setattr(locked, name, value)
+            locked.save(update_fields=[name])
             log_event(
                 locked,
                 "updated",
                 actor=actor,
                 team=locked,
-                reason="idle work policy",
-                data={"release_idle_allocations": {"from": before, "to": release}},
+                reason=reason,
+                data={name: {"from": shown(before), "to": shown(value)}},
             )
     team.refresh_from_db()
     return team
@@ -244,3 +272,43 @@ def delete_team_secret(secret: TeamSecret, *, actor) -> None:
                 reason=f"secret {secret.name} deleted",
                 data={"name": secret.name},
             )
+
+
+def _none_if_blank(unix_account: str) -> str | None:
+    """An unmapped account reads "none" in the audit log rather than an empty value."""
+    return unix_account or None
+
+
+def set_user_unix_account(user, *, unix_account: str, actor) -> str:
+    """Map the user's jobs, in every team, to an existing Unix account on the nodes; "" removes the
+    mapping (their jobs run as their team's). Operators only; a change is logged on the user.
+    Returns the account now mapped ("" for none)."""
+    require(can_map_unix_accounts(actor), "Only platform operators map users to Unix accounts.")
+    _check_unix_account(unix_account)
+    with transaction.atomic():
+        get_user_model().objects.select_for_update().get(pk=user.pk)
+        mapping = UserUnixAccount.objects.filter(user=user).first()
+        before = mapping.unix_account if mapping else ""
+        if before == unix_account:
+            return unix_account
+        if not unix_account:
+            mapping.delete()
+        else:
+            UserUnixAccount.objects.update_or_create(user=user, defaults={"unix_account": unix_account})
+        log_event(
+            user,
+            "updated",
+            actor=actor,
+            reason="Unix account of their jobs",
+            data={"unix_account": {"from": _none_if_blank(before), "to": _none_if_blank(unix_account)}},
+        )
+    return unix_account
+
+
+def _check_unix_account(unix_account) -> None:
+    if not isinstance(unix_account, str):
+        raise ValidationError({"unix_account": "Give the account name as a string."})
+    try:
+        validate_unix_account(unix_account)
+    except ValidationError as error:
+        raise ValidationError({"unix_account": error.messages}) from None

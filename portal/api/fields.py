@@ -22,6 +22,18 @@ class StrictSlugField(serializers.SlugField):
         return super().to_internal_value(data)
 
 
+class StrictChoiceField(serializers.ChoiceField):
+    """One of the choices as a JSON string. The refusal names the choices and never echoes the input:
+    a lone surrogate in it could not be encoded in the answer."""
+
+    default_error_messages = {"invalid_choice": "Give one of: {choices}."}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str) or data not in self.choice_strings_to_values:
+            self.fail("invalid_choice", choices=", ".join(self.choice_strings_to_values))
+        return self.choice_strings_to_values[data]
+
+
 class StrictIntegerField(serializers.IntegerField):
     def to_internal_value(self, data):
         if isinstance(data, bool) or not isinstance(data, int):

@@ -4,16 +4,50 @@ from rest_framework import serializers
 
 from portal.api.fields import StrictCharField, StrictIntegerField
 from teams.choices import Role
-from teams.models import ApiToken, Membership, TeamSecret
+from teams.constants import UNIX_ACCOUNT_MAX_CHARS
+from teams.models import ApiToken, Membership, Team, TeamSecret
+
+UNIX_ACCOUNT_HELP = (
+    "The existing Unix account the team's jobs run as on the nodes (a member's own mapping comes "
+    "first); empty: the identity each node's agent creates for the team, gpp-<slug>."
+)
 
 
 class TeamSerializer(serializers.ModelSerializer):
     slug = serializers.CharField(source="team.slug")
     name = serializers.CharField(source="team.name")
+    unix_account = serializers.CharField(source="team.unix_account", help_text=UNIX_ACCOUNT_HELP)
 
     class Meta:
         model = Membership
-        fields = ["slug", "name", "role"]
+        fields = ["slug", "name", "role", "unix_account"]
+
+
+class TeamDetailSerializer(serializers.ModelSerializer):
+    unix_account = serializers.CharField(help_text=UNIX_ACCOUNT_HELP)
+
+    class Meta:
+        model = Team
+        fields = ["slug", "name", "unix_account"]
+
+
+class UnixAccountSerializer(serializers.Serializer):
+    """An operator's mapping to an existing Unix account: a POSIX user name, never root."""
+
+    unix_account = StrictCharField(
+        max_length=UNIX_ACCOUNT_MAX_CHARS,
+        allow_blank=True,
+        trim_whitespace=False,
+        help_text="A POSIX user name ([a-z_][a-z0-9_-]*, a '$' may end it), at most 32 characters, "
+        "never root; empty removes the mapping.",
+    )
+
+
+class UserUnixAccountSerializer(serializers.Serializer):
+    username = serializers.CharField()
+    unix_account = serializers.CharField(
+        help_text="The account the user's jobs run as, in every team; empty: their team's."
+    )
 
 
 class MemberSerializer(serializers.ModelSerializer):

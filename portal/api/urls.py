@@ -19,7 +19,7 @@ from billing_app.api.views import (
     StatementView,
     SwitchBillingView,
 )
-from portal.api.views import ApiTokenViewSet, TeamViewSet, not_found
+from portal.api.views import ApiTokenViewSet, TeamViewSet, UserUnixAccountView, not_found
 from scheduler_app.api.agent_views import (
     CheckpointedView,
     FinishedView,
@@ -72,6 +72,7 @@ urlpatterns = [
     path("teams/<slug:slug>/statement/", StatementView.as_view(), name="team-statement"),
     path("teams/<slug:slug>/statement.csv", StatementCsvView.as_view(), name="team-statement-csv"),
     path("teams/<slug:slug>/budget/", BudgetView.as_view(), name="team-budget"),
+    path("users/<str:username>/unix-account/", UserUnixAccountView.as_view(), name="user-unix-account"),
     path("statements/", OperatorStatementsView.as_view(), name="statements"),
     path("requests/<int:pk>/billing-mode/", SwitchBillingView.as_view(), name="request-billing-mode"),
     path("agent/samples/", GpuSampleIngestView.as_view(), name="agent-samples"),

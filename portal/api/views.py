@@ -1,5 +1,6 @@
-"""Teams (members, quotas, secrets) and personal API tokens over REST."""
+"""Teams (members, quotas, secrets, Unix accounts), users' Unix accounts and personal API tokens over REST."""
 
+from django.contrib.auth import get_user_model
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -7,7 +8,9 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action, api_view, permission_classes
 from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
+from portal.api.permissions import IsOperator
 from portal.api.serializers import (
     ApiTokenSerializer,
     CreatedApiTokenSerializer,
@@ -16,15 +19,18 @@ from portal.api.serializers import (
     NewMemberSerializer,
     RoleSerializer,
     SetTeamSecretSerializer,
+    TeamDetailSerializer,
     TeamSecretSerializer,
     TeamSerializer,
+    UnixAccountSerializer,
+    UserUnixAccountSerializer,
 )
 from scheduler_app.api.serializers import QuotaSerializer, SetQuotaSerializer
 from scheduler_app.models import Pool
 from scheduler_app.selectors import quota_usage
 from scheduler_app.services.quotas import set_team_quota
 from teams.models import ApiToken, Membership
-from teams.selectors import team_members, team_secrets, teams_visible_to
+from teams.selectors import own_unix_account, team_members, team_secrets, teams_visible_to
 from teams.services import (
     add_member,
     change_role,
@@ -33,6 +39,8 @@ from teams.services import (
     remove_member,
     revoke_api_token,
     set_team_secret,
+    set_team_unix_account,
+    set_user_unix_account,
 )
 
 SECRET_NAME = "The variable the team's jobs get: letters, digits and _, not starting with a digit."
@@ -55,6 +63,21 @@ class TeamViewSet(viewsets.GenericViewSet):
 
     def _team(self, slug):
         return get_object_or_404(teams_visible_to(self.request.user).distinct(), slug=slug)
+
+    @extend_schema(responses=TeamDetailSerializer)
+    def retrieve(self, request, slug=None):
+        """The team and the Unix account its jobs run as."""
+        return Response(TeamDetailSerializer(self._team(slug)).data)
+
+    @extend_schema(request=UnixAccountSerializer, responses=TeamDetailSerializer)
+    def partial_update(self, request, slug=None):
+        """Operators map the team's jobs to an existing Unix account on the nodes (empty: the agent's
+        own identity for the team)."""
+        team = self._team(slug)
+        form = UnixAccountSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        team = set_team_unix_account(team, actor=request.user, **form.validated_data)
+        return Response(TeamDetailSerializer(team).data)
 
     @extend_schema(responses=QuotaSerializer(many=True))
     @action(detail=True)
@@ -152,6 +175,32 @@ class ApiTokenViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     def revoke(self, request, pk=None):
         token = revoke_api_token(get_object_or_404(self.get_queryset(), pk=pk), user=request.user)
         return Response(self.get_serializer(token).data)
+
+
+class UserUnixAccountView(APIView):
+    """Operators: the existing Unix account a user's jobs run as on the nodes, in every team; empty:
+    their team's."""
+
+    permission_classes = [IsOperator]
+
+    def _user(self, username):
+        return get_object_or_404(get_user_model().objects.select_related("unix_mapping"), username=username)
+
+    @extend_schema(responses=UserUnixAccountSerializer)
+    def get(self, request, username):
+        user = self._user(username)
+        return self._answer(user, own_unix_account(user))
+
+    @extend_schema(request=UnixAccountSerializer, responses=UserUnixAccountSerializer)
+    def put(self, request, username):
+        user = self._user(username)
+        form = UnixAccountSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        return self._answer(user, set_user_unix_account(user, actor=request.user, **form.validated_data))
+
+    def _answer(self, user, unix_account: str) -> Response:
+        body = {"username": user.get_username(), "unix_account": unix_account}
+        return Response(UserUnixAccountSerializer(body).data)
 
 
 @extend_schema(exclude=True)

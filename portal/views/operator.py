@@ -1,5 +1,5 @@
-"""Operator pages (staff only): drain and reclaim nodes, edit and price pools, set quotas, replay the
-history under a what-if; each change is audited by its service."""
+"""Operator pages (staff only): drain and reclaim nodes, edit and price pools, set quotas, map teams and
+users to Unix accounts, replay the history under a what-if; each change is audited by its service."""
 
 import datetime as dt
 from functools import wraps
@@ -23,6 +23,8 @@ from portal.forms import (
     PoolPriceForm,
     QuotaForm,
     ReclaimForm,
+    TeamUnixAccountForm,
+    UserUnixAccountForm,
     WhatIfForm,
 )
 from scheduler_app.models import Node, Pool, TeamQuota, WhatIfRun
@@ -37,6 +39,9 @@ from scheduler_app.services.inventory import (
 from scheduler_app.services.migration import reclaim_node
 from scheduler_app.services.quotas import set_team_quota
 from scheduler_app.services.whatif import start_what_if
+from teams.models import Team
+from teams.selectors import user_unix_accounts
+from teams.services import set_team_unix_account, set_user_unix_account
 
 
 def staff_required(view):
@@ -211,6 +216,56 @@ def quota_index(request):
     quotas = TeamQuota.objects.select_related("team", "pool")
     status = 400 if form.errors else 200
     return render(request, "portal/operator/quotas.html", {"form": form, "quotas": quotas}, status=status)
+
+
+@staff_required
+def identity_index(request):
+    """Who jobs run as on the nodes: each team's Unix account and the users mapped to their own; the
+    side forms map a team (here) or a user (identity_user)."""
+    form = TeamUnixAccountForm(request.POST or None, prefix="team")
+    if request.method == "POST" and form.is_valid():
+        team = form.cleaned_data["team"]
+        try:
+            set_team_unix_account(team, unix_account=form.cleaned_data["unix_account"], actor=request.user)
+        except ValidationError as error:
+            form.add_service_errors(error)
+        else:
+            runs_as = (
+                team.unix_account or f"{team.default_unix_account()}, the identity each node's agent creates"
+            )
+            messages.success(request, f"{team.name}'s jobs run as {runs_as}.")
+            return redirect("operator_identities")
+    return _identities_page(request, team_form=form)
+
+
+@staff_required
+@require_POST
+def identity_user(request):
+    form = UserUnixAccountForm(request.POST, prefix="user")
+    if form.is_valid():
+        user = form.cleaned_data["username"]
+        try:
+            mapped = set_user_unix_account(
+                user, unix_account=form.cleaned_data["unix_account"], actor=request.user
+            )
+        except ValidationError as error:
+            form.add_service_errors(error)
+        else:
+            runs_as = mapped or "their team's account"
+            messages.success(request, f"{user.get_username()}'s jobs run as {runs_as} in every team.")
+            return redirect("operator_identities")
+    return _identities_page(request, user_form=form)
+
+
+def _identities_page(request, *, team_form=None, user_form=None):
+    context = {
+        "teams": Team.objects.all(),
+        "mappings": user_unix_accounts(),
+        "team_form": team_form or TeamUnixAccountForm(prefix="team"),
+        "user_form": user_form or UserUnixAccountForm(prefix="user"),
+    }
+    status = 400 if any(form.errors for form in (team_form, user_form) if form is not None) else 200
+    return render(request, "portal/operator/identities.html", context, status=status)
 
 
 RECENT_WHAT_IFS = 10

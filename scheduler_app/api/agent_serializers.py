@@ -3,8 +3,15 @@ ranges only; scheduler_app.services.agents decides what is allowed."""
 
 from rest_framework import serializers
 
-from portal.api.fields import AwareDateTimeField, StrictCharField, StrictIntegerField
+from portal.api.fields import (
+    AwareDateTimeField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictChoiceField,
+    StrictIntegerField,
+)
 from scheduler_app.api.serializers import _flat
+from scheduler_app.choices import CgroupVersion, IsolationMode
 from scheduler_app.constants import LOG_CHUNK_MAX_CHARS, MAX_GPUS_PER_NODE
 from scheduler_app.services.agents import MIG_MODES
 
@@ -27,11 +34,35 @@ class CardSerializer(serializers.Serializer):
     memory_mib = StrictIntegerField(
         min_value=1, max_value=2**31 - 1, help_text="nvmlDeviceGetMemoryInfo().total in MiB"
     )
-    mig_mode = serializers.ChoiceField(choices=MIG_MODES, help_text="nvmlDeviceGetMigMode (current)")
+    mig_mode = StrictChoiceField(choices=MIG_MODES, help_text="nvmlDeviceGetMigMode (current)")
+
+
+class IsolationSerializer(serializers.Serializer):
+    """How the agent runs jobs: exactly these three keys."""
+
+    mode = StrictChoiceField(
+        choices=[IsolationMode.ISOLATED, IsolationMode.UNISOLATED],
+        help_text="isolated: each job as its own Unix identity, in its own cgroup; unisolated: "
+        "--no-isolation, jobs run as the agent's own user without limits.",
+    )
+    namespaces = StrictBooleanField(
+        help_text="Jobs run in their own mount, PID, IPC and UTS namespaces (bubblewrap is present)."
+    )
+    cgroup = StrictChoiceField(
+        choices=CgroupVersion.values, help_text="The cgroup hierarchy of each job's limits; none: no limits."
+    )
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict) and not set(data) <= set(self.fields):
+            raise serializers.ValidationError("Give exactly mode, namespaces and cgroup; nothing else.")
+        return super().to_internal_value(data)
 
 
 class RegisterSerializer(FlatErrors, serializers.Serializer):
     gpus = CardSerializer(many=True, max_length=MAX_GPUS_PER_NODE)
+    isolation = IsolationSerializer(
+        required=False, help_text="How the agent isolates jobs; omitted (an older agent): unknown."
+    )
 
 
 class RegisteredSerializer(serializers.Serializer):
@@ -82,6 +113,14 @@ class WorkSerializer(serializers.Serializer):
         help_text="Variables the job gets, NAME -> value: its team's secrets and the request's own "
         "variables (these win over a secret of the same name). Secret values: never log them.",
     )
+    user = serializers.CharField(help_text="The username of who submitted it.")
+    unix_account = serializers.CharField(
+        allow_blank=True,
+        help_text="The existing Unix account to run the job as (the user's mapping, else the team's); "
+        "empty: the agent's own identity for the team (gpp-<team>).",
+    )
+    cpu_milli = serializers.IntegerField(help_text="Host CPU for the job's cgroup, in milli-cores.")
+    memory_mib = serializers.IntegerField(help_text="Host memory limit for the job's cgroup, in MiB.")
     gpus = WorkCardSerializer(many=True)
 
 
@@ -138,6 +177,15 @@ class FinishedSerializer(serializers.Serializer):
     )
     stopped_at = AwareDateTimeField(
         required=False, allow_null=True, default=None, help_text="When the process ended; null: now."
+    )
+    host_memory_exceeded_mib = StrictIntegerField(
+        min_value=1,
+        max_value=2**31 - 1,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Its cgroup's memory limit killed it: the limit enforced, in MiB. The request fails "
+        "saying so, whatever the exit status.",
     )
 
 

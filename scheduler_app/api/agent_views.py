@@ -29,9 +29,9 @@ from scheduler_app.api.agent_serializers import (
 from scheduler_app.selectors import node_work
 from scheduler_app.services.agents import (
     append_log,
-    reconcile_gpus,
     record_checkpoint,
     record_usage,
+    register_agent,
     report_finished,
     report_memory_exceeded,
     report_started,
@@ -52,12 +52,13 @@ class AgentView(APIView):
 
 
 class RegisterView(AgentView):
-    """Register or reconcile the node's cards from NVML; also a heartbeat."""
+    """Register or reconcile the node's cards from NVML and say how the agent isolates jobs; also a
+    heartbeat."""
 
     @extend_schema(request=RegisterSerializer, responses=RegisteredSerializer, tags=["agent"])
     def post(self, request):
-        changes = reconcile_gpus(request.auth, self.parsed(RegisterSerializer)["gpus"])
-        node = record_heartbeat(request.auth)
+        report = self.parsed(RegisterSerializer)
+        node, changes = register_agent(request.auth, report["gpus"], report.get("isolation"))
         return Response(RegisteredSerializer({"node": node.name, "node_status": node.status, **changes}).data)
 
 

@@ -18,7 +18,7 @@ from portal.api.fields import (
     StrictIntegerField,
     StrictSlugField,
 )
-from scheduler_app.choices import BillingMode, MigMode, RequestState, TaskType
+from scheduler_app.choices import BillingMode, CgroupVersion, IsolationMode, MigMode, RequestState, TaskType
 from scheduler_app.constants import (
     MAX_GPUS_PER_REQUEST,
     MAX_GPUS_PER_SAMPLE_BATCH,
@@ -269,11 +269,31 @@ class GpuSerializer(serializers.Serializer):
     mig = MigSegmentSerializer(many=True, source="mig_segments", help_text="The MIG layout, left to right.")
 
 
+class NodeIsolationSerializer(serializers.Serializer):
+    """How the node's agent runs jobs, as it reported when it last registered."""
+
+    mode = serializers.ChoiceField(
+        choices=IsolationMode.choices,
+        help_text="isolated: each job as its own Unix identity, in its own cgroup; unisolated "
+        "(--no-isolation): jobs run as the agent's own user, without limits; unknown: an agent that "
+        "does not report it.",
+    )
+    namespaces = serializers.BooleanField(
+        allow_null=True, help_text="Jobs get their own mount, PID, IPC and UTS namespaces; null: unknown."
+    )
+    cgroup = serializers.ChoiceField(
+        choices=CgroupVersion.choices,
+        allow_null=True,
+        help_text="The cgroup hierarchy of each job's limits; none: no limits; null: unknown.",
+    )
+
+
 class NodeSerializer(serializers.Serializer):
     name = serializers.CharField(source="node.name")
     pool = serializers.CharField(source="node.pool.name")
     status = serializers.CharField(source="node.status")
     last_heartbeat_at = serializers.DateTimeField(source="node.last_heartbeat_at", allow_null=True)
+    isolation = NodeIsolationSerializer(source="node.isolation")
     gpus = GpuSerializer(many=True)
 
 
@@ -468,6 +488,7 @@ class OperatorNodeSerializer(serializers.ModelSerializer):
     allocated_milli = serializers.IntegerField(allow_null=True)
     mig_mode = serializers.CharField(source="pool.mig_mode", help_text='The pool\'s MIG mode; "" is off.')
     mig_layouts = serializers.SerializerMethodField(help_text="Each card's MIG layout, by card index.")
+    isolation = NodeIsolationSerializer()
 
     def get_mig_layouts(self, node) -> list[str]:
         return [gpu.mig_layout for gpu in sorted(node.gpus.all(), key=lambda g: g.index)]
@@ -486,6 +507,7 @@ class OperatorNodeSerializer(serializers.ModelSerializer):
             "allocated_milli",
             "mig_mode",
             "mig_layouts",
+            "isolation",
         ]
 
 

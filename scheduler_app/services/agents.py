@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from audit.events import log_event
 from audit.models import Event
-from scheduler_app.choices import RequestState
+from scheduler_app.choices import IsolationMode, RequestState
 from scheduler_app.constants import (
     EXIT_CODE_RANGE,
     LOG_CHUNK_MAX_CHARS,
@@ -87,6 +87,43 @@ def reconcile_gpus(node: Node, cards: Sequence[Mapping]) -> dict[str, list[str]]
             data = {"added": added, "updated": updated, "missing": missing}
             log_event(node, "gpus reconciled", actor_name=AGENT, reason=reason, data=data)
     return {"added": added, "updated": updated, "missing": missing}
+
+
+def register_agent(
+    node: Node, cards: Sequence[Mapping], isolation: Mapping | None = None
+) -> tuple[Node, dict[str, list[str]]]:
+    """The node's agent (re)registered: its cards are reconciled (reconcile_gpus), how it isolates jobs
+    is recorded (record_isolation), and it counts as a heartbeat. Returns the node and the card changes."""
+    with transaction.atomic():
+        changes = reconcile_gpus(node, cards)
+        return record_heartbeat(record_isolation(node, isolation)), changes
+
+
+def record_isolation(node: Node, isolation: Mapping | None) -> Node:
+    """Keep how the node's agent runs jobs, as it reported at registration: {mode, namespaces, cgroup}
+    (mode isolated or unisolated, namespaces a bool, cgroup v2, v1 or none); None, from an agent that
+    does not report it, is unknown. A change is logged on the node, so operators see when and how a
+    node's isolation weakened or returned."""
+    if isolation is None:
+        isolation = {"mode": IsolationMode.UNKNOWN, "namespaces": None, "cgroup": ""}
+    fields = {f"isolation_{key}": isolation[key] for key in ("mode", "namespaces", "cgroup")}
+    with transaction.atomic():
+        locked = Node.objects.select_for_update().get(pk=node.pk)
+        if all(getattr(locked, name) == value for name, value in fields.items()):
+            return locked
+        before = locked.isolation_label()
+        for name, value in fields.items():
+            setattr(locked, name, value)
+        locked.save(update_fields=list(fields))
+        after = locked.isolation_label()
+        log_event(
+            locked,
+            "isolation changed",
+            actor_name=AGENT,
+            reason=f"agent registered: {after}",
+            data={"isolation": {"from": before, "to": after}},
+        )
+    return locked
 
 
 def _check_cards(node: Node, cards: Sequence[Mapping], known: dict[str, Gpu]) -> None:
@@ -167,17 +204,32 @@ def report_finished(
     exit_code: int,
     generation: int | None = None,
     stopped_at: dt.datetime | None = None,
+    host_memory_exceeded_mib: int | None = None,
 ) -> GpuRequest:
     """The job's process ended: exit status 0 is succeeded, anything else failed; the status is kept.
     `stopped_at`: when it ended, as the agent saw it (see stop_time); a report comes up to a round later.
+    `host_memory_exceeded_mib`: its cgroup's memory limit (MiB) killed it; it fails saying so, whatever
+    its status, and even while it was being moved: the kill is the job's own end, not a stop for the
+    move, and a requeue would run it into the same limit again.
 
     A request that had already ended (released, cancelled, stopped by the watchdog) keeps its state
     and takes the exit status if it has none; one that left this node (requeued, moved) is left as
     it is. A repeated report changes nothing.
     """
     low, high = EXIT_CODE_RANGE
+    errors = {}
     if isinstance(exit_code, bool) or not isinstance(exit_code, int) or not low <= exit_code <= high:
-        raise ValidationError({"exit_code": f"Give the exit status as a whole number from {low} to {high}."})
+        errors["exit_code"] = f"Give the exit status as a whole number from {low} to {high}."
+    limit = host_memory_exceeded_mib
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        errors["host_memory_exceeded_mib"] = "Give the limit that killed it in whole MiB, 1 or more."
+    if errors:
+        raise ValidationError(errors)
+    if limit is not None:
+        reason = f"exceeded its host memory limit ({limit} MiB)"
+        return _end_here(
+            node, request_id, RequestState.FAILED, reason, exit_code=exit_code, generation=generation
+        )
     outcome = RequestState.SUCCEEDED if exit_code == 0 else RequestState.FAILED
     if stopped := _stopped_for_move(node, request_id, generation, stopped_at):
         return stopped

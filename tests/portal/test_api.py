@@ -59,7 +59,9 @@ def test_teams_and_quota_use(api_client, member, team, other_team, pool):
     TeamQuota.objects.create(team=team, pool=pool, guaranteed_milli=4000)
     client = api_client(member)
 
-    assert client.get("/api/v1/teams/").json() == [{"slug": "vision", "name": "Vision", "role": "member"}]
+    assert client.get("/api/v1/teams/").json() == [
+        {"slug": "vision", "name": "Vision", "role": "member", "unix_account": ""}
+    ]
     quotas = client.get("/api/v1/teams/vision/quotas/").json()
     assert quotas == [{"pool": "a100", "guaranteed_milli": 4000, "used_milli": 0, "borrowed_milli": 0}]
     assert client.get("/api/v1/teams/language/quotas/").status_code == 404

@@ -7,8 +7,10 @@ from audit.models import Event
 from scheduler_app.choices import NodeStatus
 from scheduler_app.models import Pool, TeamQuota
 from scheduler_app.services.inventory import set_node_status
+from teams.models import Team, UserUnixAccount
+from teams.services import set_team_unix_account, set_user_unix_account
 
-PAGES = ["operator", "operator_nodes", "operator_pools", "operator_quotas"]
+PAGES = ["operator", "operator_nodes", "operator_pools", "operator_quotas", "operator_identities"]
 
 
 @pytest.fixture
@@ -221,3 +223,103 @@ def test_audit_page_queries_do_not_grow(client, operator, make_node, django_asse
         response = client.get(reverse("operator"))
 
     assert response.text.count("ready → draining") == 8
+
+
+def test_operator_maps_a_team_to_a_unix_account_and_it_is_audited(client, operator, team):
+    client.force_login(operator)
+
+    response = client.post(
+        reverse("operator_identities"), {"team-team": team.pk, "team-unix_account": "vision-svc"}, follow=True
+    )
+
+    assert Team.objects.get(pk=team.pk).unix_account == "vision-svc"
+    assert "Vision&#x27;s jobs run as vision-svc." in response.text
+    assert "unix_account: none → vision-svc" in client.get(reverse("operator")).text
+
+
+def test_operator_maps_a_user_and_the_page_lists_who_runs_as_what(client, operator, team, other_team, member):
+    set_team_unix_account(other_team, unix_account="lang", actor=operator)
+    client.force_login(operator)
+
+    response = client.post(
+        reverse("operator_identity_user"),
+        {"user-username": "bob", "user-unix_account": "bob_ldap"},
+        follow=True,
+    )
+
+    assert UserUnixAccount.objects.get(user=member).unix_account == "bob_ldap"
+    assert "bob&#x27;s jobs run as bob_ldap in every team." in response.text
+    rows = response.text.split("<tbody>")
+    assert "<td>Language</td>" in rows[1] and "<code>lang</code>" in rows[1]
+    assert "<code>gpp-vision</code>" in rows[1]
+    assert "<td>bob</td><td><code>bob_ldap</code></td>" in rows[2]
+    assert "unix_account: none → bob_ldap" in client.get(reverse("operator")).text
+
+
+@pytest.mark.parametrize(
+    ("url", "data", "field", "message"),
+    [
+        ("operator_identities", {"team-unix_account": "root"}, "team-unix_account", "Jobs never run as root"),
+        ("operator_identities", {"team-unix_account": "Vision"}, "team-unix_account", "Not a Unix user name"),
+        (
+            "operator_identities",
+            {"team-unix_account": "a" * 33},
+            "team-unix_account",
+            "at most 32 characters",
+        ),
+        (
+            "operator_identity_user",
+            {"user-unix_account": "root"},
+            "user-unix_account",
+            "Jobs never run as root",
+        ),
+        (
+            "operator_identity_user",
+            {"user-unix_account": " bob"},
+            "user-unix_account",
+            "Not a Unix user name",
+        ),
+        (
+            "operator_identity_user",
+            {"user-username": "ghost"},
+            "user-username",
+            "No user named &#x27;ghost&#x27;.",
+        ),
+    ],
+)
+def test_bad_identity_input_is_shown_inline_and_changes_nothing(
+    client, operator, team, member, url, data, field, message
+):
+    client.force_login(operator)
+    data = {"team-team": team.pk, "user-username": "bob", "user-unix_account": "bob", **data}
+
+    response = client.post(reverse(url), data)
+
+    assert response.status_code == 400
+    assert message in response.text.split(f'id="field-{field}"')[1].split("</div>")[0]
+    assert Team.objects.get(pk=team.pk).unix_account == "" and not UserUnixAccount.objects.exists()
+
+
+@pytest.mark.parametrize("user", ["team_admin", "member"])
+def test_non_operators_cannot_map_unix_accounts_from_the_pages(client, team, member, user, request):
+    client.force_login(request.getfixturevalue(user))
+
+    team_post = client.post(reverse("operator_identities"), {"team-team": team.pk, "team-unix_account": "x"})
+    user_post = client.post(
+        reverse("operator_identity_user"), {"user-username": "bob", "user-unix_account": "x"}
+    )
+
+    assert (team_post.status_code, user_post.status_code) == (403, 403)
+    assert Team.objects.get(pk=team.pk).unix_account == "" and not UserUnixAccount.objects.exists()
+
+
+def test_removing_a_users_mapping_from_the_page_says_they_run_as_their_teams(client, operator, member):
+    set_user_unix_account(member, unix_account="bob_ldap", actor=operator)
+    client.force_login(operator)
+
+    response = client.post(
+        reverse("operator_identity_user"), {"user-username": "bob", "user-unix_account": ""}, follow=True
+    )
+
+    assert "bob&#x27;s jobs run as their team&#x27;s account in every team." in response.text
+    assert not UserUnixAccount.objects.exists()

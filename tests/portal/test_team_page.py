@@ -180,3 +180,22 @@ def test_team_page_queries_do_not_grow_with_members(
         response = client.get(reverse("team_detail", args=["vision"]))
 
     assert response.text.count("<td>user") == 15
+
+
+def test_members_see_who_their_teams_jobs_run_as_but_no_way_to_change_it(
+    client, member, team_admin, operator
+):
+    from teams.services import set_team_unix_account, set_user_unix_account
+
+    client.force_login(member)
+    default = client.get(reverse("team_detail", args=["vision"])).text
+    set_team_unix_account(member.teams.get(), unix_account="vision-svc", actor=operator)
+    set_user_unix_account(team_admin, unix_account="alice_ldap", actor=operator)
+
+    mapped = client.get(reverse("team_detail", args=["vision"])).text
+
+    assert "<code>gpp-vision</code>, which each node's agent creates for the team" in default
+    assert "<code>vision-svc</code>, mapped by an operator" in mapped
+    rows = {r.split("</td>")[0].split("<td>")[-1]: r for r in mapped.split("<tr>")[2:]}
+    assert "<code>alice_ldap</code>" in rows["alice"] and "<code>vision-svc</code>" in rows["bob"]
+    assert "unix_account" not in mapped  # no form field to change it

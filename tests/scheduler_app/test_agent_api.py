@@ -98,7 +98,7 @@ def test_registering_the_same_cards_again_changes_nothing(agent, node):
         ([card("GPU-x"), card("GPU-x")], "gpus[1].uuid", "appears twice"),
         ([card("GPU-node-1-0", memory_mib=10000)], "gpus[0].memory_mib", "hold 20480 MiB"),
         ([card("GPU-x", memory_mib=0)], "gpus[0].memory_mib", "greater than or equal to 1"),
-        ([card("GPU-x", mig_mode="maybe")], "gpus[0].mig_mode", "not a valid choice"),
+        ([card("GPU-x", mig_mode="maybe")], "gpus[0].mig_mode", "Give one of: enabled, disabled"),
         ([{"uuid": "GPU-x"}], "gpus[0].model", "required"),
         ([], "gpus", "at least one card"),
         ("all", "gpus", ""),
@@ -141,6 +141,10 @@ def test_work_lists_this_nodes_requests_with_command_share_memory_cards_and_chec
             "stop_by": None,
             "log_offset": 0,
             "environment": {},
+            "user": "bob",
+            "unix_account": "",
+            "cpu_milli": 1000,
+            "memory_mib": 4096,
             "gpus": [{"uuid": "GPU-node-1-0", "milli": 250, "memory_mib": 20480, "mig_instance": ""}],
         }
     ]

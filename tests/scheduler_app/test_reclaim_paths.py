@@ -172,6 +172,16 @@ def test_the_finished_endpoint_refuses_a_stop_time_without_a_timezone(spot_node,
     assert moving.state == RequestState.MIGRATING
 
 
+def test_a_job_killed_by_its_host_memory_limit_while_being_moved_fails_and_is_not_requeued(spot_node, moving):
+    report_finished(spot_node, moving.pk, -9, stopped_at=timezone.now(), host_memory_exceeded_mib=4096)
+
+    moving.refresh_from_db()
+    assert (moving.state, moving.exit_code) == (RequestState.FAILED, -9)
+    assert request_events(moving).last().reason == "exceeded its host memory limit (4096 MiB)"
+    assert not request_events(moving).filter(from_state=RequestState.MIGRATING, to_state=RequestState.PENDING)
+    assert not moving.allocations.committed().exists()
+
+
 def test_a_job_that_finished_before_its_reclaim_but_was_reported_after_is_not_run_again(spot_node, job):
     began = job.allocations.get().started_at
     finished, noticed = began + dt.timedelta(seconds=20), began + dt.timedelta(seconds=25)
