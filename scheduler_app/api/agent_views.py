@@ -26,10 +26,10 @@ from scheduler_app.api.agent_serializers import (
     UsageSerializer,
     WorkSerializer,
 )
+from scheduler_app.node_health import register_agent
 from scheduler_app.selectors import node_work
 from scheduler_app.services.agents import (
     append_log,
-    reconcile_gpus,
     record_checkpoint,
     record_usage,
     report_finished,
@@ -52,12 +52,12 @@ class AgentView(APIView):
 
 
 class RegisterView(AgentView):
-    """Register or reconcile the node's cards from NVML; also a heartbeat."""
+    """Register or reconcile the node's cards from NVML; also a heartbeat, and with
+    NODE_RETURN_TO_SERVICE the return of a node lost for its silence."""
 
     @extend_schema(request=RegisterSerializer, responses=RegisteredSerializer, tags=["agent"])
     def post(self, request):
-        changes = reconcile_gpus(request.auth, self.parsed(RegisterSerializer)["gpus"])
-        node = record_heartbeat(request.auth)
+        node, changes = register_agent(request.auth, self.parsed(RegisterSerializer)["gpus"])
         return Response(RegisteredSerializer({"node": node.name, "node_status": node.status, **changes}).data)
 
 
