@@ -1,5 +1,6 @@
 # Sourced by bin/run-portal and bin/test: make .venv with Python 3.11 and install
-# the pinned requirements file given as $1, again only when the requirements changed.
+# the pinned requirements file given as $1, again only when the requirements changed;
+# and make the directory the embedded SQLite database lives in.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -32,4 +33,11 @@ ensure_venv() {
     done
   fi
   export PATH="$PWD/.venv/bin:$PATH"
+}
+
+# The directory portal/settings.py keeps the embedded SQLite database in: PORTAL_VAR_DIR when it is
+# set (relative to the repository root, where both scripts run manage.py), else var/.
+ensure_var_dir() {
+  local dir=${PORTAL_VAR_DIR-var}
+  mkdir -p "${dir:-.}"
 }

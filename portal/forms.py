@@ -242,10 +242,11 @@ class UserUnixAccountForm(ServiceErrorsMixin, forms.Form):
 
 
 class NodeStatusForm(ServiceErrorsMixin, forms.Form):
-    """Operators drain a node (no new work lands there) or put it back in service."""
+    """Operators drain a node (no new work lands there) or put it back in service: undrain, or resume a
+    lost, suspect or reclaimed one."""
 
     status = forms.ChoiceField(
-        choices=[(NodeStatus.DRAINING, "Drain"), (NodeStatus.READY, "Undrain (ready)")],
+        choices=[(NodeStatus.DRAINING, "Drain"), (NodeStatus.READY, "Ready (undrain, or resume)")],
         widget=forms.RadioSelect,
     )
     reason = forms.CharField(max_length=500, help_text="Kept in the audit log.")

@@ -163,6 +163,10 @@ SCHEDULER_BATCH_S = env_int("SCHEDULER_BATCH_S", 1, minimum=0)
 # A ready node silent this long becomes suspect (no new work); this long, lost (its work is requeued).
 NODE_SUSPECT_AFTER_S = env_int("NODE_SUSPECT_AFTER_S", 60, minimum=5)
 NODE_LOST_AFTER_S = env_int("NODE_LOST_AFTER_S", 300, minimum=10)
+# Slurm's ReturnToService: on, a node lost only because it stopped answering (the heartbeat watchdog
+# lost it; not an operator's mark) is back in service when its agent registers again; off, it stays
+# lost until an operator resumes it (its node page: Ready; or POST /api/v1/nodes/<id>/undrain/).
+NODE_RETURN_TO_SERVICE = env_bool("NODE_RETURN_TO_SERVICE", False)
 # Where node agents keep each job's checkpoints: storage every node mounts at this path, so requeued
 # work resumes from its checkpoint wherever it lands next.
 CHECKPOINT_ROOT = env_str("CHECKPOINT_ROOT", str(VAR_DIR / "checkpoints"))

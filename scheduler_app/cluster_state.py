@@ -1,22 +1,26 @@
 """Loading the database into the pure core's plain state (the read half of a scheduling pass).
 
-Seven queries whatever the cluster size: ready nodes, their cards, open
+Seven queries whatever the cluster size: the nodes, their cards, open
 allocations and their requests, pending requests, quotas, and the recent requests whose shapes
-make the workload mix the placement policy keeps room for.
+make the workload mix the placement policy keeps room for; an eighth when some node takes no new
+work (since when, from the event log).
 """
 
 import functools
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
+from django.contrib.contenttypes.models import ContentType
+from django.db.models import Max
 from django.utils import timezone
 
+from audit.models import Event
 from billing_app.budgets import on_demand_holds
 from scheduler_app.choices import BillingMode, CapacityType, NodeStatus, RequestState
 from scheduler_app.constants import MILLI_PER_GPU
-from scheduler_app.core.cluster import GpuState, NodeState, Placement, RequestSpec
+from scheduler_app.core.cluster import GpuState, NodeState, OfflineNode, Placement, RequestSpec
 from scheduler_app.core.fragmentation import WorkloadMix
 from scheduler_app.core.mig import MigCard, hold
 from scheduler_app.core.queue_ledger import TeamQuota as QuotaSpec
@@ -32,6 +36,7 @@ class ClusterSnapshot:
     """The core's inputs plus the keys to map its decisions back to rows."""
 
     nodes: list[NodeState] = field(default_factory=list)
+    offline: list[OfflineNode] = field(default_factory=list)  # the nodes that take no new work
     pending: list[RequestSpec] = field(default_factory=list)
     running: list[RunningAllocation] = field(default_factory=list)
     quotas: list[QuotaSpec] = field(default_factory=list)
@@ -168,11 +173,13 @@ def load_cluster_snapshot() -> ClusterSnapshot:
     pools = list(Pool.objects.all())
     snapshot.pool_capacity = {p.name: p.capacity_type for p in pools}
 
-    nodes = {n.pk: n for n in Node.objects.filter(status=NodeStatus.READY).select_related("pool")}
+    every = {n.pk: n for n in Node.objects.select_related("pool")}
     cards = defaultdict(list)
-    for gpu in Gpu.objects.filter(node_id__in=nodes).order_by("node_id", "index"):
+    for gpu in Gpu.objects.filter(node_id__in=every).order_by("node_id", "index"):
         cards[gpu.node_id].append(gpu)
+    nodes = {pk: n for pk, n in every.items() if n.status == NodeStatus.READY}
     states = {node_id: node_state(node, cards[node_id]) for node_id, node in nodes.items()}
+    snapshot.offline = offline_nodes([n for n in every.values() if n.status != NodeStatus.READY], cards)
     index_cards(snapshot, ((n.name, n.pool.name, [g.pk for g in cards[pk]]) for pk, n in nodes.items()))
     snapshot.nodes = list(states.values())
 
@@ -204,6 +211,37 @@ def index_cards(snapshot: ClusterSnapshot, nodes: Iterable[tuple[str, str, list[
         for position, gpu_id in enumerate(gpu_ids):
             snapshot.gpu_ids[(name, position)] = gpu_id
             snapshot.gpu_position[gpu_id] = position
+
+
+def format_utc(timestamp: float) -> str:
+    """How a pending reason shows a time: minutes, UTC, unambiguous."""
+    return f"{datetime.fromtimestamp(timestamp, tz=UTC):%Y-%m-%d %H:%M} UTC"
+
+
+def offline_nodes(nodes: list[Node], cards: dict[int, list[Gpu]]) -> list[OfflineNode]:
+    """The nodes that take no new work (`pool` loaded), as the core names them in a pending reason:
+    idle, with their status and since when (its latest change to that status in the event log)."""
+    if not nodes:
+        return []
+    changes = (
+        Event.objects.filter(
+            content_type=ContentType.objects.get_for_model(Node),
+            object_id__in=[n.pk for n in nodes],
+            to_state__in=[n.status for n in nodes],
+        )
+        .order_by()
+        .values("object_id", "to_state")
+        .annotate(at=Max("created_at"))
+    )
+    since = {(c["object_id"], c["to_state"]): c["at"] for c in changes}
+    return [
+        OfflineNode(
+            node_state(n, cards[n.pk]),
+            n.status,
+            format_utc(at.timestamp()) if (at := since.get((n.pk, n.status))) else "",
+        )
+        for n in sorted(nodes, key=lambda n: n.name)
+    ]
 
 
 def no_pool(spec: RequestSpec) -> str:

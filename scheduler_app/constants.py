@@ -18,6 +18,9 @@ UTIL_STDDEV_TARGET_PERCENT = 15  # DESIGN: steady work keeps util std-dev under 
 LIVE_READING_MAX_AGE_S = 15  # the live stream shows a card's util only while its latest reading is this fresh
 
 # The node agent's protocol.
+# Who marks a silent node suspect and then lost, in the event log: a node lost by this actor stopped
+# answering (what NODE_RETURN_TO_SERVICE may undo), not an operator's choice.
+HEARTBEAT_WATCHDOG = "heartbeat watchdog"
 MAX_GPUS_PER_NODE = 64
 LOG_CHUNK_MAX_CHARS = 64 * 1024  # one log report at most; the agent ships longer output in pieces
 LOG_MAX_CHARS_PER_REQUEST = 1024 * 1024  # the oldest chunks go beyond this: the page shows the tail

@@ -6,6 +6,10 @@ Their jobs are isolated as a real node's are (agent.isolation) when the portal r
 drops to its team's identity with an allow-listed environment, in its own cgroup and namespaces that
 hide the portal's var directory. Otherwise, and where team identities could not run the demo's
 Python, they run unisolated, and the nodes show it.
+
+The demo's nodes stop and start with the portal, so they always come back on a restart: a node lost
+meanwhile (the watchdog's first check after a long stop loses them all) returns to service once its
+agent has registered again, whatever NODE_RETURN_TO_SERVICE says about real nodes.
 """
 
 import logging
@@ -17,6 +21,8 @@ import threading
 from pathlib import Path
 
 from django.conf import settings
+from django.db import DatabaseError, connection
+from gpu_portal_sdk.errors import PortalError
 from gpu_portal_sdk.node import NodeClient
 
 from agent.isolation import DEFAULT_PATH, Isolation, IsolationUnavailable
@@ -26,7 +32,7 @@ from agent.nvml import load_nvml
 from agent.simnvml import SimCard
 from scheduler_app.choices import NodeStatus
 from scheduler_app.models import Node
-from scheduler_app.services.inventory import reissue_agent_credential
+from scheduler_app.services.inventory import reissue_agent_credential, set_node_status
 
 log = logging.getLogger(__name__)
 
@@ -40,18 +46,45 @@ def simulated_cards(node: Node) -> list[SimCard]:
     return [SimCard(uuid=gpu.uuid, name=gpu.model, memory_mib=gpu.memory_mib) for gpu in node.gpus.all()]
 
 
+class DemoNodeClient(NodeClient):
+    """A demo agent's client: once its agent has registered, a lost demo node is back in service.
+
+    After the registration, not before: until its agent is heard from, the node's last heartbeat is
+    as old as the portal's stop, and the watchdog would lose it again at once."""
+
+    def __init__(self, url: str, credential: str, *, node_pk: int):
+        super().__init__(url, credential)
+        self.node_pk = node_pk
+
+    def register(self, gpus, isolation=None):
+        answer = super().register(gpus, isolation=isolation)
+        if answer["node_status"] == NodeStatus.LOST:
+            try:
+                node = set_node_status(
+                    Node.objects.get(pk=self.node_pk),
+                    NodeStatus.READY,
+                    actor_name=DEMO,
+                    reason="its demo agent registered again: demo nodes come back on a restart",
+                )
+            except DatabaseError as error:  # the agent registers again next round, and this with it
+                raise PortalError(f"demo node not back in service yet: {error}") from error
+            finally:
+                connection.close()  # this agent's thread is done with the database
+            answer["node_status"] = node.status
+        return answer
+
+
 class SimulatedAgents:
-    """One agent thread per node that is not lost, each on simulated cards with the node's UUIDs."""
+    """One agent thread per node, lost ones included, each on simulated cards with the node's UUIDs."""
 
     def __init__(self, portal_url: str, *, interval_s: float = 2.0, grace_s: float = 10.0):
         isolation = demo_isolation()
         self.agents: list[NodeAgent] = []
         self.threads: list[threading.Thread] = []
-        nodes = Node.objects.exclude(status=NodeStatus.LOST).prefetch_related("gpus").order_by("name")
-        for node in nodes:
+        for node in Node.objects.prefetch_related("gpus").order_by("name"):
             credential = reissue_agent_credential(node, actor_name=DEMO)
             agent = NodeAgent(
-                NodeClient(portal_url, credential),
+                DemoNodeClient(portal_url, credential, node_pk=node.pk),
                 load_nvml(simulated_cards(node), seed=node.pk),
                 isolation=isolation,
                 interval_s=interval_s,

@@ -17,7 +17,7 @@ from billing_app.budgets import budget_warning
 from billing_app.quotes import Quote, quote, quote_lines
 from billing_app.selectors import PlacementPrices, price_per_hour
 from scheduler_app.choices import BillingMode
-from scheduler_app.cluster_state import WORKLOAD_WINDOW, load_cluster_snapshot, request_spec
+from scheduler_app.cluster_state import WORKLOAD_WINDOW, format_utc, load_cluster_snapshot, request_spec
 from scheduler_app.core.cluster import RequestSpec
 from scheduler_app.core.fragmentation import WorkloadMix
 from scheduler_app.core.next_pass import CandidatePlan, candidate_plan
@@ -25,7 +25,6 @@ from scheduler_app.core.placement import DEFAULT_POLICY
 from scheduler_app.core.queueing import plan_pass
 from scheduler_app.models import Node, Pool
 from scheduler_app.pass_state import next_pass
-from scheduler_app.scheduling import format_utc
 from scheduler_app.services.requests import validated_request
 
 # The candidate's id until it is saved; a reason that names its own reservation reads "(12, this request)".
@@ -180,6 +179,7 @@ def _dry_run(spec: RequestSpec, now: dt.datetime) -> CandidatePlan:
         now.timestamp(),
         DEFAULT_POLICY,
         workload=WorkloadMix.from_requests([spec, *snapshot.recent][:WORKLOAD_WINDOW]),
+        offline=snapshot.offline,
     )
     return candidate_plan(plan, CANDIDATE)
 

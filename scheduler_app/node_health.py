@@ -2,21 +2,26 @@
 
 A node whose agent stopped heartbeating is first marked suspect (no new work),
 then lost; a node that never reported (registered, agent not started yet) is
-left alone.
+left alone. A lost node stays lost until an operator resumes it, or, with
+NODE_RETURN_TO_SERVICE (Slurm's ReturnToService), until its agent registers
+again, when only its silence lost it.
 """
 
 import datetime as dt
+from collections.abc import Mapping, Sequence
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from scheduler_app.choices import NodeStatus
+from scheduler_app.constants import HEARTBEAT_WATCHDOG as WATCHDOG
 from scheduler_app.models import Allocation, Node
+from scheduler_app.selectors import lost_for_silence
+from scheduler_app.services.agents import AGENT, reconcile_gpus, record_isolation
 from scheduler_app.services.inventory import set_node_status
 from scheduler_app.services.migration import requeue_from_checkpoint
-
-WATCHDOG = "heartbeat watchdog"
+from scheduler_app.telemetry import record_heartbeat
 
 
 def handle_node_loss(node: Node, *, status: str = NodeStatus.LOST, reason: str, actor=None) -> int:
@@ -64,3 +69,25 @@ def _still_silent(node: Node, status: str, silent_before: dt.datetime) -> bool:
     """Lock the node and check again: a heartbeat that arrived since the watchdog looked wins."""
     locked = Node.objects.select_for_update().get(pk=node.pk)
     return locked.status == status and locked.last_heartbeat_at < silent_before
+
+
+def register_agent(
+    node: Node, cards: Sequence[Mapping], isolation: Mapping | None = None
+) -> tuple[Node, dict[str, list[str]]]:
+    """The node's agent (re)started and reported its cards and how it isolates jobs: the cards are
+    reconciled (see reconcile_gpus), the isolation recorded (record_isolation), and the call counts as
+    a heartbeat. With NODE_RETURN_TO_SERVICE, a node the watchdog lost for its silence is back in
+    service, logged; one an operator marked lost stays lost either way."""
+    with transaction.atomic():
+        changes = reconcile_gpus(node, cards)  # locks the node until the end of the transaction
+        node = record_heartbeat(record_isolation(node, isolation))
+        node.refresh_from_db()
+        if settings.NODE_RETURN_TO_SERVICE and (loss := lost_for_silence(node)):
+            node = set_node_status(
+                node,
+                NodeStatus.READY,
+                actor_name=AGENT,
+                reason=f"its agent registered again after it was lost at {loss.created_at:%H:%M} UTC "
+                f"({loss.reason}); NODE_RETURN_TO_SERVICE is on",
+            )
+    return node, changes

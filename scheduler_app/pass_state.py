@@ -64,6 +64,7 @@ def store_pass_state(snapshot: ClusterSnapshot, plan: PassPlan, result, now, pol
         policy,
         WORKLOAD_WINDOW,
         None if snapshot.budget_held else snapshot.unplaceable,
+        snapshot.offline,
     )
     state.pools = _pools_key(Pool.objects.all())
     last_event_id = Event.objects.aggregate(last=Max("pk"))["last"] or 0
@@ -114,6 +115,7 @@ def snapshot_since_last_pass() -> ClusterSnapshot | None:
         return None
     snapshot = ClusterSnapshot(
         nodes=state.nodes,
+        offline=list(state.offline),
         pending=sorted(state.waiting, key=lambda r: (r.submitted_at, r.id)),
         running=state.running,
         quotas=state.quotas,

@@ -20,7 +20,7 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from scheduler_app.choices import BillingMode, CapacityType, RequestState
-from scheduler_app.cluster_state import ClusterSnapshot, load_cluster_snapshot
+from scheduler_app.cluster_state import ClusterSnapshot, format_utc, load_cluster_snapshot
 from scheduler_app.core.mig import mig_slice
 from scheduler_app.core.placement import DEFAULT_POLICY
 from scheduler_app.core.queueing import PassPlan, Start, plan_pass
@@ -57,6 +57,7 @@ def run_scheduling_pass(*, policy: str = DEFAULT_POLICY, now: dt.datetime | None
             now.timestamp(),
             policy,
             workload=snapshot.workload,
+            offline=snapshot.offline,
         )
         result, refused, held_back = _apply(plan, snapshot, now)
         store_pass_state(snapshot, plan, result, now, policy)
@@ -124,11 +125,6 @@ def _apply(
 
 def _held_cards(request_id: int) -> list[int]:
     return list(Allocation.objects.committed().filter(request_id=request_id).values_list("gpu_id", flat=True))
-
-
-def format_utc(timestamp: float) -> str:
-    """How a pending reason shows a time: minutes, UTC, unambiguous."""
-    return f"{dt.datetime.fromtimestamp(timestamp, tz=dt.UTC):%Y-%m-%d %H:%M} UTC"
 
 
 def _pieces(start: Start, snapshot: ClusterSnapshot) -> list[tuple]:

@@ -13,7 +13,12 @@ from django.utils import timezone
 
 from audit.models import Event
 from scheduler_app.choices import NodeStatus, RequestState
-from scheduler_app.constants import MILLI_PER_GPU, UTILIZATION_MAX_POINTS, UTILIZATION_WINDOW_S
+from scheduler_app.constants import (
+    HEARTBEAT_WATCHDOG,
+    MILLI_PER_GPU,
+    UTILIZATION_MAX_POINTS,
+    UTILIZATION_WINDOW_S,
+)
 from scheduler_app.core.mig import MEMORY_SLICES
 from scheduler_app.lifecycle import ACTIVE_STATES
 from scheduler_app.models import Allocation, Gpu, GpuRequest, GpuSample, LogChunk, Node, Pool, TeamQuota
@@ -295,6 +300,28 @@ def recent_audit_events(limit: int = 50) -> list[Event]:
         .prefetch_related("subject")
         .order_by("-created_at", "-id")[:limit]
     )
+
+
+def status_event(node: Node) -> Event | None:
+    """The event that gave the node its present status: who or what, when and why (None: none logged)."""
+    return (
+        Event.objects.filter(
+            content_type=ContentType.objects.get_for_model(Node), object_id=node.pk, to_state=node.status
+        )
+        .order_by("-created_at", "-id")
+        .first()
+    )
+
+
+def lost_for_silence(node: Node) -> Event | None:
+    """The heartbeat watchdog's event when the node is lost because it stopped answering; None when it is
+    not lost, or was marked lost by an operator (then only an operator resumes it)."""
+    if node.status != NodeStatus.LOST:
+        return None
+    event = status_event(node)
+    if event is not None and event.actor_id is None and event.actor_label == HEARTBEAT_WATCHDOG:
+        return event
+    return None
 
 
 def nodes_for_operators() -> QuerySet[Node]:

@@ -29,7 +29,7 @@ from portal.forms import (
 )
 from scheduler_app.models import Node, Pool, TeamQuota, WhatIfRun
 from scheduler_app.permissions import can_operate
-from scheduler_app.selectors import nodes_for_operators, recent_audit_events
+from scheduler_app.selectors import lost_for_silence, nodes_for_operators, recent_audit_events, status_event
 from scheduler_app.services.inventory import (
     reissue_agent_credential,
     set_mig_layout,
@@ -133,9 +133,12 @@ def node_mig_layout(request, pk):
 
 
 def _node_page(request, node, form, *, reclaim=None, mig=None, status=200):
-    """The node's page: its status form, the reclaim form on spot pools, the MIG form on MIG pools."""
+    """The node's page: why it has its status, its status form, the reclaim form on spot pools, the MIG
+    form on MIG pools."""
     context = {
         "node": node,
+        "status_event": status_event(node),
+        "returns_by_itself": settings.NODE_RETURN_TO_SERVICE and lost_for_silence(node) is not None,
         "form": form,
         "reclaim": reclaim or ReclaimForm(initial={"grace_s": settings.RECLAIM_DEFAULT_GRACE_S}),
         "mig_form": (mig or MigLayoutForm(node=node)) if node.pool.mig_mode else None,

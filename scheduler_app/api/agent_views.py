@@ -26,12 +26,12 @@ from scheduler_app.api.agent_serializers import (
     UsageSerializer,
     WorkSerializer,
 )
+from scheduler_app.node_health import register_agent
 from scheduler_app.selectors import node_work
 from scheduler_app.services.agents import (
     append_log,
     record_checkpoint,
     record_usage,
-    register_agent,
     report_finished,
     report_memory_exceeded,
     report_started,
@@ -53,7 +53,7 @@ class AgentView(APIView):
 
 class RegisterView(AgentView):
     """Register or reconcile the node's cards from NVML and say how the agent isolates jobs; also a
-    heartbeat."""
+    heartbeat, and with NODE_RETURN_TO_SERVICE the return of a node lost for its silence."""
 
     @extend_schema(request=RegisterSerializer, responses=RegisteredSerializer, tags=["agent"])
     def post(self, request):

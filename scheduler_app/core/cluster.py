@@ -56,6 +56,17 @@ class NodeState:
 
 
 @dataclass(frozen=True, slots=True)
+class OfflineNode:
+    """A node that takes no new work now, as it is when idle: what a request waits for when only such
+    nodes could hold it. status: why (the portal's lost, suspect, draining, reclaimed); since: when it
+    got that status, as the caller words times ('' when not known)."""
+
+    node: NodeState
+    status: str
+    since: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class RequestSpec:
     """What a request asks for.
 

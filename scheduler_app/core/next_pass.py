@@ -31,7 +31,7 @@ import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from .cluster import GpuState, NodeState, Placement, RequestSpec
+from .cluster import GpuState, NodeState, OfflineNode, Placement, RequestSpec
 from .fragmentation import Shape, WorkloadMix
 from .placement import apply_placement, release_placement
 from .queue_estimates import FluidEstimator
@@ -50,6 +50,7 @@ class PassState:
     at: when the pass ran (s). waiting: requests still pending that some pool may
     take. tried: the ids of those the pass found no room for, with nothing freed
     since. recent: the newest requests first, whose shapes make the workload mix.
+    offline: the nodes that took no new work (their reasons name them).
     Pickled as plain rows of fields rather than tens of thousands of dataclasses: about
     six times faster to store in the pass, a third faster to load in each process that
     serves estimates (once per pass).
@@ -66,6 +67,7 @@ class PassState:
     window: int
     unplaceable: dict[int | str, str] | None = None
     pools: tuple = ()  # the caller's description of the pools the state was loaded with
+    offline: tuple[OfflineNode, ...] = ()
 
     def __getstate__(self) -> tuple:
         nodes = [_node_row(n) for n in self.nodes]
@@ -87,10 +89,13 @@ class PassState:
             self.window,
             self.unplaceable,
             self.pools,
+            [(_node_row(o.node), o.status, o.since) for o in self.offline],
         )
 
     def __setstate__(self, state: tuple) -> None:
-        at, policy, nodes, running, waiting, tried, quotas, recent, window, unplaceable, pools = state
+        at, policy, nodes, running, waiting, tried, quotas, recent, window, unplaceable, pools, offline = (
+            state
+        )
         self.at, self.policy, self.tried, self.quotas, self.window = at, policy, tried, quotas, window
         self.unplaceable, self.pools = unplaceable, pools
         self.nodes = [_node(row) for row in nodes]
@@ -100,6 +105,7 @@ class PassState:
         ]
         self.waiting = [RequestSpec(*r) for r in waiting]
         self.recent = [RequestSpec(*r) for r in recent]
+        self.offline = tuple(OfflineNode(_node(row), status, since) for row, status, since in offline)
 
 
 def _row(cls: type) -> Callable[[object], tuple]:
@@ -137,9 +143,11 @@ def after_pass(
     policy: str,
     window: int,
     unplaceable: dict[int | str, str] | None = None,
+    offline: Sequence[OfflineNode] = (),
 ) -> PassState:
     """Apply a plan to its inputs: starts run from `now`, preempted work is pending again;
-    `unplaceable`: the pending requests the pass could not consider (see PassState)."""
+    `unplaceable`: the pending requests the pass could not consider; `offline`: the nodes that took no
+    new work (see PassState)."""
     copies = [copy_node(n) for n in nodes]
     by_name = {n.name: n for n in copies}
     evicted = {p.allocation.request.id for p in plan.preemptions}
@@ -163,6 +171,7 @@ def after_pass(
         list(recent)[:window],
         window,
         unplaceable,
+        offline=tuple(offline),
     )
 
 
@@ -266,8 +275,16 @@ class _Ahead:
     def __init__(self, state: PassState, at: float) -> None:
         self.state, self.at = state, at
         self.work = _Pass(
-            state.nodes, state.waiting, state.running, state.quotas, at, state.policy, MODE, None
-        )  # no workload: it only steers where work starts, and any start before a candidate ends the plan
+            state.nodes,
+            state.waiting,
+            state.running,
+            state.quotas,
+            at,
+            state.policy,
+            MODE,
+            None,  # no workload: it only steers where work starts; a start before a candidate ends the plan
+            state.offline,
+        )
         self.turns: list[_Turn] = []
         self.settled = self._plan_turns()
         self.order: dict[str, list[int]] = {}  # team -> its turns, in its line's order
@@ -393,6 +410,7 @@ def _run_to_turn(state: PassState, candidate: RequestSpec, now: float) -> Candid
         state.policy,
         MODE,
         WorkloadMix.from_requests(recent),
+        state.offline,
     )
     first_blocked: RequestSpec | None = None
     while (request := work.queue.pop()) is not None:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from . import placement as placement_policies
-from .cluster import NodeState, Placement, RequestSpec
+from .cluster import NodeState, OfflineNode, Placement, RequestSpec
 from .fragmentation import WorkloadMix
 from .placement import Placer, apply_placement, choose_placement, release_placement
 from .queue_estimates import FluidEstimator
@@ -149,6 +149,7 @@ def plan_pass(
     policy: str = DEFAULT_POLICY,
     mode: QueueMode = QueueMode(),
     workload: WorkloadMix | None = None,
+    offline: Sequence[OfflineNode] = (),
 ) -> PassPlan:
     """Decide one scheduling pass.
 
@@ -160,8 +161,9 @@ def plan_pass(
     that later starts must not delay.
     workload: the typical request shapes the fgd policies keep room for
     (``WorkloadMix.from_requests(recent requests)``).
+    offline: the nodes that take no new work; a request only they could hold waits saying so.
     """
-    state = _Pass(nodes, pending, running, quotas, now, policy, mode, workload)
+    state = _Pass(nodes, pending, running, quotas, now, policy, mode, workload, offline)
     first_blocked: RequestSpec | None = None
     while (request := state.queue.pop()) is not None:
         if (first_blocked is None or mode.backfill) and state.try_start(request):
@@ -185,7 +187,9 @@ class _Pass:
         policy: str,
         mode: QueueMode,
         workload: WorkloadMix | None,
+        offline: Sequence[OfflineNode] = (),
     ) -> None:
+        self.offline = offline
         # The caller's nodes, read as given; the pass copies a node the first time it changes it (_own),
         # so a pass that starts one request on a large cluster copies one node, not all of them.
         self.nodes = list(nodes)
@@ -338,7 +342,7 @@ class _Pass:
         """Why the request cannot fit even on an idle node ('' when it can); memoised per shape."""
         key = _shape(request)
         if key not in self._never_memo:
-            self._never_memo[key] = never_fits(request, self.nodes)
+            self._never_memo[key] = never_fits(request, self.nodes, self.offline)
         return self._never_memo[key]
 
     def _reclaim_choice(self, request: RequestSpec) -> tuple[Placement, list[RunningAllocation]] | None:

@@ -89,16 +89,6 @@ def reconcile_gpus(node: Node, cards: Sequence[Mapping]) -> dict[str, list[str]]
     return {"added": added, "updated": updated, "missing": missing}
 
 
-def register_agent(
-    node: Node, cards: Sequence[Mapping], isolation: Mapping | None = None
-) -> tuple[Node, dict[str, list[str]]]:
-    """The node's agent (re)registered: its cards are reconciled (reconcile_gpus), how it isolates jobs
-    is recorded (record_isolation), and it counts as a heartbeat. Returns the node and the card changes."""
-    with transaction.atomic():
-        changes = reconcile_gpus(node, cards)
-        return record_heartbeat(record_isolation(node, isolation)), changes
-
-
 def record_isolation(node: Node, isolation: Mapping | None) -> Node:
     """Keep how the node's agent runs jobs, as it reported at registration: {mode, namespaces, cgroup}
     (mode isolated or unisolated, namespaces a bool, cgroup v2, v1 or none); None, from an agent that

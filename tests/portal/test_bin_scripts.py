@@ -1,5 +1,6 @@
 """The set-up scripts of bin/, run against stand-ins for pip, apt-get, id and sudo that only log."""
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -62,6 +63,55 @@ def test_a_changed_requirement_is_installed_again(checkout):
     (checkout / "requirements.txt").write_text("Django==5.2.20\n")
 
     assert len(ensure_venv(checkout, "requirements.txt")) == 1
+
+
+def run_script(checkout: Path, script: str, var_dir: str | None) -> subprocess.CompletedProcess:
+    """bin/`script` in the scratch checkout, from elsewhere, with PORTAL_VAR_DIR=`var_dir` (None: unset).
+
+    python, ruff and pytest only log; a manage.py command fails unless the directory the setting names
+    is there when it runs. Chromium's install is a stand-in too (bin/test would install it)."""
+    shutil.copy(ROOT / "bin" / script, checkout / "bin")
+    shutil.copy(ROOT / "bin" / "_chromium.sh", checkout / "bin")
+    venv_bin = checkout / ".venv" / "bin"
+    stand_in(venv_bin, "python", '[[ "$1" != manage.py || -d "${PORTAL_VAR_DIR-var}" ]] || exit 3')
+    for tool in ("ruff", "pytest"):
+        stand_in(venv_bin, tool)
+    tools = checkout / "tools"
+    tools.mkdir(exist_ok=True)
+    stand_in(tools, "id", "echo 0")
+    stand_in(tools, "apt-get")
+    env = {k: v for k, v in os.environ.items() if k not in {"PORTAL_VAR_DIR", "VIRTUAL_ENV"}}
+    env["PATH"] = f"{tools}:/usr/bin:/bin"
+    if var_dir is not None:
+        env["PORTAL_VAR_DIR"] = var_dir
+    return subprocess.run(
+        [str(checkout / "bin" / script)], cwd=checkout.parent, env=env, capture_output=True, text=True
+    )
+
+
+@pytest.mark.parametrize(
+    ("script", "last"),
+    [("run-portal", "python manage.py serve --port 8000 --simulated-agents"), ("test", "pytest")],
+)
+def test_scripts_create_the_var_dir_the_setting_names_and_run_again(checkout, tmp_path, script, last):
+    var_dir = tmp_path / "elsewhere" / "not-yet" / "var"
+
+    first = run_script(checkout, script, str(var_dir))
+    again = run_script(checkout, script, str(var_dir))
+
+    assert first.returncode == 0, first.stderr
+    assert again.returncode == 0, again.stderr
+    assert var_dir.is_dir()
+    assert not (checkout / "var").exists()
+    assert calls(checkout / ".venv" / "bin")[-1].strip() == last  # it ran to its end
+
+
+@pytest.mark.parametrize(("var_dir", "made"), [(None, "var"), ("scratch/db", "scratch/db")])
+def test_run_portal_makes_var_or_a_relative_var_dir_under_the_repository_root(checkout, var_dir, made):
+    done = run_script(checkout, "run-portal", var_dir)
+
+    assert done.returncode == 0, done.stderr
+    assert (checkout / made).is_dir()
 
 
 def ensure_chromium(tmp_path: Path, *, uid: int, sudo: bool = True, apt_fails: bool = False):

@@ -1,12 +1,16 @@
 """Operator pages, staff only: drain and undrain nodes, edit pools, set quotas; each change is audited."""
 
+import datetime as dt
+
 import pytest
 from django.urls import reverse
 
 from audit.models import Event
 from scheduler_app.choices import NodeStatus
-from scheduler_app.models import Pool, TeamQuota
+from scheduler_app.models import Node, Pool, TeamQuota
+from scheduler_app.node_health import check_heartbeats
 from scheduler_app.services.inventory import set_node_status
+from scheduler_app.telemetry import record_heartbeat
 from teams.models import Team, UserUnixAccount
 from teams.services import set_team_unix_account, set_user_unix_account
 
@@ -62,6 +66,70 @@ def test_operator_undrains_a_node(client, operator, node):
 
     node.refresh_from_db()
     assert node.status == NodeStatus.READY
+
+
+LAST_HEARD = dt.datetime(2025, 1, 7, 23, 6, tzinfo=dt.UTC)
+
+
+@pytest.fixture
+def lost_node(node, time_machine):
+    """node-1, last heard from at 23:06 UTC: suspect at 23:07:30, lost by the watchdog at 23:11:30."""
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=LAST_HEARD)
+    for at in (LAST_HEARD + dt.timedelta(seconds=90), LAST_HEARD + dt.timedelta(seconds=330)):
+        time_machine.move_to(at, tick=False)
+        check_heartbeats()
+    node.refresh_from_db()
+    return node
+
+
+def test_a_lost_node_page_says_when_and_why_it_was_lost_and_how_to_resume_it(client, operator, lost_node):
+    client.force_login(operator)
+
+    page = client.get(reverse("operator_node", args=[lost_node.pk])).text
+
+    why = page.split('id="why"')[1].split("</section>")[0]
+    assert "Lost at 23:11 UTC" in why and ": no heartbeat since 23:06:00 UTC" in why
+    assert "(heartbeat watchdog)" in why
+    assert "start its agent again" in why and "then choose Ready below" in why
+    assert "Ready (undrain, or resume)" in page
+
+
+def test_a_lost_node_page_says_when_its_agent_answers_again(client, operator, lost_node, time_machine):
+    time_machine.move_to(LAST_HEARD + dt.timedelta(seconds=400), tick=False)
+    record_heartbeat(lost_node)
+    client.force_login(operator)
+
+    page = client.get(reverse("operator_node", args=[lost_node.pk])).text
+
+    assert "Its agent answers again" in page.split('id="why"')[1].split("</section>")[0]
+
+
+def test_a_lost_node_page_says_it_returns_by_itself_with_return_to_service(
+    client, operator, lost_node, settings
+):
+    settings.NODE_RETURN_TO_SERVICE = True
+    client.force_login(operator)
+
+    page = client.get(reverse("operator_node", args=[lost_node.pk])).text
+
+    assert "returns to service by itself when its agent registers again" in page
+
+
+def test_operator_resumes_a_lost_node_and_it_is_audited(client, operator, lost_node):
+    client.force_login(operator)
+
+    client.post(reverse("operator_node", args=[lost_node.pk]), {"status": "ready", "reason": "PSU swapped"})
+
+    lost_node.refresh_from_db()
+    assert lost_node.status == NodeStatus.READY
+    resumed = Event.objects.get(object_id=lost_node.pk, from_state="lost", to_state="ready")
+    assert (resumed.actor, resumed.reason) == (operator, "PSU swapped")
+
+
+def test_a_ready_node_page_has_no_status_story(client, operator, node):
+    client.force_login(operator)
+
+    assert 'id="why"' not in client.get(reverse("operator_node", args=[node.pk])).text
 
 
 @pytest.mark.parametrize(

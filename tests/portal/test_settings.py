@@ -42,6 +42,7 @@ def manage(*args, **env):
         ({"SECRET_KEY_FILE": "/nonexistent/secret"}, "SECRET_KEY_FILE='/nonexistent/secret' cannot be read"),
         ({"SECURE_HSTS_SECONDS": "soon"}, "SECURE_HSTS_SECONDS='soon' is not an integer"),
         ({"TEAM_SECRETS_KEYS": "not-a-fernet-key"}, "Key 1 of 1 in TEAM_SECRETS_KEYS is not a Fernet key"),
+        ({"NODE_RETURN_TO_SERVICE": "sometimes"}, "NODE_RETURN_TO_SERVICE='sometimes' is not a boolean"),
     ],
 )
 def test_bad_setting_fails_at_start_naming_the_variable(env, named):

@@ -10,7 +10,8 @@ class Command(BaseCommand):
     help = (
         "Serve the portal over ASGI with Daphne; without REDIS_URL, also run the worker and the live "
         "ticker in-process. "
-        "--simulated-agents also runs a node agent on simulated GPUs for every node (the demo)."
+        "--simulated-agents also runs a node agent on simulated GPUs for every node (the demo): lost "
+        "ones too, back in service once their agents register."
     )
 
     def add_arguments(self, parser):
