@@ -69,7 +69,7 @@ def commands(target: Target) -> dict[str, tuple[str, int]]:
         "fork-bomb": (
             f'sh -c "i=0; while [ \\$i -lt {target.forks} ]; do sleep 300 & i=\\$((i + 1)); done" 2>&-; '
             "echo forked; exec sleep 300",
-            512,
+            2048,  # room for the demo's 4,096 processes: the pids limit, not the memory, is under test
         ),
         "escape": ('setsid sh -c "sleep 300 & exit"; echo escaped; exec sleep 300', 512),
         "write-outside": (f"{touches}; echo done", 512),
