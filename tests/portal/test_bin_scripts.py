@@ -69,9 +69,9 @@ def run_script(checkout: Path, script: str, var_dir: str | None) -> subprocess.C
     """bin/`script` in the scratch checkout, from elsewhere, with PORTAL_VAR_DIR=`var_dir` (None: unset).
 
     python, ruff and pytest only log; a manage.py command fails unless the directory the setting names
-    is there when it runs. Chromium's install is a stand-in too (bin/test would install it)."""
+    is there when it runs. The packages' install is a stand-in too (bin/test would install them)."""
     shutil.copy(ROOT / "bin" / script, checkout / "bin")
-    shutil.copy(ROOT / "bin" / "_chromium.sh", checkout / "bin")
+    shutil.copy(ROOT / "bin" / "_packages.sh", checkout / "bin")
     venv_bin = checkout / ".venv" / "bin"
     stand_in(venv_bin, "python", '[[ "$1" != manage.py || -d "${PORTAL_VAR_DIR-var}" ]] || exit 3')
     for tool in ("ruff", "pytest"):
@@ -114,8 +114,8 @@ def test_run_portal_makes_var_or_a_relative_var_dir_under_the_repository_root(ch
     assert (checkout / made).is_dir()
 
 
-def ensure_chromium(tmp_path: Path, *, uid: int, sudo: bool = True, apt_fails: bool = False):
-    """Run ensure_chromium for a missing browser with only stand-ins on PATH."""
+def ensure_missing(tmp_path: Path, *, uid: int, sudo: bool = True, apt_fails: bool = False, what="chromium"):
+    """Run ensure_`what` for a missing program with only stand-ins on PATH."""
     tools = tmp_path / "tools"
     tools.mkdir()
     stand_in(tools, "id", f"echo {uid}")
@@ -123,7 +123,7 @@ def ensure_chromium(tmp_path: Path, *, uid: int, sudo: bool = True, apt_fails: b
     if sudo:
         stand_in(tools, "sudo", '"$@"')
     result = subprocess.run(
-        ["/bin/bash", "-c", f"source {ROOT / 'bin' / '_chromium.sh'} && ensure_chromium {tmp_path}/chromium"],
+        ["/bin/bash", "-c", f"source {ROOT / 'bin' / '_packages.sh'} && ensure_{what} {tmp_path}/{what}"],
         env={"PATH": str(tools)},
         capture_output=True,
         text=True,
@@ -132,7 +132,7 @@ def ensure_chromium(tmp_path: Path, *, uid: int, sudo: bool = True, apt_fails: b
 
 
 def test_chromium_install_says_what_and_why_and_runs_as_root(tmp_path):
-    result, ran = ensure_chromium(tmp_path, uid=0)
+    result, ran = ensure_missing(tmp_path, uid=0)
 
     assert result.returncode == 0, result.stderr
     assert "installing Debian's chromium package with apt-get" in result.stdout
@@ -141,7 +141,7 @@ def test_chromium_install_says_what_and_why_and_runs_as_root(tmp_path):
 
 
 def test_chromium_install_uses_sudo_when_not_root(tmp_path):
-    result, ran = ensure_chromium(tmp_path, uid=1000)
+    result, ran = ensure_missing(tmp_path, uid=1000)
 
     assert result.returncode == 0, result.stderr
     assert ran[:2] == ["sudo apt-get update -qq", "apt-get update -qq"]
@@ -149,7 +149,7 @@ def test_chromium_install_uses_sudo_when_not_root(tmp_path):
 
 
 def test_chromium_install_fails_clearly_without_root_or_sudo(tmp_path):
-    result, ran = ensure_chromium(tmp_path, uid=1000, sudo=False)
+    result, ran = ensure_missing(tmp_path, uid=1000, sudo=False)
 
     assert result.returncode == 1
     assert "needs root, and sudo is not available" in result.stderr
@@ -158,7 +158,7 @@ def test_chromium_install_fails_clearly_without_root_or_sudo(tmp_path):
 
 
 def test_chromium_install_fails_clearly_when_apt_get_fails(tmp_path):
-    result, _ = ensure_chromium(tmp_path, uid=0, apt_fails=True)
+    result, _ = ensure_missing(tmp_path, uid=0, apt_fails=True)
 
     assert result.returncode == 1
     assert "apt-get could not install chromium" in result.stderr
@@ -168,7 +168,15 @@ def test_a_present_chromium_is_left_alone(tmp_path):
     (tmp_path / "chromium").write_text("#!/bin/sh\n")
     (tmp_path / "chromium").chmod(0o755)
 
-    result, ran = ensure_chromium(tmp_path, uid=1000, sudo=False)
+    result, ran = ensure_missing(tmp_path, uid=1000, sudo=False)
 
     assert result.returncode == 0
     assert ran == [] and result.stdout == ""
+
+
+def test_bubblewrap_is_installed_the_same_way_saying_why(tmp_path):
+    result, ran = ensure_missing(tmp_path, uid=0, what="bubblewrap")
+
+    assert result.returncode == 0, result.stderr
+    assert "installing Debian's bubblewrap package" in result.stdout and "isolation tests" in result.stdout
+    assert ran == ["apt-get update -qq", "apt-get install -y -qq bubblewrap"]
