@@ -82,9 +82,24 @@ class Identities:
                 identity = Identity.of(name)
             except KeyError:
                 identity = self._create(name, team)
-        if identity.uid == 0:
-            raise IdentityError(f"the account {name} of team {team} is root: refusing to run its jobs")
+            if identity.uid == 0:
+                raise IdentityError(f"the account {name} of team {team} is root: refusing to run its jobs")
+            if Path(identity.home) != self.home_root / name or not Path(identity.home).is_dir():
+                identity = self._rehome(identity)
         return identity
+
+    def _rehome(self, identity: Identity) -> Identity:
+        """A team account whose home is gone, or lies outside the home root (the node's --home-root
+        changed), gets its home there again: every job has a HOME it can write."""
+        home = self.home_root / identity.name
+        _private_parent(self.home_root)
+        done = subprocess.run(["usermod", "--home", str(home), identity.name], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise IdentityError(f"could not give {identity.name} its home {home}: {done.stderr.strip()}")
+        home.mkdir(exist_ok=True)
+        os.chown(home, identity.uid, identity.gid)
+        os.chmod(home, 0o700)
+        return Identity.of(identity.name)
 
     def _create(self, name: str, team: str) -> Identity:
         home = self.home_root / name
