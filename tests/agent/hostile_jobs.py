@@ -114,9 +114,9 @@ def run_scenario(driver: Driver, make_target) -> dict[str, str]:
               for name, (command, memory) in commands(target).items()}  # fmt: skip
     for name, request_id in placed.items():
         if name in RUNS_UNTIL:
-            _wait(lambda r=request_id, n=name: RUNS_UNTIL[n] in driver.log(r), f"{name}: its job running")
+            wait_for(lambda r=request_id, n=name: RUNS_UNTIL[n] in driver.log(r), f"{name}: its job running")
         else:
-            _wait(lambda r=request_id: driver.state(r)[0] in TERMINAL, f"{name}: its job ended")
+            wait_for(lambda r=request_id: driver.state(r)[0] in TERMINAL, f"{name}: its job ended")
     forked = len(processes_of(placed["fork-bomb"], driver.checkpoint_root))
     for name in RUNS_UNTIL:
         driver.release(placed[name])
@@ -200,7 +200,7 @@ def _start_victim(driver: Driver) -> tuple[int, int, str]:
                     return process.pid, process.environ()["GPU_PORTAL_CHECKPOINT_DIR"]
         return None
 
-    pid, directory = _wait(sleeping, f"victim {request_id} sleeping")
+    pid, directory = wait_for(sleeping, f"victim {request_id} sleeping")
     return request_id, pid, directory
 
 
@@ -213,7 +213,7 @@ def _left_after_stop(request_id: int, checkpoint_root: str) -> int:
     return left
 
 
-def _wait(condition, what: str, timeout_s: float = TIMEOUT_S):
+def wait_for(condition, what: str, timeout_s: float = TIMEOUT_S):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if result := condition():

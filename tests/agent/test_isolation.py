@@ -7,6 +7,7 @@ tables, not a sentence."""
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import uuid
@@ -15,13 +16,15 @@ from pathlib import Path
 import pytest
 import requests as http
 
-from agent.isolation import DEFAULT_PIDS_MAX
+from agent.isolation import DEFAULT_PIDS_MAX, NVIDIA_MAJOR, Isolation
+from agent.isolation.identity import Identities
+from agent.jobs import Job
 from audit.models import Event
 from scheduler_app.models import GpuRequest, LogChunk
 from scheduler_app.services.inventory import issue_agent_credential
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import release_request, submit_request
-from tests.agent.hostile_jobs import ATTACKS, PIDS_MAX, Driver, Target, kill_leftovers, run_scenario
+from tests.agent.hostile_jobs import ATTACKS, PIDS_MAX, Driver, Target, kill_leftovers, run_scenario, wait_for
 from tests.agent_fixtures import REPO
 from tests.embedded_portal import embedded_portal
 
@@ -257,3 +260,28 @@ from teams.services import create_api_token
 user = get_user_model().objects.get(username="{username}")
 print(create_api_token(user, name="isolation", expires_at=timezone.now() + dt.timedelta(hours=1))[1])
 """
+
+
+def test_a_job_may_open_its_own_cards_device_and_no_other(scratch):
+    """Two device files of the NVIDIA major, as a GPU node has them (no driver behind them here): the
+    job's own card opens as far as the driver (no such device), the other is refused by its cgroup."""
+    for minor in (0, 1):
+        os.mknod(scratch / f"nvidia{minor}", 0o666 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, minor))
+        (scratch / f"nvidia{minor}").chmod(0o666)
+    identities = Identities(prefix="gppt-", home_root=str(scratch / "home"))
+    isolation = Isolation.detect(work_root=str(scratch / "work"), identities=identities, namespaces=False)
+    isolation.attach("device-node")
+    work = {
+        "request_id": 1, "team": "vision", "task_type": "training", "generation": 1,
+        "checkpoint_dir": str(scratch / "checkpoints" / "vision" / "request-1"),
+        "gpus": [{"uuid": "GPU-a", "milli": 250, "memory_mib": 1000}],
+        "command": f"sh -c 'cat {scratch}/nvidia0; cat {scratch}/nvidia1'",
+    }  # fmt: skip
+
+    job = Job(work, mps=False, isolation=isolation, card_minors=[0])
+    wait_for(job.finished, "the job's end", timeout_s=30)
+    job.close()
+
+    _, output = job.unshipped(10_000)
+    assert f"{scratch}/nvidia0: No such device or address" in output
+    assert f"{scratch}/nvidia1: Operation not permitted" in output
