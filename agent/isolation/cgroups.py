@@ -26,10 +26,10 @@ class CgroupError(Exception):
     """The job's cgroup could not be made or joined."""
 
 
-def _mounts() -> list[tuple[str, str, set[str]]]:
+def _mounts(mountinfo: str) -> list[tuple[str, str, set[str]]]:
     """(mount point, fs type, super options) of every cgroup mount."""
     found = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+    for line in Path(mountinfo).read_text().splitlines():
         fields = line.split()
         separator = fields.index("-")
         fstype, options = fields[separator + 1], fields[separator + 3]
@@ -46,10 +46,10 @@ class Hierarchy:
         self.roots = roots  # controller -> its mount point; v2: every controller -> the one mount
 
     @classmethod
-    def detect(cls) -> "Hierarchy | None":
+    def detect(cls, mountinfo: str = "/proc/self/mountinfo") -> "Hierarchy | None":
         """v2 when the unified hierarchy has cpu, memory and pids; else v1 when all three are
         mounted; None when neither (the agent then refuses to isolate)."""
-        mounts = _mounts()
+        mounts = _mounts(mountinfo)
         for point, fstype, _ in mounts:
             if fstype == "cgroup2":
                 available = set(Path(point, "cgroup.controllers").read_text().split())
