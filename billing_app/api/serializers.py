@@ -15,6 +15,7 @@ from portal.api.fields import (
     StrictIntegerField,
     StrictSlugField,
 )
+from portal.echo import echoed
 from scheduler_app.choices import BillingMode, CapacityType, TaskType
 from scheduler_app.constants import MAX_GPUS_PER_REQUEST, MILLI_PER_GPU
 from scheduler_app.models import Pool
@@ -259,7 +260,7 @@ class QuoteQuerySerializer(serializers.Serializer):
 
     def validate_gpu_model(self, value):
         if not Pool.objects.filter(gpu_model=value).exists():
-            raise serializers.ValidationError(f"No pool has GPU model {value!r}.")
+            raise serializers.ValidationError(f"No pool has GPU model {echoed(value)!r}.")
         return value
 
 
