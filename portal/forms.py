@@ -179,6 +179,25 @@ class RequestForm(ServiceErrorsMixin, forms.Form):
         }
 
 
+class BillingSwitchForm(ServiceErrorsMixin, forms.Form):
+    """Switch a running request's billing from its page; the checkpoint interval in minutes, as the
+    request form asks for it (the service takes seconds)."""
+
+    service_fields = {"checkpoint_interval_s": "checkpoint_interval_min"}
+
+    billing_mode = forms.ChoiceField(choices=BillingMode.choices)
+    checkpoint_interval_min = forms.IntegerField(
+        required=False, min_value=1, label="Checkpoint every (minutes)"
+    )
+
+    def service_kwargs(self) -> dict:
+        minutes = self.cleaned_data["checkpoint_interval_min"]
+        return {
+            "mode": self.cleaned_data["billing_mode"],
+            "checkpoint_interval_s": None if minutes is None else minutes * 60,
+        }
+
+
 class ApiTokenForm(ServiceErrorsMixin, forms.Form):
     service_fields = {"expires_at": "days"}
 

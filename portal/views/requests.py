@@ -1,5 +1,6 @@
 """Request a GPU (the form asks the API for its estimate), list and follow requests, cancel or release."""
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
@@ -87,6 +88,7 @@ def request_detail(request, pk):
         "streams": stream_paths(request.user, gpu_request.team),
         "allocation_labels": {str(s.pk): str(s.gpu) for s in segments if s.ended_at is None},
         "resize": open_resize_offer(gpu_request),
+        "max_checkpoint_min": settings.SPOT_MAX_CHECKPOINT_INTERVAL_S // 60,
     }
     return render(request, "portal/requests/detail.html", context)
 

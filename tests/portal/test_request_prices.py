@@ -56,6 +56,18 @@ def estimate(client, team, **fields):
     return client.post(reverse("api:request-estimate"), body, content_type="application/json").json()
 
 
+def test_a_slice_price_shows_the_places_that_cents_would_lose(
+    client, team, member, make_node, pool, operator
+):
+    make_node("node-od", gpus=2)
+    set_pool_price(pool, "0.50", actor=operator)
+    client.force_login(member)
+
+    answer = estimate(client, team, gpu_milli=125)
+
+    assert answer["price_lines"][0] == "For 1/8 GPU in a100 (A100-80GB): $0.0625/h"
+
+
 def test_the_estimate_answer_prices_the_chosen_share(client, team, member, priced):
     client.force_login(member)
 
@@ -90,7 +102,7 @@ def test_the_pools_page_shows_each_pools_price_in_force(client, operator, pool, 
 
     page = client.get(reverse("operator_pools")).text
 
-    assert "4.500000" in page and "not priced" in page
+    assert "$4.50" in page and "4.500000" not in page and "not priced" in page
 
 
 def test_an_operator_sets_a_price_on_the_pools_page_and_it_is_audited(client, operator, pool):
