@@ -105,6 +105,9 @@
     const billing = form.querySelector('input[name=billing_mode][value="' + chosen.capacity_type + '"]');
     if (billing) billing.checked = true;
     form.dispatchEvent(new Event("change"));
+    // Spot needs a checkpoint interval that only the user knows: take them to it.
+    const interval = form.elements.checkpoint_interval_min;
+    if (chosen.capacity_type === "spot" && interval.value.trim() === "") interval.focus();
   });
 
   let timer = null;
