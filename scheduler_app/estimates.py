@@ -74,6 +74,8 @@ def price_lines(prices: PlacementPrices, label: str, pool: str = "") -> list[str
         lines.append(f"For {label} in {placed.pool} ({placed.gpu_model}): {usd(placed.exact_usd_per_hour)}/h")
     elif pool:
         lines.append(f"For {label} in {pool}: not priced yet")
+    elif prices.by_model:
+        lines.append(f"For {label}, by GPU model:")
     for model in prices.by_model:
         on_demand = f"{usd(model.on_demand.exact_usd_per_hour)}/h" if model.on_demand else "not priced"
         spot = f"{usd(model.spot.exact_usd_per_hour)}/h" if model.spot else "not priced"

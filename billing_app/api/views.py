@@ -135,8 +135,8 @@ class PoolPriceView(APIView):
 
 
 class RecommendView(APIView):
-    """The time/cost curve of a request shape on one GPU model, on-demand and spot, its Pareto front,
-    and the cheapest option that meets the deadline and budget; nothing is submitted."""
+    """The time/cost curve of a request shape on each GPU model it may run on, on-demand and spot, its
+    Pareto front, and the cheapest option that meets the deadline and budget; nothing is submitted."""
 
     @extend_schema(request=RecommendRequestSerializer, responses=RecommendationSerializer, tags=["prices"])
     def post(self, request):

@@ -5,6 +5,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
+from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -46,6 +47,16 @@ def request_new(request):
         "team_slugs": {str(t.pk): t.slug for t in form.fields["team"].queryset},
     }
     return render(request, "portal/requests/new.html", context)
+
+
+@login_required
+def request_new_prices(request):
+    """The price block's lines for the share, pool and model in the query, as the form would show them
+    before any estimate: the form asks for them when its estimate is refused (say, spot without a
+    checkpoint interval yet), so the price still follows the share chosen."""
+    form = RequestForm(request.GET, user=request.user)
+    form.is_valid()  # the share, pool and model may be clean while the fields not sent are not
+    return JsonResponse({"price_lines": _form_price_lines(form)})
 
 
 def _form_price_lines(form: RequestForm) -> list[str]:

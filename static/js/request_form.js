@@ -99,11 +99,23 @@
     });
   }
 
+  // Without an estimate the price still follows the share, pool and model (the page's own words).
+  function refreshPrice() {
+    const f = form.elements;
+    const query = new URLSearchParams({ share: f.share.value, pool: f.pool.value, gpu_model: f.gpu_model.value });
+    const mine = sequence;
+    fetch(form.dataset.pricesUrl + "?" + query, { credentials: "same-origin" })
+      .then(function (response) { return response.ok ? response.json() : Promise.reject(response.status); })
+      .then(function (answer) { if (mine === sequence) showPrice(answer); })
+      .catch(function () { /* the next change asks again */ });
+  }
+
   function render(ok, answer, checked) {
     const error = ok ? { fields: {} } : answer.error || { message: "The estimate was refused.", fields: {} };
     showFieldErrors(checked, error.fields || {});
     if (!ok) {
       show("problem", ["Not yet submittable: ", problems(error).join(" · ")]);
+      refreshPrice();
       return;
     }
     showPrice(answer);

@@ -80,3 +80,50 @@ def test_taking_a_spot_recommendation_asks_for_the_checkpoint_interval(
     expect(page.locator("#id_checkpoint_interval_min")).to_be_focused()
     expect(page.locator("#estimate-text")).not_to_contain_text("[object Object]")
     screenshot(page, "request-form-recommendation-taken")
+
+
+MARKERS = "el => el.data.filter(t => t.mode === 'markers').reduce((n, t) => n + t.x.length, 0)"
+
+
+def boxes_overlap(a, b) -> bool:
+    return not (
+        a["x"] + a["width"] <= b["x"]
+        or b["x"] + b["width"] <= a["x"]
+        or a["y"] + a["height"] <= b["y"]
+        or b["y"] + b["height"] <= a["y"]
+    )
+
+
+def test_the_recommendation_for_any_model_charts_every_priced_model_readably(
+    two_models, live_server, browser, log_in, screenshot
+):
+    page = open_form(live_server, browser, log_in)
+    page.fill("#id_command", "python train.py")
+    chart = page.locator("#recommend-chart")
+
+    expect(page.locator("#recommend-text")).to_contain_text("costs least")
+    expect(chart.locator(".legend")).to_contain_text("RTX-4090")
+    assert chart.evaluate(MARKERS) > 0
+    expect(chart.locator(".legend")).to_contain_text("A100-80GB spot")
+
+    # The legend keeps clear of the x-axis title; the ticks read as durations and dollars.
+    assert not boxes_overlap(chart.locator(".legend").bounding_box(), chart.locator(".xtitle").bounding_box())
+    x_ticks = chart.locator(".xtick text").all_text_contents()
+    assert x_ticks and all(t.endswith((" min", " h", " d")) for t in x_ticks), x_ticks
+    y_ticks = chart.locator(".ytick text").all_text_contents()
+    assert y_ticks and all(t.startswith("$") for t in y_ticks), y_ticks
+    screenshot(page, "request-form-recommendation-any-model")
+
+
+def test_taking_the_recommended_share_refreshes_the_price(two_models, live_server, browser, log_in):
+    page = open_form(live_server, browser, log_in)
+    page.select_option("#id_gpu_model", "A100-80GB")
+    expect(page.locator("#price-lines")).to_contain_text("For 1/4 GPU")
+    expect(page.locator("#recommend-apply")).to_have_text("Use 0.125 GPU on spot")
+
+    page.click("#recommend-apply")
+
+    expect(page.locator("#estimate-text")).to_contain_text("Not yet submittable")
+    expect(page.locator("#price-lines")).to_contain_text("For 1/8 GPU")
+    expect(page.locator("#price-lines")).not_to_contain_text("1/4 GPU")
+    expect(page.locator("#price-lines")).to_contain_text("spot $0.125/h")

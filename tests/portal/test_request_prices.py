@@ -186,3 +186,14 @@ def test_the_price_is_that_of_the_placement_and_spot_is_compared_on_the_same_mod
         "RTX-4090: on-demand $0.80/h · spot not priced",
     ]
     assert answer["prices"]["on_demand"]["gpu_model"] == answer["prices"]["spot"]["gpu_model"] == "A100-80GB"
+
+
+def test_the_form_reads_the_price_of_a_share_without_an_estimate(client, member, priced):
+    client.force_login(member)
+
+    answer = client.get(reverse("request_new_prices"), {"share": "125", "gpu_model": "A100-80GB"}).json()
+
+    assert answer["price_lines"] == [
+        "For 1/8 GPU, by GPU model:",
+        "A100-80GB: on-demand $0.50/h · spot $0.125/h (save 75 %)",
+    ]
