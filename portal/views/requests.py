@@ -43,6 +43,7 @@ def request_new(request):
     context = {
         "form": form,
         "price_lines": _form_price_lines(form),
+        "command_given": bool((form["command"].value() or "").strip()),
         # The script estimates through the API, which names teams by slug.
         "team_slugs": {str(t.pk): t.slug for t in form.fields["team"].queryset},
     }

@@ -10,6 +10,7 @@
   const spotOnly = form.querySelector(".spot-only");
   const fill = document.getElementById("share-fill");
   const priceLines = document.getElementById("price-lines");
+  const noCommand = document.getElementById("no-command-note");
   const teamSlugs = JSON.parse(document.getElementById("team-slugs").textContent);
   // Which form field an API field's error belongs to.
   const formField = {
@@ -40,6 +41,7 @@
     const share = chosenShare();
     fill.style.width = share.gpu_milli / 10 + "%";
     fill.textContent = share.num_gpus > 1 ? share.num_gpus + " whole GPUs, one node" : "";
+    noCommand.hidden = form.elements.command.value.trim() !== "";
   }
 
   function show(kind, parts) {

@@ -127,3 +127,15 @@ def test_taking_the_recommended_share_refreshes_the_price(two_models, live_serve
     expect(page.locator("#price-lines")).to_contain_text("For 1/8 GPU")
     expect(page.locator("#price-lines")).not_to_contain_text("1/4 GPU")
     expect(page.locator("#price-lines")).to_contain_text("spot $0.125/h")
+
+
+def test_the_form_says_before_submit_that_no_command_holds_the_gpu(two_models, live_server, browser, log_in):
+    page = open_form(live_server, browser, log_in)
+    note = page.locator("#no-command-note")
+
+    expect(note).to_be_visible()
+    expect(note).to_contain_text("No command: the GPU is held for you, and billed, until you release it")
+    page.fill("#id_command", "python train.py")
+    expect(note).to_be_hidden()
+    page.fill("#id_command", "  ")
+    expect(note).to_be_visible()

@@ -44,3 +44,22 @@ def test_switching_to_spot_asks_the_checkpoint_interval_in_minutes_and_costs_rea
     expect(page.locator(".msg-success")).to_contain_text("switch-me is billed spot from now.")
     expect(page.locator("dl.facts")).to_contain_text("Spot · checkpoint every 15 min")
     screenshot(page, "request-billing-switched")
+
+
+def test_a_gpu_held_without_a_command_says_how_to_release_it(
+    placed, live_server, browser, log_in, screenshot, off_the_browser_thread
+):
+    request = off_the_browser_thread(lambda: placed(name="notebook", command=""))
+    page = log_in(browser, "bob", "pw-bob-123")
+
+    page.goto(f"{live_server.url}/requests/{request.pk}/")
+
+    held = page.locator("#held-without-command")
+    expect(held).to_contain_text("No command: this GPU is held for you, and billed, until you release it")
+    expect(held).to_contain_text(f"gpu-portal release {request.pk}")
+    expect(held).to_contain_text(f"POST /api/v1/requests/{request.pk}/release/")
+    screenshot(page, "request-held-without-command")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Release GPUs").click()
+    expect(page.locator("#state")).not_to_have_text("Scheduled")
+    expect(held).to_have_count(0)
