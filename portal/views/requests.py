@@ -21,7 +21,13 @@ from scheduler_app.estimates import price_lines
 from scheduler_app.filters import GpuRequestFilter
 from scheduler_app.lifecycle import IllegalTransition
 from scheduler_app.models import Pool
-from scheduler_app.selectors import request_events, request_list, request_segments, requests_visible_to
+from scheduler_app.selectors import (
+    fold_checkpoints,
+    request_events,
+    request_list,
+    request_segments,
+    requests_visible_to,
+)
 from scheduler_app.services.requests import cancel_request, release_request, submit_request
 from teams.permissions import NotAllowed
 
@@ -95,7 +101,7 @@ def request_detail(request, pk):
         segment.cost_usd = cost
     context = {
         "r": gpu_request,
-        "events": events,
+        "timeline": fold_checkpoints(events),
         "segments": segments,
         "streams": stream_paths(request.user, gpu_request.team),
         "allocation_labels": {str(s.pk): str(s.gpu) for s in segments if s.ended_at is None},

@@ -1,13 +1,18 @@
 """The request page as its owner reads it: billing switched in the form's units, the timeline with its
 checkpoints folded into one live line, and how to release a GPU held without a command."""
 
+import datetime as dt
+
 import pytest
+from django.utils import timezone
 from playwright.sync_api import expect
 
 from billing_app.services import set_pool_price
-from scheduler_app.models import GpuRequest
+from scheduler_app.models import GpuRequest, Node
 from scheduler_app.scheduling import run_scheduling_pass
-from scheduler_app.services.requests import submit_request
+from scheduler_app.services.agents import record_checkpoint, report_started
+from scheduler_app.services.requests import cancel_request, submit_request
+from tests.e2e.conftest import log_in_at
 
 pytestmark = pytest.mark.e2e
 
@@ -63,3 +68,46 @@ def test_a_gpu_held_without_a_command_says_how_to_release_it(
     page.get_by_role("button", name="Release GPUs").click()
     expect(page.locator("#state")).not_to_have_text("Scheduled")
     expect(held).to_have_count(0)
+
+
+def checkpoint_times(count: int, before: dt.datetime) -> list[dt.datetime]:
+    """`count` checkpoint times a second apart, the last a second before `before`."""
+    return [before - dt.timedelta(seconds=count - i) for i in range(count)]
+
+
+def test_checkpoints_fold_into_one_line_that_counts_them_live(
+    asgi_server, placed, browser, screenshot, off_the_browser_thread
+):
+    def running_with_checkpoints():
+        request = placed(name="checkpointing", command="python train.py")
+        node = Node.objects.get(name="node-1")
+        report_started(node, request.pk)
+        for at in checkpoint_times(118, timezone.now()):
+            record_checkpoint(node, request.pk, at)
+        return request
+
+    request = off_the_browser_thread(running_with_checkpoints)
+    page = log_in_at(asgi_server.url, browser, "bob", "pw-bob-123")
+    page.goto(f"{asgi_server.url}/requests/{request.pk}/")
+
+    timeline = page.locator("#timeline > li")
+    expect(timeline).to_have_count(4)  # pending, scheduled, running, the checkpoints
+    assert page.locator("#timeline .to").all_inner_texts()[:3] == ["pending", "scheduled", "running"]
+    folded = page.locator("#timeline li.checkpoints")
+    expect(folded).to_have_count(1)
+    expect(folded).to_contain_text("checkpointed 118 times, last ")
+    screenshot(page, "request-checkpoints-folded")
+
+    # A new checkpoint counts on the same line, in place; a state change still gets its own line.
+    page.evaluate("window.stillTheSamePage = true")
+    folded.evaluate("line => { line.sameLine = true; }")  # gone if the timeline were rendered anew
+    expect(page.locator("#live-status")).to_have_text("● live")
+    at = timezone.now().replace(microsecond=0)
+    off_the_browser_thread(lambda: record_checkpoint(Node.objects.get(name="node-1"), request.pk, at))
+    expect(folded).to_contain_text(f"checkpointed 119 times, last {at:%H:%M:%S} UTC")
+    expect(timeline).to_have_count(4)
+    assert folded.evaluate("line => line.sameLine === true")
+    off_the_browser_thread(lambda: cancel_request(GpuRequest.objects.get(pk=request.pk), user=request.user))
+    expect(page.locator("#state")).to_have_text("Cancelled")
+    expect(timeline).to_have_count(5)
+    assert page.evaluate("window.stillTheSamePage === true")
