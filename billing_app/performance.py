@@ -24,6 +24,7 @@ give a sensible curve and many runs override the prior.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 
@@ -212,7 +213,8 @@ def fit(
 
 @dataclass(frozen=True)
 class Option:
-    """One way to run the job: a share on a capacity type, its predicted time (with band) and cost."""
+    """One way to run the job: a share on a capacity type of a GPU model, its predicted time (with band)
+    and cost."""
 
     gpu_milli: int
     num_gpus: int
@@ -223,6 +225,7 @@ class Option:
     cost_usd: Decimal
     cost_high_usd: Decimal
     pareto: bool = False
+    gpu_model: str = ""
 
     @property
     def share(self) -> float:
@@ -275,19 +278,17 @@ def pareto_front(options: list[Option]) -> set[int]:
     return front
 
 
-def recommend(
+def price_options(
     curve: Curve,
-    prices: dict[str, Decimal],
+    prices: Mapping[str, Decimal],
     *,
-    deadline_s: float | None = None,
-    budget_usd: Decimal | None = None,
+    gpu_model: str = "",
     shapes: list[tuple[int, int]] | None = None,
     spot_time_factor: float = 1.0,
-) -> Recommendation:
-    """Price every shape on every priced capacity type (`prices`: USD per GPU-hour by "on-demand" /
-    "spot"), mark the Pareto front, and choose the cheapest option whose upper band meets the
-    deadline and budget; ties go to the faster one. `spot_time_factor` stretches spot runtimes for
-    the work expected to be lost to reclaims (1.0: none)."""
+) -> list[Option]:
+    """Every shape on every priced capacity type of one GPU model (`prices`: USD per GPU-hour by
+    "on-demand" / "spot"). `spot_time_factor` stretches spot runtimes for the work expected to be lost
+    to reclaims (1.0: none)."""
     options: list[Option] = []
     for milli, gpus in shapes or candidate_shapes():
         point = curve.point(share_of(milli, gpus))
@@ -305,8 +306,22 @@ def recommend(
                     low,
                     _cost(price, share, runtime),
                     _cost(price, share, high),
+                    gpu_model=gpu_model,
                 )
             )
+    return options
+
+
+def choose(
+    curve: Curve,
+    options: list[Option],
+    *,
+    deadline_s: float | None = None,
+    budget_usd: Decimal | None = None,
+    shapes: list[tuple[int, int]] | None = None,
+) -> Recommendation:
+    """Mark the Pareto front of `options` (of one GPU model or several) and choose the cheapest whose
+    upper band meets the deadline and budget; ties go to the faster one."""
     front = pareto_front(options)
     options = [
         Option(**{**o.__dict__, "pareto": i in front})  # frozen: rebuild with the flag
@@ -324,15 +339,32 @@ def recommend(
         chosen, reason = None, "No priced capacity for this GPU model."
     elif meeting:
         chosen = min(meeting, key=lambda o: (o.cost_usd, o.runtime_s))
-        reason = _why(chosen, deadline_s, budget_usd)
+        several_models = len({o.gpu_model for o in options}) > 1
+        reason = _why(chosen, deadline_s, budget_usd, name_the_model=several_models)
     else:
         chosen, reason = None, _why_none(deadline_s, budget_usd)
     grid = tuple(curve.point(share_of(m, g)) for m, g in shapes or candidate_shapes())
     return Recommendation(curve, tuple(options), chosen, reason, fastest, cheapest, grid)
 
 
-def _why(chosen: Option, deadline_s: float | None, budget_usd: Decimal | None) -> str:
+def recommend(
+    curve: Curve,
+    prices: Mapping[str, Decimal],
+    *,
+    deadline_s: float | None = None,
+    budget_usd: Decimal | None = None,
+    shapes: list[tuple[int, int]] | None = None,
+    spot_time_factor: float = 1.0,
+) -> Recommendation:
+    """The options of one GPU model (price_options) and the choice among them (choose)."""
+    options = price_options(curve, prices, shapes=shapes, spot_time_factor=spot_time_factor)
+    return choose(curve, options, deadline_s=deadline_s, budget_usd=budget_usd, shapes=shapes)
+
+
+def _why(chosen: Option, deadline_s: float | None, budget_usd: Decimal | None, name_the_model: bool) -> str:
     kind = "spot" if chosen.capacity_type == "spot" else "on-demand"
+    if name_the_model:
+        kind = f"{kind} {chosen.gpu_model}"
     shape = (
         f"{chosen.num_gpus} cards"
         if chosen.num_gpus > 1

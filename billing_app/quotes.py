@@ -24,6 +24,7 @@ from audit.models import Event
 from billing_app.constants import CENT
 from billing_app.models import PoolPrice
 from billing_app.prices import share_multiplier
+from portal.money import usd
 from scheduler_app.choices import CapacityType, RequestState
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.lifecycle import ACTIVE_STATES
@@ -221,19 +222,20 @@ def quote_lines(q: Quote) -> list[str]:
     """The totals and the effective spot cost in words, as the request form shows them."""
     lines = []
     if q.hours is not None and q.on_demand is not None:
-        lines.append(f"Over {q.hours.normalize():f} h: on-demand ${q.on_demand.expected_total_usd}")
+        lines.append(f"Over {q.hours.normalize():f} h: on-demand {usd(q.on_demand.expected_total_usd)}")
     cost = q.spot_cost
     unknown = cost is not None and q.hours is None and cost.effective_usd_per_hour is None
     if q.spot is not None and cost is not None and not unknown:  # unknown: neither duration nor checkpoints
         rate = f"{cost.reclaim.per_hour}/h reclaim rate ({cost.reclaim.source})"
         if cost.effective_total_usd is not None:
             lines.append(
-                f"Spot ${q.spot.expected_total_usd} nominal, ${cost.effective_total_usd} expected with "
-                f"{cost.expected_reclaims} reclaims at {rate}; {cost.note}"
+                f"Spot {usd(q.spot.expected_total_usd)} nominal, "
+                f"{usd(cost.effective_total_usd)} expected with {cost.expected_reclaims} reclaims at {rate}; "
+                f"{cost.note}"
             )
         elif cost.effective_usd_per_hour is not None:
             lines.append(
-                f"Spot with reclaims counted: ${cost.effective_usd_per_hour}/h at {rate}; {cost.note}"
+                f"Spot with reclaims counted: {usd(cost.effective_usd_per_hour)}/h at {rate}; {cost.note}"
             )
         else:
             lines.append(f"Spot: {cost.note}")

@@ -9,7 +9,7 @@ from decimal import Decimal
 from django.db.models import Q
 from django.utils import timezone
 
-from billing_app.performance import Curve, Recommendation, Run, Utilization, fit, recommend
+from billing_app.performance import Curve, Recommendation, Run, Utilization, choose, fit, price_options
 from billing_app.selectors import price_per_hour
 from scheduler_app.choices import CapacityType, RequestState
 from scheduler_app.models import GpuRequest
@@ -92,16 +92,22 @@ def latest_utilization(team, key: str) -> Utilization | None:
 
 def model_prices(
     gpu_milli: int, num_gpus: int, gpu_model: str = "", pool=None
-) -> tuple[str, dict[str, Decimal]]:
-    """(GPU model, USD per whole GPU-hour by capacity type) for the comparison the price catalog makes
-    for this shape: the cheapest priced pool of each kind with the same GPU model."""
-    compared = price_per_hour(gpu_milli, num_gpus, gpu_model=gpu_model or None, pool=pool).compared
-    prices = {}
-    if compared.on_demand is not None:
-        prices[CapacityType.ON_DEMAND.value] = compared.on_demand.usd_per_gpu_hour
-    if compared.spot is not None:
-        prices[CapacityType.SPOT.value] = compared.spot.usd_per_gpu_hour
-    return compared.gpu_model, prices
+) -> dict[str, dict[str, Decimal]]:
+    """USD per whole GPU-hour by GPU model, then capacity type, for each model the shape may run on (the
+    one asked for, the pool's, or every priced one): the cheapest priced pool of each kind, as the
+    price catalog compares them."""
+    by_model = price_per_hour(gpu_milli, num_gpus, gpu_model=gpu_model or None, pool=pool).by_model
+    return {
+        compared.gpu_model: {
+            side.value: price.usd_per_gpu_hour
+            for side, price in (
+                (CapacityType.ON_DEMAND, compared.on_demand),
+                (CapacityType.SPOT, compared.spot),
+            )
+            if price is not None
+        }
+        for compared in by_model
+    }
 
 
 def workload_curve(team, key: str, task_type: str, max_duration_s: int | None) -> Curve:
@@ -130,8 +136,16 @@ def recommend_for(
     deadline_s: int | None = None,
     budget_usd: Decimal | None = None,
 ) -> tuple[str, Recommendation]:
-    """The time/cost options of a request shape and the cheapest meeting the deadline and budget."""
+    """The time/cost options of a request shape on each GPU model it may run on, and the cheapest meeting
+    the deadline and budget; with the model compared ('' when several are: each option names its own).
+    The curve is the workload's on any model: the history does not tell the models apart."""
     key = workload_of(workload_key, command, name)
     curve = workload_curve(team, key, task_type, max_duration_s)
-    model, prices = model_prices(gpu_milli, num_gpus, gpu_model, pool)
-    return model, recommend(curve, prices, deadline_s=deadline_s, budget_usd=budget_usd)
+    by_model = model_prices(gpu_milli, num_gpus, gpu_model, pool)
+    options = [
+        option
+        for model, prices in by_model.items()
+        for option in price_options(curve, prices, gpu_model=model)
+    ]
+    compared = next(iter(by_model)) if len(by_model) == 1 else gpu_model
+    return compared, choose(curve, options, deadline_s=deadline_s, budget_usd=budget_usd)

@@ -31,12 +31,14 @@ def price_in_force(pool: Pool, at: dt.datetime | None = None) -> PoolPrice | Non
 
 @dataclass(frozen=True)
 class HourlyPrice:
-    """What a request would cost per hour in `pool`: USD, rounded half-up to cents."""
+    """What a request would cost per hour in `pool`: USD rounded half-up to cents (what the API gives),
+    and unrounded (what the pages show: an eighth of a card may cost a fraction of a cent more)."""
 
     usd_per_hour: Decimal
     pool: str
     usd_per_gpu_hour: Decimal
     gpu_model: str
+    exact_usd_per_hour: Decimal
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,7 @@ def price_per_hour(
             row.pool.name,
             row.usd_per_gpu_hour,
             row.pool.gpu_model,
+            usd,
         )
 
     placed = next((quote(r) for r in rows if r.pool.name == placed_pool), None)

@@ -17,6 +17,7 @@ from billing_app.models import PoolPrice, SharePremium
 from billing_app.permissions import can_set_prices
 from billing_app.public_prices import PublicPrices
 from billing_app.selectors import price_in_force
+from portal.echo import echoed
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.models import Pool
 from teams.permissions import require
@@ -86,7 +87,7 @@ def parse_usd_per_gpu_hour(value) -> Decimal:
     try:
         price = Decimal(value.strip() if isinstance(value, str) else value)
     except InvalidOperation:
-        raise ValidationError({field: f"{value!r} is not a number."}) from None
+        raise ValidationError({field: f"{echoed(value)!r} is not a number."}) from None
     if not price.is_finite() or price <= 0:
         raise ValidationError({field: "A price must be more than 0 USD per GPU-hour."})
     if price > MAX_USD_PER_GPU_HOUR:

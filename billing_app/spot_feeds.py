@@ -24,6 +24,7 @@ from django.db.models import Sum
 from billing_app.models import SpotFeed
 from billing_app.public_prices import model_key
 from billing_app.services import parse_usd_per_gpu_hour
+from portal.echo import echoed
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.models import Allocation, Gpu, Pool
 
@@ -156,21 +157,23 @@ def parse_price_upload(text: str, now: dt.datetime, pool: Pool | None = None) ->
         name = (row.get("pool") or "").strip() or (pool.name if pool else "")
         target = pools.get(name)
         if target is None:
-            problems.append(f"no pool named {name!r}")
+            problems.append(f"no pool named {echoed(name)!r}")
         elif pool is not None and target != pool:
-            problems.append(f"pool {name!r} is not the pool this upload is for ({pool.name})")
+            problems.append(f"pool {echoed(name)!r} is not the pool this upload is for ({pool.name})")
         elif not target.is_spot():
-            problems.append(f"pool {name!r} is on-demand; feeds drive spot pools only")
+            problems.append(f"pool {echoed(name)!r} is on-demand; feeds drive spot pools only")
         text_at = row["effective_from"].strip()
         try:
             at = dt.datetime.fromisoformat(text_at.replace("Z", "+00:00"))
         except ValueError:
             at = None
-            problems.append(f"effective_from {text_at!r} is not an ISO 8601 time")
+            problems.append(f"effective_from {echoed(text_at)!r} is not an ISO 8601 time")
         if at is not None and at.tzinfo is None:
-            problems.append(f"effective_from {text_at!r} has no timezone (add Z for UTC)")
+            problems.append(f"effective_from {echoed(text_at)!r} has no timezone (add Z for UTC)")
         elif at is not None and at < now:
-            problems.append(f"effective_from {text_at!r} is in the past: it would change what was billed")
+            problems.append(
+                f"effective_from {echoed(text_at)!r} is in the past: it would change what was billed"
+            )
         try:
             price = parse_usd_per_gpu_hour(row["usd_per_gpu_hour"])
         except ValidationError as error:

@@ -18,6 +18,7 @@ from django.utils import timezone
 from billing_app.choices import BudgetPolicy
 from billing_app.models import FeedKind
 from billing_app.spot_feeds import REPLAY_FILES
+from portal.echo import echoed
 from portal.share import Share
 from scheduler_app.choices import BillingMode, MigMode, NodeStatus, TaskType
 from scheduler_app.constants import MILLI_PER_GPU
@@ -145,7 +146,7 @@ class RequestForm(ServiceErrorsMixin, forms.Form):
             name, equals, value = line.partition("=")
             name = name.strip()
             if not equals or not name:
-                raise ValidationError(f"“{line.strip()[:40]}”: write NAME=value, one variable per line.")
+                raise ValidationError(f"“{echoed(line.strip())}”: write NAME=value, one variable per line.")
             if name in environment:
                 raise ValidationError(f"{name} is given twice; keep one line for it.")
             environment[name] = value
@@ -175,6 +176,25 @@ class RequestForm(ServiceErrorsMixin, forms.Form):
             "command": data["command"],
             "environment": data["environment"],
             "workload_key": data["workload_key"].strip(),
+        }
+
+
+class BillingSwitchForm(ServiceErrorsMixin, forms.Form):
+    """Switch a running request's billing from its page; the checkpoint interval in minutes, as the
+    request form asks for it (the service takes seconds)."""
+
+    service_fields = {"checkpoint_interval_s": "checkpoint_interval_min"}
+
+    billing_mode = forms.ChoiceField(choices=BillingMode.choices)
+    checkpoint_interval_min = forms.IntegerField(
+        required=False, min_value=1, label="Checkpoint every (minutes)"
+    )
+
+    def service_kwargs(self) -> dict:
+        minutes = self.cleaned_data["checkpoint_interval_min"]
+        return {
+            "mode": self.cleaned_data["billing_mode"],
+            "checkpoint_interval_s": None if minutes is None else minutes * 60,
         }
 
 
@@ -237,7 +257,7 @@ class UserUnixAccountForm(ServiceErrorsMixin, forms.Form):
         username = self.cleaned_data["username"]
         user = get_user_model().objects.filter(username=username).first()
         if user is None:
-            raise ValidationError(f"No user named {username!r}.")
+            raise ValidationError(f"No user named {echoed(username)!r}.")
         return user
 
 
@@ -461,7 +481,7 @@ class WhatIfForm(ServiceErrorsMixin, forms.Form):
             parts = line.split()
             if len(parts) != 3 or not parts[2].isdigit():
                 raise ValidationError(
-                    f"“{line}”: write team-slug, pool and milli-GPU, e.g. “vision a100 8000”."
+                    f"“{echoed(line)}”: write team-slug, pool and milli-GPU, e.g. “vision a100 8000”."
                 )
             rows.append({"team": parts[0], "pool": parts[1], "guaranteed_milli": int(parts[2])})
         return rows
@@ -471,7 +491,9 @@ class WhatIfForm(ServiceErrorsMixin, forms.Form):
         for line in _lines(self.cleaned_data["nodes"]):
             parts = line.split()
             if len(parts) != 2 or not re.fullmatch(r"[+-]?\d+", parts[1]):
-                raise ValidationError(f"“{line}”: write a pool and a whole number of nodes, e.g. “a100 +2”.")
+                raise ValidationError(
+                    f"“{echoed(line)}”: write a pool and a whole number of nodes, e.g. “a100 +2”."
+                )
             changes[parts[0]] = int(parts[1])
         return changes
 

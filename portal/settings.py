@@ -77,6 +77,7 @@ ROOT_URLCONF = "portal.urls"
 ASGI_APPLICATION = "portal.asgi.application"
 WSGI_APPLICATION = "portal.wsgi.application"
 
+FORM_RENDERER = "portal.form_rendering.PortalFormRenderer"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
@@ -312,7 +313,9 @@ STOP_REPORT_SLACK_S = env_int("STOP_REPORT_SLACK_S", 10, minimum=0)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    "filters": {"refusals_without_traceback": {"()": "portal.log_filters.RefusalsWithoutTraceback"}},
     "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django.request": {"filters": ["refusals_without_traceback"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }
 

@@ -20,6 +20,7 @@ urlpatterns = [
     path("accounts/tokens/<int:pk>/revoke/", tokens.token_revoke, name="token_revoke"),
     path("requests/", requests.request_index, name="requests"),
     path("requests/new/", requests.request_new, name="request_new"),
+    path("requests/new/prices/", requests.request_new_prices, name="request_new_prices"),
     path("requests/<int:pk>/", requests.request_detail, name="request_detail"),
     path("requests/<int:pk>/cancel/", requests.request_cancel, name="request_cancel"),
     path("requests/<int:pk>/release/", requests.request_release, name="request_release"),

@@ -18,6 +18,7 @@ UTIL_STDDEV_TARGET_PERCENT = 15  # DESIGN: steady work keeps util std-dev under 
 LIVE_READING_MAX_AGE_S = 15  # the live stream shows a card's util only while its latest reading is this fresh
 
 # The node agent's protocol.
+CHECKPOINT_EVENT = "checkpoint"  # what a job's reported checkpoint writes in its request's event log
 # Who marks a silent node suspect and then lost, in the event log: a node lost by this actor stopped
 # answering (what NODE_RETURN_TO_SERVICE may undo), not an operator's choice.
 HEARTBEAT_WATCHDOG = "heartbeat watchdog"

@@ -16,6 +16,7 @@ from django.utils import timezone
 from billing_app.budgets import budget_warning
 from billing_app.quotes import Quote, quote, quote_lines
 from billing_app.selectors import PlacementPrices, price_per_hour
+from portal.money import usd
 from scheduler_app.choices import BillingMode
 from scheduler_app.cluster_state import WORKLOAD_WINDOW, format_utc, load_cluster_snapshot, request_spec
 from scheduler_app.core.cluster import RequestSpec
@@ -70,12 +71,14 @@ def price_lines(prices: PlacementPrices, label: str, pool: str = "") -> list[str
     lines = []
     if prices.placed is not None:
         placed = prices.placed
-        lines.append(f"For {label} in {placed.pool} ({placed.gpu_model}): ${placed.usd_per_hour}/h")
+        lines.append(f"For {label} in {placed.pool} ({placed.gpu_model}): {usd(placed.exact_usd_per_hour)}/h")
     elif pool:
         lines.append(f"For {label} in {pool}: not priced yet")
+    elif prices.by_model:
+        lines.append(f"For {label}, by GPU model:")
     for model in prices.by_model:
-        on_demand = f"${model.on_demand.usd_per_hour}/h" if model.on_demand else "not priced"
-        spot = f"${model.spot.usd_per_hour}/h" if model.spot else "not priced"
+        on_demand = f"{usd(model.on_demand.exact_usd_per_hour)}/h" if model.on_demand else "not priced"
+        spot = f"{usd(model.spot.exact_usd_per_hour)}/h" if model.spot else "not priced"
         line = f"{model.gpu_model}: on-demand {on_demand} · spot {spot}"
         saving = model.spot_saving_percent
         if saving is not None and saving > 0:

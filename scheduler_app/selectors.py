@@ -14,6 +14,7 @@ from django.utils import timezone
 from audit.models import Event
 from scheduler_app.choices import NodeStatus, RequestState
 from scheduler_app.constants import (
+    CHECKPOINT_EVENT,
     HEARTBEAT_WATCHDOG,
     MILLI_PER_GPU,
     UTILIZATION_MAX_POINTS,
@@ -84,6 +85,37 @@ def request_events(request: GpuRequest) -> QuerySet[Event]:
     return Event.objects.filter(
         content_type=ContentType.objects.get_for_model(GpuRequest), object_id=request.pk
     ).order_by("created_at", "id")
+
+
+@dataclass(frozen=True)
+class CheckpointRun:
+    """Checkpoints reported one after another, with nothing else between them: one timeline line."""
+
+    count: int
+    last: Event
+
+    @property
+    def last_at(self) -> str:
+        """When the last one was taken (its agent's time, ISO 8601), else when it was reported."""
+        return self.last.data.get("at") or self.last.created_at.isoformat()
+
+
+def fold_checkpoints(events: Iterable[Event]) -> list[Event | CheckpointRun]:
+    """The timeline as a person reads it: each run of two or more checkpoints in a row becomes one
+    CheckpointRun (a demo job checkpoints every few seconds: 126 lines buried its reclaim); state
+    changes, moves, reclaims and notices keep a line each."""
+    timeline: list[Event | CheckpointRun] = []
+    for event in events:
+        last = timeline[-1] if timeline else None
+        if event.to_state != CHECKPOINT_EVENT:
+            timeline.append(event)
+        elif isinstance(last, CheckpointRun):
+            timeline[-1] = CheckpointRun(last.count + 1, event)
+        elif last is not None and last.to_state == CHECKPOINT_EVENT:
+            timeline[-1] = CheckpointRun(2, event)
+        else:
+            timeline.append(event)
+    return timeline
 
 
 def request_segments(request: GpuRequest) -> QuerySet[Allocation]:

@@ -27,6 +27,7 @@ from django.utils.dateparse import parse_datetime
 from bench.queueing import Outcome, p95, simulate
 from bench.workload import Job
 from billing_app.prices import NoPriceInForce, price_in_force
+from portal.echo import echoed
 from scheduler_app.cluster_state import node_state, request_specs
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.core.cluster import NodeState
@@ -136,9 +137,9 @@ def _quotas(rows, pools: dict[str, Pool], errors) -> tuple[QuotaSpec, ...]:
             continue
         team, pool, milli = row.get("team"), row.get("pool"), row.get("guaranteed_milli")
         if team not in teams:
-            errors["quotas"].append(f"No team {team!r} (use its slug).")
+            errors["quotas"].append(f"No team {echoed(team)!r} (use its slug).")
         elif pool not in pools:
-            errors["quotas"].append(f"No pool {pool!r}.")
+            errors["quotas"].append(f"No pool {echoed(pool)!r}.")
         elif isinstance(milli, bool) or not isinstance(milli, int) or not 0 <= milli <= 10**9:
             errors["quotas"].append(
                 f"{team} in {pool}: guaranteed_milli is a whole number of milli-GPU, 0 or more."
@@ -158,7 +159,7 @@ def _node_changes(changes, pools: dict[str, Pool], errors) -> tuple[tuple[str, i
     out = []
     for pool, delta in changes.items():
         if pool not in pools:
-            errors["nodes"].append(f"No pool {pool!r}.")
+            errors["nodes"].append(f"No pool {echoed(pool)!r}.")
         elif isinstance(delta, bool) or not isinstance(delta, int) or abs(delta) > MAX_NODE_CHANGE:
             errors["nodes"].append(
                 f"{pool}: a whole number of nodes between -{MAX_NODE_CHANGE} and {MAX_NODE_CHANGE}."

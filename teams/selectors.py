@@ -4,6 +4,7 @@ from collections.abc import Iterable
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
+from portal.echo import echoed
 from teams.crypto import InvalidToken, decrypt
 from teams.models import Membership, Team, TeamSecret, UserUnixAccount
 from teams.permissions import note_membership
@@ -42,7 +43,7 @@ def team_for_submit(user, slug: str) -> Team:
     if slug:
         team = next((team for team in mine if team.slug == slug), None)
         if team is None:
-            raise ValidationError({"team": f"You are in no team {slug!r}."})
+            raise ValidationError({"team": f"You are in no team {echoed(slug)!r}."})
     elif len(mine) == 1:
         team = mine[0]
     else:

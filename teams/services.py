@@ -11,6 +11,7 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from audit.events import log_event
+from portal.echo import echoed
 from teams.choices import Role
 from teams.constants import MAX_SECRETS_PER_TEAM, TEAM_SECRET_MIN_CHARS
 from teams.crypto import encrypt
@@ -42,10 +43,12 @@ def _require_manager(user, team: Team) -> None:
 def add_member(team: Team, *, username: str, role: str = Role.MEMBER, actor) -> Membership:
     _require_manager(actor, team)
     if role not in Role.values:
-        raise ValidationError({"role": f"{role!r} is not a role; choose from {', '.join(Role.values)}."})
+        raise ValidationError(
+            {"role": f"{echoed(role)!r} is not a role; choose from {', '.join(Role.values)}."}
+        )
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
-        raise ValidationError({"username": f"No user named {username!r}."})
+        raise ValidationError({"username": f"No user named {echoed(username)!r}."})
     if Membership.objects.filter(team=team, user=user).exists():
         raise ValidationError({"username": f"{username} is already a member of {team.name}."})
     with transaction.atomic():
@@ -57,7 +60,9 @@ def add_member(team: Team, *, username: str, role: str = Role.MEMBER, actor) -> 
 def change_role(membership: Membership, *, role: str, actor) -> Membership:
     _require_manager(actor, membership.team)
     if role not in Role.values:
-        raise ValidationError({"role": f"{role!r} is not a role; choose from {', '.join(Role.values)}."})
+        raise ValidationError(
+            {"role": f"{echoed(role)!r} is not a role; choose from {', '.join(Role.values)}."}
+        )
     with transaction.atomic():
         locked = Membership.objects.select_for_update().get(pk=membership.pk)
         if locked.role == Role.TEAM_ADMIN and role != Role.TEAM_ADMIN:

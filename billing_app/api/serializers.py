@@ -15,6 +15,7 @@ from portal.api.fields import (
     StrictIntegerField,
     StrictSlugField,
 )
+from portal.echo import echoed
 from scheduler_app.choices import BillingMode, CapacityType, TaskType
 from scheduler_app.constants import MAX_GPUS_PER_REQUEST, MILLI_PER_GPU
 from scheduler_app.models import Pool
@@ -117,6 +118,7 @@ class OptionSerializer(serializers.Serializer):
     gpu_milli = serializers.IntegerField()
     num_gpus = serializers.IntegerField()
     capacity_type = serializers.ChoiceField(choices=CapacityType.choices)
+    gpu_model = serializers.CharField(help_text="The GPU model it runs on (its cheapest priced pool).")
     runtime_s = serializers.FloatField(help_text="Predicted runtime.")
     runtime_high_s = serializers.FloatField(help_text="The slow end of its band.")
     runtime_low_s = serializers.FloatField(help_text="The fast end of its band.")
@@ -136,7 +138,9 @@ class CurveSerializer(serializers.Serializer):
 
 
 class RecommendationSerializer(serializers.Serializer):
-    gpu_model = serializers.CharField()
+    gpu_model = serializers.CharField(
+        help_text="The GPU model compared; empty when the options span several (each names its own)."
+    )
     curve = CurveSerializer()
     predictions = PredictionSerializer(many=True, source="shares")
     options = OptionSerializer(many=True)
@@ -259,7 +263,7 @@ class QuoteQuerySerializer(serializers.Serializer):
 
     def validate_gpu_model(self, value):
         if not Pool.objects.filter(gpu_model=value).exists():
-            raise serializers.ValidationError(f"No pool has GPU model {value!r}.")
+            raise serializers.ValidationError(f"No pool has GPU model {echoed(value)!r}.")
         return value
 
 

@@ -48,6 +48,7 @@ from billing_app.services import set_pool_price, set_share_premium
 from billing_app.spot_feeds import PriceUploadError
 from billing_app.switching import switch_billing_mode
 from portal.api.permissions import IsOperator, MaySetPrices
+from portal.echo import echoed
 from scheduler_app.models import Pool
 from scheduler_app.selectors import requests_visible_to
 from teams.models import Team
@@ -134,8 +135,8 @@ class PoolPriceView(APIView):
 
 
 class RecommendView(APIView):
-    """The time/cost curve of a request shape on one GPU model, on-demand and spot, its Pareto front,
-    and the cheapest option that meets the deadline and budget; nothing is submitted."""
+    """The time/cost curve of a request shape on each GPU model it may run on, on-demand and spot, its
+    Pareto front, and the cheapest option that meets the deadline and budget; nothing is submitted."""
 
     @extend_schema(request=RecommendRequestSerializer, responses=RecommendationSerializer, tags=["prices"])
     def post(self, request):
@@ -146,7 +147,7 @@ class RecommendView(APIView):
         pool_name = fields.pop("pool")
         pool = Pool.objects.filter(name=pool_name).first() if pool_name else None
         if pool_name and pool is None:
-            raise ValidationError({"pool": f"No pool {pool_name!r}."})
+            raise ValidationError({"pool": f"No pool {echoed(pool_name)!r}."})
         gpu_model, recommendation = recommend_for(team=team, pool=pool, **fields)
         data = {"gpu_model": gpu_model, **recommendation.__dict__}
         return Response(RecommendationSerializer(data).data)
@@ -205,7 +206,7 @@ def _member(team: Team, username: str | None):
         return None
     membership = team.memberships.select_related("user").filter(user__username=username).first()
     if membership is None:
-        raise ValidationError({"user": f"{username!r} is not a member of team {team.slug}."})
+        raise ValidationError({"user": f"{echoed(username)!r} is not a member of team {team.slug}."})
     return membership.user
 
 

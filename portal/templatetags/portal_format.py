@@ -2,6 +2,7 @@
 
 from django import template
 
+from portal import money
 from scheduler_app.constants import MILLI_PER_GPU
 
 register = template.Library()
@@ -22,3 +23,9 @@ def duration(seconds: int | None) -> str:
     minutes, secs = divmod(rest, 60)
     parts = [f"{hours} h" if hours else "", f"{minutes} min" if minutes else "", f"{secs} s" if secs else ""]
     return " ".join(p for p in parts if p)
+
+
+@register.filter(name="usd")
+def usd(amount) -> str:
+    """Money in US dollars: cents, more places only where the amount has them (portal.money.usd)."""
+    return money.usd(amount)

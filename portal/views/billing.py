@@ -14,7 +14,7 @@ from billing_app.budgets import set_budget
 from billing_app.ledger import budget_view, parse_month, statement_csv
 from billing_app.models import Budget
 from billing_app.switching import switch_billing_mode
-from portal.forms import BudgetForm
+from portal.forms import BillingSwitchForm, BudgetForm
 from portal.live_streams import stream_paths
 from portal.views.requests import REFUSALS, _say, _visible_request
 from portal.views.teams import _visible_team
@@ -84,16 +84,17 @@ def team_statement_csv(request, slug):
 @require_POST
 def request_billing(request, pk):
     gpu_request = _visible_request(request, pk)
-    mode = request.POST.get("billing_mode", "")
-    interval = request.POST.get("checkpoint_interval_s", "").strip()
+    form = BillingSwitchForm(request.POST)
+    if not form.is_valid():
+        problems = (f"{form[name].label}: {' '.join(errors)}" for name, errors in form.errors.items())
+        messages.error(request, f"Billing not switched: {' '.join(problems)}")
+        return redirect("request_detail", pk=pk)
     try:
-        if interval and not interval.isdigit():
-            raise ValidationError({"checkpoint_interval_s": "Give the checkpoint interval in whole seconds."})
-        switch_billing_mode(
-            gpu_request, mode, user=request.user, checkpoint_interval_s=int(interval) if interval else None
-        )
+        switch_billing_mode(gpu_request, user=request.user, **form.service_kwargs())
     except REFUSALS as refusal:
         messages.error(request, f"Billing not switched: {_say(refusal)}")
     else:
-        messages.success(request, f"{gpu_request.name} is billed {mode} from now.")
+        messages.success(
+            request, f"{gpu_request.name} is billed {form.cleaned_data['billing_mode']} from now."
+        )
     return redirect("request_detail", pk=pk)

@@ -1,9 +1,11 @@
 """Request a GPU (the form asks the API for its estimate), list and follow requests, cancel or release."""
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
+from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -19,7 +21,13 @@ from scheduler_app.estimates import price_lines
 from scheduler_app.filters import GpuRequestFilter
 from scheduler_app.lifecycle import IllegalTransition
 from scheduler_app.models import Pool
-from scheduler_app.selectors import request_events, request_list, request_segments, requests_visible_to
+from scheduler_app.selectors import (
+    fold_checkpoints,
+    request_events,
+    request_list,
+    request_segments,
+    requests_visible_to,
+)
 from scheduler_app.services.requests import cancel_request, release_request, submit_request
 from teams.permissions import NotAllowed
 
@@ -41,10 +49,21 @@ def request_new(request):
     context = {
         "form": form,
         "price_lines": _form_price_lines(form),
+        "command_given": bool((form["command"].value() or "").strip()),
         # The script estimates through the API, which names teams by slug.
         "team_slugs": {str(t.pk): t.slug for t in form.fields["team"].queryset},
     }
     return render(request, "portal/requests/new.html", context)
+
+
+@login_required
+def request_new_prices(request):
+    """The price block's lines for the share, pool and model in the query, as the form would show them
+    before any estimate: the form asks for them when its estimate is refused (say, spot without a
+    checkpoint interval yet), so the price still follows the share chosen."""
+    form = RequestForm(request.GET, user=request.user)
+    form.is_valid()  # the share, pool and model may be clean while the fields not sent are not
+    return JsonResponse({"price_lines": _form_price_lines(form)})
 
 
 def _form_price_lines(form: RequestForm) -> list[str]:
@@ -82,11 +101,12 @@ def request_detail(request, pk):
         segment.cost_usd = cost
     context = {
         "r": gpu_request,
-        "events": events,
+        "timeline": fold_checkpoints(events),
         "segments": segments,
         "streams": stream_paths(request.user, gpu_request.team),
         "allocation_labels": {str(s.pk): str(s.gpu) for s in segments if s.ended_at is None},
         "resize": open_resize_offer(gpu_request),
+        "max_checkpoint_min": settings.SPOT_MAX_CHECKPOINT_INTERVAL_S // 60,
     }
     return render(request, "portal/requests/detail.html", context)
 

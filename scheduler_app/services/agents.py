@@ -22,6 +22,7 @@ from audit.events import log_event
 from audit.models import Event
 from scheduler_app.choices import IsolationMode, RequestState
 from scheduler_app.constants import (
+    CHECKPOINT_EVENT,
     EXIT_CODE_RANGE,
     LOG_CHUNK_MAX_CHARS,
     LOG_MAX_CHARS_PER_REQUEST,
@@ -296,7 +297,7 @@ def record_checkpoint(
         locked.save(update_fields=["last_checkpoint_at", "checkpoint_ref"])
         log_event(
             locked,
-            "checkpoint",
+            CHECKPOINT_EVENT,
             from_state=locked.state,
             actor_name=AGENT,
             reason=f"checkpointed at {at:%H:%M:%S} UTC to {locked.checkpoint_ref}",

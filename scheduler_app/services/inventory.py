@@ -4,6 +4,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from audit.events import log_event
+from portal.echo import echoed
 from scheduler_app.choices import NodeStatus
 from scheduler_app.core.mig import LayoutError, format_layout, geometry_for, parse_layout
 from scheduler_app.models import Allocation, Gpu, Node, Pool
@@ -18,7 +19,10 @@ def set_node_status(node: Node, status: str, *, actor=None, reason: str = "", ac
     """Drain, undrain, mark suspect, lost or reclaimed; logged like every state change."""
     if status not in NodeStatus.values:
         raise ValidationError(
-            {"status": f"{status!r} is not a node status; choose from {', '.join(NodeStatus.values)}."}
+            {
+                "status": f"{echoed(status)!r} is not a node status; "
+                f"choose from {', '.join(NodeStatus.values)}."
+            }
         )
     with transaction.atomic():
         locked = Node.objects.select_for_update().get(pk=node.pk)

@@ -6,6 +6,7 @@ from django.db.models import Max
 
 from audit.events import log_event
 from billing_app.budgets import apply_budget_policy
+from portal.echo import echoed
 from scheduler_app.choices import RequestState
 from scheduler_app.dispatch import schedule_soon
 from scheduler_app.lifecycle import StateConflict, release_target
@@ -28,7 +29,7 @@ def validated_request(*, user, team: Team | None, pool_name: str = "", **fields)
     if pool_name:
         pool = Pool.objects.filter(name=pool_name).first()
         if pool is None:
-            errors["pool"] = f"No pool named {pool_name!r}."
+            errors["pool"] = f"No pool named {echoed(pool_name)!r}."
     if problems := environment_problems(fields.get("environment", {})):
         errors["environment"] = problems
     if errors:
@@ -67,7 +68,7 @@ def _check_fits_some_gpu(request: GpuRequest) -> None:
     largest = gpus.aggregate(largest=Max("memory_mib"))["largest"]  # None: no such card at all
     if request.gpu_model and largest is None:
         where = f" in pool {request.pool.name}" if request.pool_id else ""
-        raise ValidationError({"gpu_model": f"No GPU of model {request.gpu_model!r}{where}."})
+        raise ValidationError({"gpu_model": f"No GPU of model {echoed(request.gpu_model)!r}{where}."})
     if request.gpu_memory_mib and largest is not None and request.gpu_memory_mib > largest:
         raise ValidationError(
             {"gpu_memory_mib": f"No GPU has {request.gpu_memory_mib} MiB; the largest has {largest} MiB."}

@@ -36,7 +36,9 @@
   function showFigures(figures) {
     box.querySelectorAll("[data-field]").forEach(function (node) {
       var value = figures[node.dataset.field];
-      if (value !== null && value !== undefined) node.textContent = value;
+      if (value !== null && value !== undefined) {
+        node.textContent = "money" in node.dataset ? window.PortalFormat.usd(value) : value;
+      }
     });
   }
 

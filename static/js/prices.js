@@ -8,8 +8,8 @@
   const traces = rows.map(function (r) {
     return {
       type: "scatter", mode: "lines", line: { shape: "hv", dash: r.kind === "spot" ? "dash" : "solid" },
-      name: r.pool + " (" + r.kind + ")", x: r.x, y: r.y.map(Number),
-      hovertemplate: r.pool + ": $%{y:.4f}/GPU-h from %{x}<extra></extra>",
+      name: r.pool + " (" + r.kind + ")", x: r.x, y: r.y.map(Number), customdata: r.y.map(window.PortalFormat.usd),
+      hovertemplate: r.pool + ": %{customdata}/GPU-h from %{x}<extra></extra>",
     };
   });
   Plotly.react(target, traces, {

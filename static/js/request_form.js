@@ -10,6 +10,7 @@
   const spotOnly = form.querySelector(".spot-only");
   const fill = document.getElementById("share-fill");
   const priceLines = document.getElementById("price-lines");
+  const noCommand = document.getElementById("no-command-note");
   const teamSlugs = JSON.parse(document.getElementById("team-slugs").textContent);
   // Which form field an API field's error belongs to.
   const formField = {
@@ -40,6 +41,7 @@
     const share = chosenShare();
     fill.style.width = share.gpu_milli / 10 + "%";
     fill.textContent = share.num_gpus > 1 ? share.num_gpus + " whole GPUs, one node" : "";
+    noCommand.hidden = form.elements.command.value.trim() !== "";
   }
 
   function show(kind, parts) {
@@ -61,13 +63,61 @@
     }));
   }
 
-  function render(ok, answer) {
-    if (!ok) {
-      const problems = Object.entries(answer).map(function ([field, messages]) {
-        const name = field === "non_field_errors" || field === "detail" ? "" : label(formField[field] || field) + ": ";
-        return name + [].concat(messages).join(" ");
+  // Each refusal beside its field, in the field's own error spot (as the server renders them on
+  // submit); the fields this estimate checked lose their earlier messages first.
+  function showFieldErrors(checked, fields) {
+    checked.forEach(function (name) {
+      const group = document.getElementById("field-" + name);
+      if (!group) return;
+      group.classList.remove("has-error");
+      group.querySelectorAll(".errorlist").forEach(function (list) { list.remove(); });
+      group.querySelectorAll("[aria-invalid]").forEach(function (c) { c.removeAttribute("aria-invalid"); });
+    });
+    Object.entries(fields).forEach(function ([field, messages]) {
+      const group = document.getElementById("field-" + (formField[field] || field));
+      if (!group) return;
+      const list = document.createElement("ul");
+      list.className = "errorlist";
+      [].concat(messages).forEach(function (message) {
+        const item = document.createElement("li");
+        item.textContent = message;
+        list.appendChild(item);
       });
-      show("problem", ["Not yet submittable. ", problems.join(" · ")]);
+      group.classList.add("has-error");
+      group.appendChild(list);
+      group.querySelectorAll("input, select, textarea").forEach(function (c) { c.setAttribute("aria-invalid", "true"); });
+    });
+  }
+
+  // The API's error envelope, {"error": {"code", "message", "fields": {field: [messages]}}}, in words:
+  // each field's messages after its label; the message alone when no field is at fault.
+  function problems(error) {
+    const fields = Object.entries(error.fields || {});
+    if (!fields.length) return [error.message];
+    return fields.map(function ([field, messages]) {
+      const name = formField[field] || field;
+      const named = document.getElementById("field-" + name) ? label(name) + ": " : "";
+      return named + [].concat(messages).join(" ");
+    });
+  }
+
+  // Without an estimate the price still follows the share, pool and model (the page's own words).
+  function refreshPrice() {
+    const f = form.elements;
+    const query = new URLSearchParams({ share: f.share.value, pool: f.pool.value, gpu_model: f.gpu_model.value });
+    const mine = sequence;
+    fetch(form.dataset.pricesUrl + "?" + query, { credentials: "same-origin" })
+      .then(function (response) { return response.ok ? response.json() : Promise.reject(response.status); })
+      .then(function (answer) { if (mine === sequence) showPrice(answer); })
+      .catch(function () { /* the next change asks again */ });
+  }
+
+  function render(ok, answer, checked) {
+    const error = ok ? { fields: {} } : answer.error || { message: "The estimate was refused.", fields: {} };
+    showFieldErrors(checked, error.fields || {});
+    if (!ok) {
+      show("problem", ["Not yet submittable: ", problems(error).join(" · ")]);
+      refreshPrice();
       return;
     }
     showPrice(answer);
@@ -112,6 +162,8 @@
   let sequence = 0;
   function estimate() {
     const mine = ++sequence;
+    const data = body();
+    const checked = Object.keys(data).map(function (field) { return formField[field] || field; });
     fetch(form.dataset.estimateUrl, {
       method: "POST",
       credentials: "same-origin",
@@ -120,13 +172,13 @@
         "Content-Type": "application/json",
         "X-CSRFToken": form.elements.csrfmiddlewaretoken.value,
       },
-      body: JSON.stringify(body()),
+      body: JSON.stringify(data),
     })
       .then(function (response) {
         if (response.status !== 200 && response.status !== 400) throw new Error(response.statusText);
         return response.json().then(function (answer) { return [response.ok, answer]; });
       })
-      .then(function ([ok, answer]) { if (mine === sequence) render(ok, answer); })
+      .then(function ([ok, answer]) { if (mine === sequence) render(ok, answer, checked); })
       .catch(function () { show("problem", ["The estimate is unavailable right now."]); });
   }
 

@@ -1,6 +1,7 @@
 // The request list and detail pages, live: a state change refreshes the page's live regions in place;
-// on the detail page each of the request's allocations draws one utilization line, a point a tick,
-// and a dashed line of its card's memory in use.
+// a checkpoint counts on the timeline's folded checkpoint line instead (a job may checkpoint every few
+// seconds); on the detail page each of the request's allocations draws one utilization line, a point
+// a tick, and a dashed line of its card's memory in use.
 (function () {
   "use strict";
   const streams = JSON.parse(document.getElementById("live-streams").textContent);
@@ -69,12 +70,28 @@
 
   seed().then(function () { streams.forEach(follow); });
 
+  // The checkpoint continues the timeline's last line when that is a fold of checkpoints: count it
+  // there. Otherwise (the first, or the second in a row) the page renders it, folded from the second.
+  function countCheckpoint(frame) {
+    const timeline = document.getElementById("timeline");
+    const last = timeline && timeline.lastElementChild;
+    if (!last || !last.classList.contains("checkpoints")) return false;
+    const count = Number(last.dataset.count) + 1;
+    last.dataset.count = String(count);
+    last.querySelector(".count").textContent = count + " times";
+    last.querySelector(".last").textContent = (frame.data.at || frame.at).slice(11, 19);
+    return true;
+  }
+
   function follow(stream) {
     window.PortalLive.connect(stream, {
       event: function (frame) {
         if (frame.object === "spend") return;  // a metering run's figures, for the budget page
-        if (requestId === null || (frame.object === "gpurequest" && frame.id === requestId)) {
-          window.PortalLive.refreshRegions();
+        const checkpoint = frame.object === "gpurequest" && frame.to === "checkpoint";
+        if (requestId === null) {
+          if (!checkpoint) window.PortalLive.refreshRegions();  // the list shows no checkpoints
+        } else if (frame.object === "gpurequest" && frame.id === requestId) {
+          if (!checkpoint || !countCheckpoint(frame)) window.PortalLive.refreshRegions();
         }
       },
       // On each (re)connect: a state change made while the socket was not yet (or no longer) open

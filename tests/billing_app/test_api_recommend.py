@@ -8,9 +8,10 @@ import pytest
 from django.utils import timezone
 
 from billing_app.services import set_pool_price
-from scheduler_app.choices import RequestState
+from scheduler_app.choices import CapacityType, RequestState
 from scheduler_app.models import Allocation, GpuRequest
 from scheduler_app.rollups import roll_up
+from scheduler_app.services.inventory import create_pool
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import submit_request
 from scheduler_app.services.transitions import transition_request
@@ -153,3 +154,28 @@ def test_with_no_other_shares_known_the_measured_utilization_shapes_the_curve(
     at = {p["share"]: p["runtime_s"] for p in body["predictions"]}
     assert at[0.5] == pytest.approx(at[1.0])  # it loses nothing at half a card
     assert at[0.125] > at[0.25] > at[0.5]
+
+
+def test_any_model_compares_every_priced_model_and_each_option_names_its_own(
+    api_client, member, pool, spot_pool, operator
+):
+    rtx = create_pool(name="rtx", gpu_model="RTX-4090", capacity_type=CapacityType.ON_DEMAND)
+    set_pool_price(pool, "3.00", actor=operator)
+    set_pool_price(spot_pool, "1.00", actor=operator)
+    set_pool_price(rtx, "0.50", actor=operator)
+
+    body = api_client(member).post(URL, {"command": COMMAND, "gpu_model": ""}, format="json").json()
+
+    assert body["gpu_model"] == ""  # several: each option says which
+    kinds = {(o["gpu_model"], o["capacity_type"]) for o in body["options"]}
+    assert kinds == {("A100-80GB", "on-demand"), ("A100-80GB", "spot"), ("RTX-4090", "on-demand")}
+    assert body["chosen"]["gpu_model"] == "RTX-4090"  # the cheapest per GPU-hour, the same curve
+    assert "RTX-4090" in body["reason"]
+
+
+def test_one_model_answers_as_before_with_its_name_on_each_option(api_client, member, priced):
+    body = api_client(member).post(URL, {"command": COMMAND, "gpu_model": "A100-80GB"}, format="json").json()
+
+    assert body["gpu_model"] == "A100-80GB"
+    assert {o["gpu_model"] for o in body["options"]} == {"A100-80GB"}
+    assert "A100-80GB" not in body["reason"]

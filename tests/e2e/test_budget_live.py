@@ -11,13 +11,16 @@ from decimal import ROUND_CEILING, Decimal
 import pytest
 from playwright.sync_api import expect
 
+from portal.money import usd
 from tests.e2e.conftest import log_in_at
 from tests.embedded_portal import embedded_portal
 
 pytestmark = pytest.mark.e2e
 
 NOT_RELOADED = "window.stillTheSamePage === true"
-SPENT = "Number(document.querySelector('#budget-live [data-field=spend_usd]').textContent)"
+SPENT = (
+    "Number(document.querySelector('#budget-live [data-field=spend_usd]').textContent.replace(/[$,]/g, ''))"
+)
 CROSSING_AFTER_S = 20  # the budget is set so that 80 % is crossed about this long after it is saved
 PRICES_MOVE_WITHIN_S = 90  # of the portal's start: the demo replays a recorded day of spot prices a second
 FAST = {"METERING_INTERVAL_S": "2", "METERING_SETTLE_S": "2", "SCHEDULER_INTERVAL_S": "2"}
@@ -29,6 +32,11 @@ def demo(tmp_path_factory):
         tmp_path_factory.mktemp("budget-live"), "--simulated-agents", settings=FAST
     ) as portal:
         yield portal
+
+
+def dollars(text: str) -> Decimal:
+    """The amount a page shows as "$1,234.50"."""
+    return Decimal(text.removeprefix("$").replace(",", ""))
 
 
 def spot_points(page, url) -> dict[str, int]:
@@ -48,15 +56,15 @@ def test_spend_grows_live_the_80_percent_alert_appears_prices_move_and_the_form_
     # (a) The budget page: a budget whose 80 % the demo's running work reaches about
     # CROSSING_AFTER_S from now, set through the page's form.
     page.goto(f"{demo.url}/teams/vision/budget/")
-    burn = Decimal(page.locator("#budget-live [data-field=burn_usd_per_hour]").inner_text())
+    burn = dollars(page.locator("#budget-live [data-field=burn_usd_per_hour]").inner_text())
     assert burn > 0, "the demo's Vision work is running on priced cards"
-    spent = Decimal(page.locator("#budget-live [data-field=spend_usd]").inner_text())
+    spent = dollars(page.locator("#budget-live [data-field=spend_usd]").inner_text())
     soon = spent + burn * CROSSING_AFTER_S / 3600
     budget = (soon / Decimal("0.8")).quantize(Decimal("0.01"), rounding=ROUND_CEILING)
     page.fill("#id_monthly_usd", str(budget))
     page.fill("#id_thresholds", "80")
     page.click("form[action$='/budget/set/'] button[type=submit]")
-    expect(page.locator("#budget-live")).to_contain_text(f"of {budget} USD")
+    expect(page.locator("#budget-live")).to_contain_text(f"of {usd(budget)}")
     expect(page.locator("#budget-alerts")).not_to_contain_text("past 80 %")
 
     # (b) Without a reload, the metered spend grows, the chart with it, and the 80 % alert appears.

@@ -107,11 +107,26 @@ def test_switching_billing_from_the_request_page(member, start_running):  # noqa
     client = signed_in(member)
     assert "Switch to spot billing" in client.get(f"/requests/{request.pk}/").content.decode()
 
-    client.post(f"/requests/{request.pk}/billing/", {"billing_mode": "spot", "checkpoint_interval_s": "abc"})
+    switch = f"/requests/{request.pk}/billing/"
+    client.post(switch, {"billing_mode": "spot", "checkpoint_interval_min": "abc"})
     assert request.allocations.get(ended_at__isnull=True).billing_mode == BillingMode.ON_DEMAND
-    client.post(f"/requests/{request.pk}/billing/", {"billing_mode": "spot", "checkpoint_interval_s": "600"})
+    client.post(switch, {"billing_mode": "spot", "checkpoint_interval_min": "10"})
     assert request.allocations.get(ended_at__isnull=True).billing_mode == BillingMode.SPOT
     assert "Switch to on-demand billing" in client.get(f"/requests/{request.pk}/").content.decode()
+
+
+def test_switching_to_spot_from_the_request_page_asks_the_checkpoint_interval_in_minutes(
+    member,
+    start_running,  # noqa: F811
+):
+    request = start_running(milli=250, at=dt.datetime.now(dt.UTC) - H)
+    client = signed_in(member)
+    assert 'name="checkpoint_interval_min"' in client.get(f"/requests/{request.pk}/").content.decode()
+
+    client.post(f"/requests/{request.pk}/billing/", {"billing_mode": "spot", "checkpoint_interval_min": "15"})
+
+    request.refresh_from_db()
+    assert (request.billing_mode, request.checkpoint_interval_s) == (BillingMode.SPOT, 900)
 
 
 def test_an_outsider_cannot_switch_from_the_page(outsider, start_running):  # noqa: F811

@@ -38,6 +38,16 @@ def test_the_page_charts_each_pools_price_history(client, member, spot_pool):
     assert "Upload a spot price file" not in html  # members do not upload
 
 
+def test_the_price_in_force_shows_the_places_it_has_not_six(client, member, spot_pool, pool):
+    PoolPrice.objects.create(pool=pool, usd_per_gpu_hour=Decimal("4.775"), effective_from=timezone.now())
+    client.force_login(member)
+
+    html = client.get("/prices/").content.decode()
+
+    assert "$4.775" in html and "4.775000" not in html.split('id="price-chart-data"')[0]
+    assert "$1.30" in html
+
+
 def test_the_page_compares_a_shape_with_reclaims_counted(client, member, spot_pool):
     client.force_login(member)
     shape = {"gpu_model": "A100-80GB", "share": 500, "max_duration_h": "10", "checkpoint_interval_min": 30}

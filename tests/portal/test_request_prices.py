@@ -56,6 +56,18 @@ def estimate(client, team, **fields):
     return client.post(reverse("api:request-estimate"), body, content_type="application/json").json()
 
 
+def test_a_slice_price_shows_the_places_that_cents_would_lose(
+    client, team, member, make_node, pool, operator
+):
+    make_node("node-od", gpus=2)
+    set_pool_price(pool, "0.50", actor=operator)
+    client.force_login(member)
+
+    answer = estimate(client, team, gpu_milli=125)
+
+    assert answer["price_lines"][0] == "For 1/8 GPU in a100 (A100-80GB): $0.0625/h"
+
+
 def test_the_estimate_answer_prices_the_chosen_share(client, team, member, priced):
     client.force_login(member)
 
@@ -90,7 +102,7 @@ def test_the_pools_page_shows_each_pools_price_in_force(client, operator, pool, 
 
     page = client.get(reverse("operator_pools")).text
 
-    assert "4.500000" in page and "not priced" in page
+    assert "$4.50" in page and "4.500000" not in page and "not priced" in page
 
 
 def test_an_operator_sets_a_price_on_the_pools_page_and_it_is_audited(client, operator, pool):
@@ -174,3 +186,14 @@ def test_the_price_is_that_of_the_placement_and_spot_is_compared_on_the_same_mod
         "RTX-4090: on-demand $0.80/h · spot not priced",
     ]
     assert answer["prices"]["on_demand"]["gpu_model"] == answer["prices"]["spot"]["gpu_model"] == "A100-80GB"
+
+
+def test_the_form_reads_the_price_of_a_share_without_an_estimate(client, member, priced):
+    client.force_login(member)
+
+    answer = client.get(reverse("request_new_prices"), {"share": "125", "gpu_model": "A100-80GB"}).json()
+
+    assert answer["price_lines"] == [
+        "For 1/8 GPU, by GPU model:",
+        "A100-80GB: on-demand $0.50/h · spot $0.125/h (save 75 %)",
+    ]

@@ -3,6 +3,7 @@ is in tests/sdk/test_cli_reclaim.py, the API's and the agent's in test_migration
 
 import datetime as dt
 import io
+from decimal import Decimal
 
 import pytest
 import time_machine
@@ -11,6 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing_app.services import set_pool_price
+from portal.money import usd
 from scheduler_app.choices import BillingMode, CapacityType, NodeStatus, RequestState
 from scheduler_app.selectors import request_events
 from scheduler_app.services.agents import record_checkpoint, report_finished, report_started, stop_time
@@ -122,7 +124,8 @@ def test_the_request_page_shows_each_move_with_its_work_lost_and_each_segments_c
     segment = job.allocations.get()
     assert segment.ended_at is not None
     seconds = (segment.ended_at - segment.started_at).total_seconds()
-    assert f'class="segment-cost">${0.5 * seconds / 3600:.4f}<' in page  # half a card at $1 per GPU-hour
+    cost = usd(Decimal(0.5 * seconds / 3600))  # half a card at $1 per GPU-hour
+    assert f'class="segment-cost">{cost}<' in page
 
 
 @pytest.fixture
