@@ -4,6 +4,7 @@ Units: GPU share in milli-GPU (1..1000 per card), memory in MiB, CPU in
 milli-cores, durations in seconds, times aware UTC.
 """
 
+import signal
 from datetime import datetime
 
 from django.conf import settings
@@ -416,6 +417,22 @@ class GpuRequest(models.Model):
 
     def is_active(self) -> bool:
         return self.state in ACTIVE_STATES
+
+    def exit_status_label(self) -> str:
+        """The exit status as people read it, naming the signal that ended the process (a negative
+        status, or 128 + the signal as shells report it): '143 (SIGTERM)'. Work its user released was
+        stopped with SIGTERM on purpose, so its 143 says so rather than look like a crash."""
+        if self.exit_code is None:
+            return ""
+        number = -self.exit_code if self.exit_code < 0 else self.exit_code - 128
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            return str(self.exit_code)
+        label = f"killed by {name}" if self.exit_code < 0 else f"{self.exit_code} ({name})"
+        if self.state == RequestState.RELEASED:
+            return f"{label}: stopped because its GPUs were released, not a failure"
+        return label
 
 
 class AllocationQuerySet(models.QuerySet):

@@ -75,8 +75,9 @@ def _check_fits_some_gpu(request: GpuRequest) -> None:
 
 
 def release_request(request: GpuRequest, *, user, locked: bool = False) -> GpuRequest:
-    """The user is done with the capacity: running work ends succeeded; work that never started
-    ends cancelled, and the event says so. `locked`: the caller read `request` with its row lock
+    """The user is done with the capacity: running (or migrating) work ends released, its own outcome
+    (neither succeeded nor failed: the user stopped it); work that never started ends cancelled, and the
+    event says so. `locked`: the caller read `request` with its row lock
     in the transaction it has open, so the row is not read again."""
     require(can_act_on(user, request), "Only members of the request's team can release it.")
     # A caller that locked the row rolls its own transaction back on a refusal: no savepoint for it.

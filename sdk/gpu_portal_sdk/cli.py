@@ -23,7 +23,17 @@ EXIT_CODES: list[tuple[type[errors.PortalError], int]] = [
     (errors.ConnectionFailedError, UNAVAILABLE),
     (errors.RateLimitedError, RATE_LIMITED),
 ]
-STATES = ["pending", "scheduled", "running", "migrating", "succeeded", "failed", "cancelled", "preempted"]
+STATES = [
+    "pending",
+    "scheduled",
+    "running",
+    "migrating",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "preempted",
+    "released",
+]
 
 
 def main(argv: list[str] | None = None) -> int:

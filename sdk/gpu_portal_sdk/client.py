@@ -184,7 +184,8 @@ class ResourceManager:
         return Resource.from_api(self._call("POST", f"requests/{int(resource_id)}/cancel/"))
 
     def release(self, resource_id: int) -> Resource:
-        """Done with the capacity: running work ends succeeded, work not yet started cancelled."""
+        """Done with the capacity: running work ends released (stopped by its user: neither succeeded
+        nor failed), work not yet started cancelled."""
         return Resource.from_api(self._call("POST", f"requests/{int(resource_id)}/release/"))
 
     def wait_until_running(self, resource_id: int, timeout_s: float | None = None, poll_s: float = 2.0):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 PLACED_STATES = frozenset({"scheduled", "running"})
-TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled", "preempted"})
+TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled", "preempted", "released"})
 
 
 def parse_time(value: str | None) -> dt.datetime | None:

@@ -194,7 +194,7 @@ def test_member_cancels_and_releases(api_client, member, team, cluster):
     transition_request(running, "running")
 
     assert client.post(f"{URL}{pending.pk}/cancel/").json()["state"] == "cancelled"
-    assert client.post(f"{URL}{running.pk}/release/").json()["state"] == "succeeded"
+    assert client.post(f"{URL}{running.pk}/release/").json()["state"] == "released"
     again = client.post(f"{URL}{running.pk}/release/")
     assert again.status_code == 409
     assert again.json()["error"]["code"] == "conflict"
