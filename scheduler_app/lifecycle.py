@@ -44,10 +44,26 @@ def release_target(state: str) -> str | None:
 
 
 class StateConflict(ValidationError):
-    """The object is not in a state that allows this; reported on `state` (HTTP 409 in the API)."""
+    """The object is not in a state that allows this; reported on `state` (HTTP 409 in the API, with the
+    error code `api_code`)."""
+
+    api_code = "conflict"
 
     def __init__(self, message: str):
         super().__init__({"state": message})
+
+
+class AlreadyEnded(StateConflict):
+    """Asked to end (cancel, release) a request that has already ended: nothing to do and nothing written.
+    Its own error code, so that a client may take it as done, as `scancel` does for work that has ended."""
+
+    api_code = "already_ended"
+
+    def __init__(self, request_id: int, state: str):
+        # "has already succeeded / failed"; "is already cancelled / released / preempted".
+        verb = "has" if state in (S.SUCCEEDED, S.FAILED) else "is"
+        super().__init__(f"Request {request_id} {verb} already {state}.")
+        self.state = state
 
 
 class IllegalTransition(StateConflict):

@@ -167,6 +167,21 @@ def _statement(portal, args, command, as_json):
     return _show(portal.statement(args.team, month=args.month, user=args.user), as_json, output.statement)
 
 
+def _end(method: str):
+    """cancel / release: a request that has already ended is no error, as `scancel` treats work that has
+    ended: say so ("Request 13 is already cancelled.") and exit 0."""
+
+    def run(portal, args, command, as_json):
+        try:
+            resource = getattr(portal, method)(args.id)
+        except errors.AlreadyEndedError as ended:
+            print(ended.message)
+            return OK
+        return _show(resource, as_json, output.summary)
+
+    return run
+
+
 def _by_id(method: str, human):
     def run(portal, args, command, as_json):
         return _show(getattr(portal, method)(args.id), as_json, human)
@@ -256,10 +271,8 @@ def _parser() -> argparse.ArgumentParser:
     add("show", _by_id("get", output.detail), "one request with its slices and timeline").add_argument(
         "id", type=int
     )
-    add("cancel", _by_id("cancel", output.summary), "withdraw a request").add_argument("id", type=int)
-    add("release", _by_id("release", output.summary), "done with the GPU: free it").add_argument(
-        "id", type=int
-    )
+    add("cancel", _end("cancel"), "withdraw a request").add_argument("id", type=int)
+    add("release", _end("release"), "done with the GPU: free it").add_argument("id", type=int)
     add("health", _by_id("check_health", output.health), "is it placed, are its nodes alive").add_argument(
         "id", type=int
     )

@@ -180,12 +180,13 @@ class ResourceManager:
             params = {k: v[-1] for k, v in parse_qs(urlsplit(page["next"]).query).items()}
 
     def cancel(self, resource_id: int) -> Resource:
-        """Withdraw a request in any live state; its slices are freed and it ends cancelled."""
+        """Withdraw a request in any live state; its slices are freed and it ends cancelled.
+        AlreadyEndedError when it has already ended (its message names the state)."""
         return Resource.from_api(self._call("POST", f"requests/{int(resource_id)}/cancel/"))
 
     def release(self, resource_id: int) -> Resource:
         """Done with the capacity: running work ends released (stopped by its user: neither succeeded
-        nor failed), work not yet started cancelled."""
+        nor failed), work not yet started cancelled. AlreadyEndedError when it has already ended."""
         return Resource.from_api(self._call("POST", f"requests/{int(resource_id)}/release/"))
 
     def wait_until_running(self, resource_id: int, timeout_s: float | None = None, poll_s: float = 2.0):
@@ -412,10 +413,11 @@ def _error(response: requests.Response) -> PortalError:
         body = response.json()["error"]
     except (ValueError, KeyError, TypeError):
         body = {"code": f"http_{response.status_code}", "message": response.reason or "no message"}
-    cls = error_for_status(response.status_code)
+    code = body.get("code", "error")
+    cls = error_for_status(response.status_code, code)
     kwargs = {
         "status": response.status_code,
-        "code": body.get("code", "error"),
+        "code": code,
         "fields": body.get("fields") or {},
     }
     if cls is RateLimitedError:

@@ -534,7 +534,7 @@ def test_cancelling_a_finished_request_shows_the_services_refusal(client, member
 
     response = client.post(reverse("request_cancel", args=[two_teams.pk]), follow=True)
 
-    assert "Not cancelled: A request cannot go from cancelled to cancelled" in response.text
+    assert f"Not cancelled: Request {two_teams.pk} is already cancelled." in response.text
 
 
 def test_operator_outside_the_team_is_refused_by_the_service(client, operator, two_teams):

@@ -15,17 +15,6 @@ from scheduler_app.scheduling import run_scheduling_pass
 from scheduler_app.services.requests import submit_request
 
 
-@pytest.fixture
-def as_user(live_server, transactional_db, token, monkeypatch):
-    """as_user(user): GPU_PORTAL_URL and GPU_PORTAL_TOKEN point at the live portal as that user."""
-
-    def login(user):
-        monkeypatch.setenv("GPU_PORTAL_URL", live_server.url)
-        monkeypatch.setenv("GPU_PORTAL_TOKEN", token(user))
-
-    return login
-
-
 def test_request_list_show_and_cancel(as_user, member, cluster, capsys):
     as_user(member)
 
