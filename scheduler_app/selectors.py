@@ -65,9 +65,10 @@ def quota_usage(team: Team) -> list[dict]:
 
 
 def request_list(user) -> QuerySet[GpuRequest]:
-    """The user's visible requests with team, pool and open segments (GPU, node, pool) loaded;
-    scheduler_app.filters.GpuRequestFilter narrows them."""
-    requests = requests_visible_to(user)
+    """The user's visible requests with team, pool, open segments (GPU, node, pool) and the capacity type
+    that runs them (GpuRequestQuerySet.with_capacity) loaded; scheduler_app.filters.GpuRequestFilter
+    narrows them."""
+    requests = requests_visible_to(user).with_capacity()
     return requests.select_related("team", "pool").prefetch_related(
         Prefetch(
             "allocations",

@@ -71,7 +71,8 @@ def request_index(request):
 
 def _visible_request(request, pk):
     """The request if the user's teams own it (or they operate the platform); 404 otherwise."""
-    return get_object_or_404(requests_visible_to(request.user).select_related("team", "pool", "user"), pk=pk)
+    visible = requests_visible_to(request.user).with_capacity()
+    return get_object_or_404(visible.select_related("team", "pool", "user"), pk=pk)
 
 
 @login_required

@@ -18,7 +18,15 @@ from portal.api.fields import (
     StrictIntegerField,
     StrictSlugField,
 )
-from scheduler_app.choices import BillingMode, CgroupVersion, IsolationMode, MigMode, RequestState, TaskType
+from scheduler_app.choices import (
+    BillingMode,
+    CapacityType,
+    CgroupVersion,
+    IsolationMode,
+    MigMode,
+    RequestState,
+    TaskType,
+)
 from scheduler_app.constants import (
     MAX_GPUS_PER_REQUEST,
     MAX_GPUS_PER_SAMPLE_BATCH,
@@ -65,12 +73,20 @@ class AllocationSerializer(serializers.ModelSerializer):
         source="gpu.node.status", help_text="ready, draining, suspect, lost …"
     )
     node_last_heartbeat_at = serializers.DateTimeField(source="gpu.node.last_heartbeat_at", allow_null=True)
+    pool = serializers.CharField(source="gpu.node.pool.name")
+    capacity_type = serializers.ChoiceField(
+        source="gpu.node.pool.capacity_type",
+        choices=CapacityType.choices,
+        help_text="What the segment runs on; billing_mode is what it is billed as.",
+    )
 
     class Meta:
         model = Allocation
         fields = [
             "id",
             "node",
+            "pool",
+            "capacity_type",
             "gpu_index",
             "gpu_uuid",
             "node_status",
@@ -111,6 +127,15 @@ class GpuRequestSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
     pool = serializers.CharField(source="pool.name", allow_null=True, default=None)
     share = serializers.CharField(source="share_label")
     environment = EnvironmentField(read_only=True)
+    capacity_type = serializers.SerializerMethodField(
+        help_text="The capacity type of the cards that run the work (ran it, once ended): spot work with "
+        "on-demand fallback runs on on-demand capacity only when spot has no room; null before it ran."
+    )
+    billing_label = serializers.CharField(
+        read_only=True,
+        help_text="The billing mode, and the capacity that runs the work where they differ: "
+        "'spot (running on on-demand: fallback)'.",
+    )
     allocations = serializers.SerializerMethodField()
 
     class Meta:
@@ -130,6 +155,8 @@ class GpuRequestSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
             "cpu_milli",
             "memory_mib",
             "billing_mode",
+            "capacity_type",
+            "billing_label",
             "allow_on_demand_fallback",
             "checkpoint_interval_s",
             "priority",
@@ -146,6 +173,10 @@ class GpuRequestSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
             "ended_at",
             "allocations",
         ]
+
+    @extend_schema_field(serializers.ChoiceField(choices=CapacityType.choices, allow_null=True))
+    def get_capacity_type(self, request) -> str | None:
+        return getattr(request, "capacity_type", None)  # GpuRequestQuerySet.with_capacity()
 
     def get_allocations(self, request) -> list[dict]:
         """Open segments: where the request runs now (only an active request holds any: DESIGN rule 1)."""

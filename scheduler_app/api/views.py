@@ -65,6 +65,7 @@ class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     def get_queryset(self):
         return (
             requests_visible_to(self.request.user)
+            .with_capacity()
             .select_related("team", "user", "pool")
             .prefetch_related(Prefetch("allocations", queryset=self._segments()))
             .order_by("-created_at", "-id")
@@ -72,7 +73,7 @@ class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
 
     @staticmethod
     def _segments():
-        return Allocation.objects.select_related("gpu__node").order_by("started_at", "id")
+        return Allocation.objects.select_related("gpu__node__pool").order_by("started_at", "id")
 
     @extend_schema(responses=GpuRequestDetailSerializer)
     def retrieve(self, request, *args, **kwargs):
@@ -151,7 +152,7 @@ class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
         """The request an action changes, locked in the caller's transaction; without its segments,
         which the answer reads only if needed."""
         user = self.request.user
-        visible = requests_visible_to(user).select_related("team", "user", "pool")
+        visible = requests_visible_to(user).with_capacity().select_related("team", "user", "pool")
         gpu_request = get_object_or_404(visible.select_for_update(of=("self",)), pk=self.kwargs["pk"])
         if not user.is_staff:  # found through the user's memberships: the permission check needs no query
             note_membership(user, gpu_request.team)

@@ -35,6 +35,8 @@ class Allocation:
     borrowed: bool = False
     started_at: dt.datetime | None = None
     ended_at: dt.datetime | None = None
+    pool: str = ""
+    capacity_type: str = ""  # what the slice runs on (spot, on-demand); billing_mode is what it is billed as
     node_status: str = ""
     node_last_heartbeat_at: dt.datetime | None = None
 
@@ -86,6 +88,10 @@ class Resource:
     cpu_milli: int = 0
     memory_mib: int = 0
     billing_mode: str = "on-demand"
+    # The capacity type that runs the work (ran it, once ended), None before it ran; billing_label says
+    # both where they differ: "spot (running on on-demand: fallback)".
+    capacity_type: str | None = None
+    billing_label: str = ""
     allow_on_demand_fallback: bool = False
     checkpoint_interval_s: int | None = None
     priority: int = 0
@@ -106,6 +112,12 @@ class Resource:
     def resource_id(self) -> int:
         """The request's id, what get_utilization(), check_health() and release() take (same as `id`)."""
         return self.id
+
+    @property
+    def billing(self) -> str:
+        """The billing mode with the capacity that runs the work where it differs (the billing mode alone
+        from a portal that does not say)."""
+        return self.billing_label or self.billing_mode
 
     @property
     def is_placed(self) -> bool:

@@ -48,7 +48,7 @@ def resources(items: list[Resource]) -> str:
             r.team,
             r.task_type,
             r.share,
-            r.billing_mode,
+            r.billing,
             r.state,
             where(r) or r.pool,
             when(r.created_at),
@@ -59,7 +59,7 @@ def resources(items: list[Resource]) -> str:
 
 
 def summary(r: Resource) -> str:
-    line = f"Request {r.id} {r.name!r} ({r.team}): {r.share} {r.task_type}, {r.billing_mode}, {r.state}"
+    line = f"Request {r.id} {r.name!r} ({r.team}): {r.share} {r.task_type}, {r.billing}, {r.state}"
     if r.allocations:
         return f"{line} on {where(r)}"
     if r.pending_reason:
@@ -85,13 +85,16 @@ def detail(r: Resource) -> str:
                 f"{a.node}/gpu{a.gpu_index}",
                 a.milli,
                 a.gpu_memory_mib,
+                a.pool,
+                a.capacity_type,
                 a.billing_mode,
                 when(a.started_at),
                 when(a.ended_at),
             ]
             for a in r.segments
         ]
-        lines += ["", table(["GPU", "MILLI", "MEMORY_MIB", "BILLING", "STARTED", "ENDED"], rows)]
+        header = ["GPU", "MILLI", "MEMORY_MIB", "POOL", "CAPACITY", "BILLING", "STARTED", "ENDED"]
+        lines += ["", table(header, rows)]
     if r.events:
         rows = [[when(e.created_at), e.from_state, e.to_state, e.actor_label, e.reason] for e in r.events]
         lines += ["", table(["AT", "FROM", "TO", "BY", "WHY"], rows)]
