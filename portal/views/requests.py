@@ -21,6 +21,7 @@ from scheduler_app.lifecycle import IllegalTransition
 from scheduler_app.models import Pool
 from scheduler_app.selectors import request_events, request_list, request_segments, requests_visible_to
 from scheduler_app.services.requests import cancel_request, release_request, submit_request
+from scheduler_app.telemetry_series import request_time_range
 from teams.permissions import NotAllowed
 
 PAGE_SIZE = 25
@@ -86,7 +87,8 @@ def request_detail(request, pk):
         "events": events,
         "segments": segments,
         "streams": stream_paths(request.user, gpu_request.team),
-        "allocation_labels": {str(s.pk): str(s.gpu) for s in segments if s.ended_at is None},
+        "allocation_labels": {str(s.pk): str(s.gpu) for s in segments},
+        "chart_range": request_time_range(gpu_request),
         "resize": open_resize_offer(gpu_request),
     }
     return render(request, "portal/requests/detail.html", context)

@@ -477,8 +477,20 @@ class CardUtilizationSerializer(serializers.Serializer):
     gpu_uuid = serializers.CharField(source="segment.gpu.uuid")
     milli = serializers.IntegerField(source="segment.milli", help_text="The request's share of this card.")
     memory_mib = serializers.IntegerField(source="segment.gpu.memory_mib", help_text="The card's memory.")
+    allocation = serializers.IntegerField(source="segment.pk", help_text="The segment's id.")
+    started_at = serializers.DateTimeField(source="segment.started_at", help_text="When the slice began.")
+    ended_at = serializers.DateTimeField(
+        source="segment.ended_at", allow_null=True, help_text="When it ended; null while it is held."
+    )
+    window_start = serializers.DateTimeField(
+        help_text="What series and summary cover starts here: the slice's start, or window_s before its end."
+    )
+    window_s = serializers.IntegerField(
+        help_text="Seconds they cover, up to the slice's end (now while held): at most the last 15 minutes."
+    )
     latest = SampleSerializer(
-        allow_null=True, help_text="The card's latest sample, however old; null if none."
+        allow_null=True,
+        help_text="The card's latest sample while the slice held it, however old; null if none.",
     )
     series = UtilizationPointSerializer(many=True)
     summary = UtilizationSummarySerializer()
@@ -496,13 +508,14 @@ class CurrentLoadSerializer(serializers.Serializer):
 
 
 class UtilizationSerializer(serializers.Serializer):
-    """Whole-card readings (every slice on the card counts) for each card the request holds now."""
+    """Whole-card readings (every slice on the card counts) for each segment of the request (its slice on
+    one card), within the segment's own time range: never a reading from before it started."""
 
     request_id = serializers.IntegerField(source="request.pk")
     state = serializers.ChoiceField(source="request.state", choices=RequestState.choices)
     generated_at = serializers.DateTimeField()
-    window_start = serializers.DateTimeField()
-    window_s = serializers.IntegerField()
+    window_start = serializers.DateTimeField(help_text="The earliest of the segments' window starts.")
+    window_s = serializers.IntegerField(help_text="Seconds from window_start to the last segment's end.")
     gpus = CardUtilizationSerializer(source="cards", many=True)
     current = CurrentLoadSerializer(help_text="How busy the request's cards are now (the last minute).")
 
@@ -586,14 +599,19 @@ class MigLayoutSerializer(serializers.Serializer):
 
 
 class TelemetryRangeSerializer(serializers.Serializer):
-    """?start=&end= (ISO 8601 with a timezone): the last hour by default, at most TELEMETRY_MAX_RANGE_S."""
+    """?start=&end= (ISO 8601 with a timezone): by default the subject's own range where it has one (the
+    context's `default`: a request's life), else the last hour; at most TELEMETRY_MAX_RANGE_S."""
 
     start = AwareDateTimeField(required=False, help_text="Default: an hour before `end`.")
     end = AwareDateTimeField(required=False, help_text="Default: now.")
 
     def validate(self, data):
-        end = data.get("end") or timezone.now()
-        start = data.get("start") or end - dt.timedelta(hours=1)
+        own_start, own_end = self.context.get("default") or (None, None)
+        end = data.get("end") or own_end or timezone.now()
+        start = data.get("start")
+        if start is None:
+            start = own_start if own_start is not None and own_start < end else end - dt.timedelta(hours=1)
+            start = max(start, end - dt.timedelta(seconds=TELEMETRY_MAX_RANGE_S))  # a long life: its end
         if start >= end:
             raise serializers.ValidationError({"start": "Give a start before the end."})
         if (end - start).total_seconds() > TELEMETRY_MAX_RANGE_S:
@@ -626,10 +644,12 @@ class ShareSeriesPointSerializer(serializers.Serializer):
 
 
 class SegmentSeriesSerializer(serializers.Serializer):
+    allocation = serializers.IntegerField(source="segment.pk", help_text="The segment's id.")
     node = serializers.CharField(source="segment.gpu.node.name")
     gpu_index = serializers.IntegerField(source="segment.gpu.index")
     gpu_uuid = serializers.CharField(source="segment.gpu.uuid")
     milli = serializers.IntegerField(source="segment.milli")
+    memory_mib = serializers.IntegerField(source="segment.gpu.memory_mib", help_text="The card's memory.")
     started_at = serializers.DateTimeField(source="segment.started_at")
     ended_at = serializers.DateTimeField(source="segment.ended_at", allow_null=True)
     points = TelemetryPointSerializer(

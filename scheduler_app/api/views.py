@@ -140,8 +140,10 @@ class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     @extend_schema(responses=UtilizationSerializer)
     @action(detail=True)
     def utilization(self, request, pk=None):
-        """Each card the request holds now: its latest sample and the last 15 minutes, downsampled
-        to at most 60 points, with util mean and std-dev. Readings are the whole card's."""
+        """Each segment of the request (its slice on one card, finished ones too): the card's readings in
+        the slice's own time range, its last 15 minutes at most, downsampled to at most 60 points, with
+        the latest and util mean and std-dev; the current load of the cards it holds now. Readings are
+        the whole card's."""
         gpu_request = get_object_or_404(requests_visible_to(request.user), pk=pk)
         return Response(UtilizationSerializer(request_utilization(gpu_request)).data)
 

@@ -409,9 +409,10 @@ class UtilizationSummary:
 
 @dataclass(frozen=True)
 class GpuUtilization:
-    """A card the request holds now (`milli` of it) and that card's readings: the latest (None if the
-    agent never reported), the window as at most 60 points, and the summary. Readings are the whole
-    card's, every slice on it included."""
+    """One slice of the request (`milli` of a card, from `started_at` to `ended_at`, None while held) and
+    that card's readings within the slice's own time: the latest (None if the agent never reported then),
+    its last `window_s` seconds from `window_start` (15 minutes at most) as at most 60 points, and the
+    summary. Readings are the whole card's, every slice on it included."""
 
     node: str
     gpu_index: int
@@ -421,6 +422,11 @@ class GpuUtilization:
     series: tuple[UtilizationPoint, ...]
     summary: UtilizationSummary
     memory_mib: int | None = None  # the card's memory (None from an older portal)
+    allocation: int | None = None  # the segment's id
+    started_at: dt.datetime | None = None
+    ended_at: dt.datetime | None = None
+    window_start: dt.datetime | None = None
+    window_s: int | None = None
 
     @classmethod
     def from_api(cls, data: dict) -> "GpuUtilization":
@@ -430,6 +436,9 @@ class GpuUtilization:
                 cls,
                 data,
                 latest=GpuSample.from_api(latest) if latest else None,
+                started_at=parse_time(data.get("started_at")),
+                ended_at=parse_time(data.get("ended_at")),
+                window_start=parse_time(data.get("window_start")),
                 series=tuple(UtilizationPoint.from_api(p) for p in data.get("series", ())),
                 summary=UtilizationSummary.from_api(data.get("summary") or {"samples": 0}),
             )
@@ -438,7 +447,8 @@ class GpuUtilization:
 
 @dataclass(frozen=True)
 class Utilization:
-    """A request's cards over the last `window_s` seconds up to `generated_at` (the portal's clock).
+    """A request's slices (`gpus`), each with its card's readings in the slice's own time; together they
+    span `window_s` seconds from `window_start` (`generated_at` is the portal's clock).
 
     `gpu_util` and `mem_util`: how busy the request is now, in %: over its cards read in the last
     `current_window_s` seconds (`cards_read` of them), the mean util and the mean memory used as a

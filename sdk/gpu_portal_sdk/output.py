@@ -145,12 +145,24 @@ def health(h: Health) -> str:
     return "\n".join(lines)
 
 
+def span(seconds: int | None) -> str:
+    """'48 s', '15 min', '2.5 h': a duration as people say it."""
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def utilization(u: Utilization) -> str:
-    lines = [
-        f"Request {u.request_id} {u.state}: the last {u.window_s // 60} minutes up to {when(u.generated_at)}"
-    ]
     if not u.gpus:
-        return f"{lines[0]}; it holds no GPU now."
+        return f"Request {u.request_id} {u.state}: it has held no GPU yet."
+    lines = [
+        f"Request {u.request_id} {u.state}: readings over {span(u.window_s)} from {when(u.window_start)} "
+        "(each slice's own time, its last 15 minutes at most)"
+    ]
     rows = []
     for g in u.gpus:
         latest, summary = g.latest, g.summary
@@ -166,6 +178,8 @@ def utilization(u: Utilization) -> str:
                 summary.mean_util_percent,
                 summary.util_stddev_percent,
                 summary.samples,
+                span(g.window_s),
+                "held" if g.started_at and not g.ended_at else when(g.ended_at),
             ]
         )
     header = [
@@ -179,14 +193,19 @@ def utilization(u: Utilization) -> str:
         "MEAN_%",
         "STDDEV_%",
         "SAMPLES",
+        "OVER",
+        "ENDED",
     ]
     lines.append(table(header, rows))
-    if u.gpu_util is None:
+    held = [g for g in u.gpus if g.ended_at is None]
+    if not held:
+        lines.append("Now: it holds no GPU.")
+    elif u.gpu_util is None:
         lines.append(f"Now: no card read in the last {u.current_window_s or 60} s.")
     else:
         lines.append(
             f"Now: util {u.gpu_util:.1f} %, memory {u.mem_util:.1f} % "
-            f"(mean of {u.cards_read} of {len(u.gpus)} cards over the last {u.current_window_s} s)."
+            f"(mean of {u.cards_read} of {len(held)} cards over the last {u.current_window_s} s)."
         )
     return "\n".join(lines)
 
