@@ -237,9 +237,10 @@ class ResourceManager:
         return Health.judge(resource.id, resource.state, tuple(nodes.values()), max_heartbeat_age_s)
 
     def get_utilization(self, resource_id: int) -> Utilization:
-        """How busy the request is now (`gpu_util`, `mem_util`: % over its cards, the last minute)
-        and each card it holds: its latest reading, the last 15 minutes as at most 60 points, and
-        util mean and std-dev. NotFoundError for another team's request."""
+        """How busy the request is now (`gpu_util`, `mem_util`: % over the cards it holds, the last minute)
+        and each of its slices (finished ones too): its card's latest reading, the slice's own time (its
+        last 15 minutes at most, never before it began) as at most 60 points, and util mean and std-dev.
+        NotFoundError for another team's request."""
         return Utilization.from_api(self._call("GET", f"requests/{int(resource_id)}/utilization/"))
 
     def teams(self) -> list[Team]:
