@@ -141,6 +141,28 @@ class Resource:
 
 
 @dataclass(frozen=True)
+class LogTail:
+    """A piece of a request's log (its job's output as the node's agent shipped it): `text` from character
+    offset `start` to `end` (ask for what follows with after=end), and the request's `state` and
+    `exit_code` as they were when it was read."""
+
+    start: int
+    end: int
+    text: str
+    state: str
+    exit_code: int | None = None
+
+    @property
+    def ended(self) -> bool:
+        """The request has ended: once a read after that brings no text, the log is complete."""
+        return self.state in TERMINAL_STATES
+
+    @classmethod
+    def from_api(cls, data: dict) -> "LogTail":
+        return cls(**_known(cls, data))
+
+
+@dataclass(frozen=True)
 class HourlyPrice:
     """What the request would cost per hour in `pool`, in US dollars rounded to cents (a Decimal)."""
 

@@ -5,7 +5,7 @@ import datetime as dt
 import json
 from decimal import Decimal
 
-from gpu_portal_sdk.models import Estimate, Health, Price, Resource, Utilization
+from gpu_portal_sdk.models import Estimate, Event, Health, Price, Quote, Resource, Utilization
 
 
 def to_json(value) -> str:
@@ -34,6 +34,11 @@ def table(header: list[str], rows: list[list]) -> str:
 
 def when(value: dt.datetime | None) -> str:
     return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC") if value else "-"
+
+
+def clock(value: dt.datetime | None) -> str:
+    """'23:01:05' (UTC): a time on a line that follows a request as it goes."""
+    return value.astimezone(dt.UTC).strftime("%H:%M:%S") if value else "--:--:--"
 
 
 def where(resource: Resource) -> str:
@@ -207,6 +212,42 @@ def utilization(u: Utilization) -> str:
             f"Now: util {u.gpu_util:.1f} %, memory {u.mem_util:.1f} % "
             f"(mean of {u.cards_read} of {len(held)} cards over the last {u.current_window_s} s)."
         )
+    return "\n".join(lines)
+
+
+def watched_event(e: Event) -> str:
+    """'23:01:05 running -> released by bob: released by user'."""
+    change = f"{e.from_state} -> {e.to_state}" if e.from_state else e.to_state
+    return f"{clock(e.created_at)} {change} by {e.actor_label}" + (f": {e.reason}" if e.reason else "")
+
+
+def watched_utilization(u: Utilization, at: dt.datetime) -> str:
+    """'23:01:07 util 63.0 %, memory 12.4 % on node-1/gpu0' (the cards it holds, the last minute)."""
+    cards = ", ".join(f"{g.node}/gpu{g.gpu_index}" for g in u.gpus if g.ended_at is None)
+    if u.gpu_util is None:
+        return f"{clock(at)} no reading in the last {u.current_window_s or 60} s on {cards}"
+    return f"{clock(at)} util {u.gpu_util:.1f} %, memory {u.mem_util:.1f} % on {cards}"
+
+
+def quote(q: Quote) -> str:
+    """On-demand against spot for a shape: per card-hour, per hour, over the duration, spot with reclaims."""
+    hours = f" over {q.hours} h" if q.hours is not None else ""
+    lines = [f"{q.gpu_milli} milli-GPU x {q.num_gpus} of {q.gpu_model}{hours}:"]
+    effective = q.spot_cost.effective_total_usd if q.spot_cost else None
+    rows = [
+        [label, side.pool, side.usd_per_gpu_hour, side.usd_per_hour, side.expected_total_usd, extra]
+        for label, side, extra in (("on-demand", q.on_demand, None), ("spot", q.spot, effective))
+        if side is not None
+    ]
+    header = ["CAPACITY", "POOL", "USD_PER_GPU_HOUR", "USD_PER_HOUR", "TOTAL_USD", "WITH_RECLAIMS_USD"]
+    lines.append(table(header, rows) if rows else "No pool of this model is priced.")
+    if q.spot_cost:
+        cost = q.spot_cost
+        lines.append(f"Spot reclaims: {cost.reclaims_per_hour} an hour ({cost.reclaim_source}).")
+        if cost.note:
+            lines.append(cost.note)
+    if q.cheaper:
+        lines.append(f"Cheaper: {q.cheaper}.")
     return "\n".join(lines)
 
 
