@@ -22,7 +22,7 @@ class EventAdmin(RecordAdmin):
 
 @admin.register(Notice)
 class NoticeAdmin(RecordAdmin):
-    list_display = ["created_at", "team", "kind", "text", "dismissed_at", "resolved_at"]
+    list_display = ["created_at", "team", "kind", "text", "acknowledged_at", "acknowledged_by", "resolved_at"]
     list_filter = ["kind", "team"]
     search_fields = ["text", "key"]
     date_hierarchy = "created_at"

@@ -86,16 +86,19 @@ class NoticeQuerySet(models.QuerySet):
         """Notices whose episode is still going on (the condition held at the last check)."""
         return self.filter(resolved_at__isnull=True)
 
-    def unread(self):
-        return self.filter(dismissed_at__isnull=True)
+    def unread_by(self, user):
+        """Those `user` still has to read: not acknowledged for the team, not dismissed by them."""
+        return self.filter(acknowledged_at__isnull=True).exclude(dismissals__user=user)
 
 
 class Notice(models.Model):
     """A message to a team about its work (an idle job, a memory leak...), one per episode.
 
     `key` names the episode's subject ("idle:request:42"); while a notice with that key is open
-    (resolved_at null) no second one is raised. A member dismisses it from the team's pages;
-    the check resolves it when the condition ends, so a later episode gets a notice of its own.
+    (resolved_at null) no second one is raised. A member dismisses it for themselves (a
+    NoticeDismissal); a team admin acknowledges it for the whole team (`acknowledged_at`, `_by`), and it
+    leaves every member's list. The check resolves it when the condition ends, so a later episode gets
+    a notice of its own.
     """
 
     team = models.ForeignKey("teams.Team", on_delete=models.CASCADE, related_name="notices")
@@ -104,14 +107,19 @@ class Notice(models.Model):
     text = models.CharField(max_length=500)
     data = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
-    dismissed_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_at = models.DateTimeField(
+        null=True, blank=True, help_text="When a team admin acknowledged it for the whole team."
+    )
+    acknowledged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
     resolved_at = models.DateTimeField(null=True, blank=True)
 
     objects = NoticeQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["team", "dismissed_at", "created_at"])]
+        indexes = [models.Index(fields=["team", "acknowledged_at", "created_at"])]
         constraints = [
             models.UniqueConstraint(
                 fields=["team", "key"],
@@ -122,3 +130,19 @@ class Notice(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team}: {self.text}"
+
+
+class NoticeDismissal(models.Model):
+    """One member has read a notice and put it away: it leaves their lists only (at most one per user)."""
+
+    notice = models.ForeignKey(Notice, on_delete=models.CASCADE, related_name="dismissals")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    dismissed_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["notice", "user"], name="notice_dismissed_once_per_user"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} dismissed {self.notice}"

@@ -1,19 +1,21 @@
 """Notices to a team about its work: raised once per episode by the telemetry checks, each with an Event
-on the work concerned, published live; resolved when the condition ends; dismissed by a member."""
+on the work concerned, published live; resolved when the condition ends; dismissed by a member for
+themselves, acknowledged by a team admin for the whole team (an Event on the notice)."""
 
 import datetime as dt
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
 from audit.events import log_event
-from audit.models import Notice
+from audit.models import Notice, NoticeDismissal
+from audit.permissions import can_acknowledge_notice, can_dismiss_notice
 from scheduler_app.live import publish_after_commit
 from teams.models import Team
-from teams.permissions import is_member, require
+from teams.permissions import require
 
 CHECKS = "telemetry checks"
 
@@ -82,31 +84,53 @@ def notice_message(notice: Notice) -> dict:
         "text": notice.text,
         "data": notice.data,
         "at": notice.created_at.isoformat(),
-        "dismissed": notice.dismissed_at is not None,
+        "acknowledged": notice.acknowledged_at is not None,
     }
 
 
-def dismiss_notice(notice: Notice, *, user, now: dt.datetime | None = None) -> Notice:
-    """A member has read it: it leaves the team's list (its episode stays open, so it is not raised again)."""
-    require(is_member(user, notice.team), "Only members of the notice's team can dismiss it.")
+def dismiss_notice(notice: Notice, *, user, now: dt.datetime | None = None) -> NoticeDismissal:
+    """A member has read it: it leaves their own lists, not the rest of the team's (its episode stays
+    open, so it is not raised again). Dismissing twice keeps the first time."""
+    require(can_dismiss_notice(user, notice), "Only members of the notice's team can dismiss it.")
+    dismissal, _ = NoticeDismissal.objects.get_or_create(
+        notice=notice, user=user, defaults={"dismissed_at": now or timezone.now()}
+    )
+    return dismissal
+
+
+def acknowledge_notice(notice: Notice, *, user, now: dt.datetime | None = None) -> Notice:
+    """A team admin has dealt with it for the team: it leaves every member's lists. Under the notice's row
+    lock, once (a second acknowledgement changes nothing); an Event on the notice says who and when, and
+    the team's live stream carries it."""
+    require(can_acknowledge_notice(user, notice), "Only the team's admins can acknowledge a notice for it.")
     with transaction.atomic():
-        Notice.objects.filter(pk=notice.pk, dismissed_at__isnull=True).update(
-            dismissed_at=now or timezone.now()
-        )
-        notice.refresh_from_db()
-        publish_after_commit(notice.team_id, notice_message(notice))
-    return notice
+        locked = Notice.objects.select_for_update().get(pk=notice.pk)
+        if locked.acknowledged_at is None:
+            locked.acknowledged_at, locked.acknowledged_by = now or timezone.now(), user
+            locked.save(update_fields=["acknowledged_at", "acknowledged_by"])
+            log_event(
+                locked,
+                "acknowledged",
+                actor=user,
+                team=locked.team,
+                reason=f"acknowledged for the team: {locked.text}"[:500],
+                data={"kind": locked.kind},
+            )
+            publish_after_commit(locked.team_id, notice_message(locked))
+    return locked
 
 
 def visible_notices(user) -> QuerySet[Notice]:
-    """The notices of the user's teams (members only: an operator reads them in the audit log)."""
-    return Notice.objects.filter(team__memberships__user=user)
+    """The notices of the user's teams (members only: an operator reads them in the audit log), each with
+    `dismissed_at`: when this user dismissed it (None: not dismissed)."""
+    mine = NoticeDismissal.objects.filter(notice=OuterRef("pk"), user=user).values("dismissed_at")[:1]
+    return Notice.objects.filter(team__memberships__user=user).annotate(dismissed_at=Subquery(mine))
 
 
 def notices_for(user, *, team: Team | None = None, kind: str = "", limit: int = 5) -> QuerySet[Notice]:
-    """The user's teams' (or one of them's) undismissed notices (of one kind when given), newest first:
-    a short list for the home, team and budget pages."""
-    notices = visible_notices(user).unread().select_related("team")
+    """The notices the user still has to read, of their teams (or one of them; of one kind when given),
+    newest first: a short list for the home, team and budget pages."""
+    notices = visible_notices(user).unread_by(user).select_related("team")
     if team is not None:
         notices = notices.filter(team=team)
     if kind:

@@ -47,6 +47,7 @@ urlpatterns = [
     path("teams/<slug:slug>/secrets/", teams.secret_set, name="team_secret_set"),
     path("teams/<slug:slug>/secrets/<str:name>/delete/", teams.secret_delete, name="team_secret_delete"),
     path("notices/<int:pk>/dismiss/", teams.notice_dismiss, name="notice_dismiss"),
+    path("notices/<int:pk>/acknowledge/", teams.notice_acknowledge, name="notice_acknowledge"),
     path("operator/", operator.overview, name="operator"),
     path("operator/nodes/", operator.node_index, name="operator_nodes"),
     path("operator/nodes/<int:pk>/", operator.node_status, name="operator_node"),

@@ -49,6 +49,9 @@ class RequestState(models.TextChoices):
     FAILED = "failed", "Failed"
     CANCELLED = "cancelled", "Cancelled"
     PREEMPTED = "preempted", "Preempted"
+    # Ended by its user ("Release GPUs") while it ran: neither a success nor a failure (Slurm's CANCELLED
+    # of a running job), whatever status the stopped process exited with.
+    RELEASED = "released", "Released"
 
 
 class WhatIfStatus(models.TextChoices):

@@ -1,11 +1,13 @@
 """The request lifecycle of DESIGN.md, defined once.
 
-pending → scheduled → running → (migrating → running)* → succeeded | failed | cancelled | preempted
+pending → scheduled → running → (migrating → running)* → succeeded | failed | cancelled | preempted | released
 
 A scheduled, running or migrating request can go back to pending: that is a
 requeue (its node was lost, its spot capacity reclaimed, or it was preempted
 to give capacity back to its owner), and it keeps its place in the log.
-`preempted` is terminal: stopped by the platform and not requeued.
+`preempted` is terminal: stopped by the platform and not requeued. `released` is terminal: ended by its
+user while it ran (its GPUs released), as Slurm's CANCELLED differs from COMPLETED; work released before
+it started is `cancelled`.
 """
 
 from django.core.exceptions import ValidationError
@@ -15,13 +17,18 @@ from scheduler_app.choices import RequestState as S
 TRANSITIONS: dict[str, frozenset[str]] = {
     S.PENDING: frozenset({S.SCHEDULED, S.CANCELLED, S.FAILED}),
     S.SCHEDULED: frozenset({S.RUNNING, S.PENDING, S.CANCELLED, S.FAILED, S.PREEMPTED}),
-    S.RUNNING: frozenset({S.MIGRATING, S.PENDING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED}),
+    S.RUNNING: frozenset(
+        {S.MIGRATING, S.PENDING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED, S.RELEASED}
+    ),
     # Released while it was being moved: the user is done with it.
-    S.MIGRATING: frozenset({S.RUNNING, S.PENDING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED}),
+    S.MIGRATING: frozenset(
+        {S.RUNNING, S.PENDING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED, S.RELEASED}
+    ),
     S.SUCCEEDED: frozenset(),
     S.FAILED: frozenset(),
     S.CANCELLED: frozenset(),
     S.PREEMPTED: frozenset(),
+    S.RELEASED: frozenset(),
 }
 
 TERMINAL_STATES = frozenset(state for state, targets in TRANSITIONS.items() if not targets)
@@ -30,17 +37,33 @@ ACTIVE_STATES = frozenset({S.SCHEDULED, S.RUNNING, S.MIGRATING})
 
 def release_target(state: str) -> str | None:
     """Where releasing a request in `state` leads: work that never started ends cancelled, other active
-    work (running, or migrating: being moved) succeeded; None when it holds no GPU."""
+    work (running, or migrating: being moved) released; None when it holds no GPU."""
     if state not in ACTIVE_STATES:
         return None
-    return S.CANCELLED if state == S.SCHEDULED else S.SUCCEEDED
+    return S.CANCELLED if state == S.SCHEDULED else S.RELEASED
 
 
 class StateConflict(ValidationError):
-    """The object is not in a state that allows this; reported on `state` (HTTP 409 in the API)."""
+    """The object is not in a state that allows this; reported on `state` (HTTP 409 in the API, with the
+    error code `api_code`)."""
+
+    api_code = "conflict"
 
     def __init__(self, message: str):
         super().__init__({"state": message})
+
+
+class AlreadyEnded(StateConflict):
+    """Asked to end (cancel, release) a request that has already ended: nothing to do and nothing written.
+    Its own error code, so that a client may take it as done, as `scancel` does for work that has ended."""
+
+    api_code = "already_ended"
+
+    def __init__(self, request_id: int, state: str):
+        # "has already succeeded / failed"; "is already cancelled / released / preempted".
+        verb = "has" if state in (S.SUCCEEDED, S.FAILED) else "is"
+        super().__init__(f"Request {request_id} {verb} already {state}.")
+        self.state = state
 
 
 class IllegalTransition(StateConflict):

@@ -4,13 +4,14 @@ Units: GPU share in milli-GPU (1..1000 per card), memory in MiB, CPU in
 milli-cores, durations in seconds, times aware UTC.
 """
 
+import signal
 from datetime import datetime
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import connections, models
-from django.db.models import Q, Sum
+from django.db.models import OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 
 from portal.bulk_insert import update_rows
@@ -212,6 +213,13 @@ class TeamQuota(models.Model):
 
 
 class GpuRequestQuerySet(models.QuerySet):
+    def with_capacity(self) -> "GpuRequestQuerySet":
+        """Annotate `capacity_type`: the capacity type (spot, on-demand) of the pool its latest segment is
+        on, the cards that run the work or last ran it (None before it first ran); what
+        GpuRequest.billing_label reads. A subquery per row, in the same query."""
+        latest = Allocation.objects.filter(request=OuterRef("pk")).order_by("-started_at", "-id")
+        return self.annotate(capacity_type=Subquery(latest.values("gpu__node__pool__capacity_type")[:1]))
+
     def save_fields(self, rows: list["GpuRequest"], fields: list[str]) -> None:
         """Write these fields of these rows (already validated and locked by the caller) in one
         statement (`portal.bulk_insert.update_rows`): a busy pass rewrites ~15,000 waiting reasons."""
@@ -416,6 +424,33 @@ class GpuRequest(models.Model):
 
     def is_active(self) -> bool:
         return self.state in ACTIVE_STATES
+
+    def billing_label(self) -> str:
+        """The billing mode asked for, and the capacity type that runs the work (ran it, once ended) where
+        that differs: 'spot (running on on-demand: fallback)'. Reads the `capacity_type` annotation of
+        GpuRequestQuerySet.with_capacity(); without it, or while pending, the billing mode alone."""
+        capacity = getattr(self, "capacity_type", None)
+        if capacity is None or capacity == self.billing_mode or self.state == RequestState.PENDING:
+            return self.billing_mode
+        tense = "running on" if self.is_active() else "ran on"
+        why = ": fallback" if self.billing_mode == BillingMode.SPOT and self.allow_on_demand_fallback else ""
+        return f"{self.billing_mode} ({tense} {capacity}{why})"
+
+    def exit_status_label(self) -> str:
+        """The exit status as people read it, naming the signal that ended the process (a negative
+        status, or 128 + the signal as shells report it): '143 (SIGTERM)'. Work its user released was
+        stopped with SIGTERM on purpose, so its 143 says so rather than look like a crash."""
+        if self.exit_code is None:
+            return ""
+        number = -self.exit_code if self.exit_code < 0 else self.exit_code - 128
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            return str(self.exit_code)
+        label = f"killed by {name}" if self.exit_code < 0 else f"{self.exit_code} ({name})"
+        if self.state == RequestState.RELEASED:
+            return f"{label}: stopped because its GPUs were released, not a failure"
+        return label
 
 
 class AllocationQuerySet(models.QuerySet):

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from django.contrib.auth import get_user_model
 from django.contrib.contenttypes.models import ContentType
-from django.db.models import Count, F, Max, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
+from django.db.models import Count, F, Max, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce, Length
 from django.utils import timezone
 
@@ -66,9 +66,10 @@ def quota_usage(team: Team) -> list[dict]:
 
 
 def request_list(user) -> QuerySet[GpuRequest]:
-    """The user's visible requests with team, pool and open segments (GPU, node, pool) loaded;
-    scheduler_app.filters.GpuRequestFilter narrows them."""
-    requests = requests_visible_to(user)
+    """The user's visible requests with team, pool, open segments (GPU, node, pool) and the capacity type
+    that runs them (GpuRequestQuerySet.with_capacity) loaded; scheduler_app.filters.GpuRequestFilter
+    narrows them."""
+    requests = requests_visible_to(user).with_capacity()
     return requests.select_related("team", "pool").prefetch_related(
         Prefetch(
             "allocations",
@@ -377,9 +378,12 @@ def nodes_for_operators() -> QuerySet[Node]:
 
 @dataclass
 class CardUtilization:
-    """A card the request holds now (an open segment) and that card's readings."""
+    """One segment of the request (its slice on one card) and that card's readings within the segment's
+    own time range, its last `window_s` seconds at most: from `window_start` to its end (now while open)."""
 
     segment: Allocation
+    window_start: dt.datetime
+    window_s: int
     latest: GpuSample | None
     series: list[Point]
     summary: Summary
@@ -387,6 +391,9 @@ class CardUtilization:
 
 @dataclass
 class RequestUtilization:
+    """The request's segments' readings; `window_start` and `window_s` span their windows together (no
+    segment yet: an empty window at `generated_at`)."""
+
     request: GpuRequest
     generated_at: dt.datetime
     window_start: dt.datetime
@@ -402,43 +409,82 @@ def request_utilization(
     window_s: int = UTILIZATION_WINDOW_S,
     max_points: int = UTILIZATION_MAX_POINTS,
 ) -> RequestUtilization:
-    """Per open segment's card: the latest sample, the window downsampled, util mean and std-dev;
-    and over all those cards, the current load (the last minute).
+    """Per segment of the request (oldest first; a finished request keeps its own): the card's readings in
+    the segment's own time range, its last `window_s` seconds at most (never a reading from before the
+    slice started or after it ended): the latest, the range downsampled to `max_points`, util mean and
+    std-dev; and over the cards it holds now, the current load (the last minute).
 
-    Readings are the whole card's (NVML reads cards, not slices). Three queries
-    whatever the number of cards or samples.
+    Readings are the whole card's (NVML reads cards, not slices). Three queries whatever the number of
+    segments or samples.
     """
     now = now or timezone.now()
-    start = now - dt.timedelta(seconds=window_s)
-    latest_id = GpuSample.objects.filter(gpu=OuterRef("gpu")).order_by("-sampled_at").values("pk")[:1]
+    # Open: no upper bound, so a node whose clock runs a little ahead still lands in the last bucket.
+    until = Coalesce(OuterRef("ended_at"), Value(now + dt.timedelta(days=1)))
+    latest_id = (
+        GpuSample.objects.filter(
+            gpu=OuterRef("gpu"), sampled_at__gte=OuterRef("started_at"), sampled_at__lte=until
+        )
+        .order_by("-sampled_at")
+        .values("pk")[:1]
+    )
     segments = list(
-        Allocation.objects.committed()
-        .filter(request=request)
+        Allocation.objects.filter(request=request)
         .select_related("gpu__node")
         .annotate(latest_sample_id=Subquery(latest_id))
-        .order_by("gpu__node__name", "gpu__index")
+        .order_by("started_at", "gpu__node__name", "gpu__index", "id")
     )
+    windows = {s.pk: _segment_window(s, now, window_s) for s in segments}
     in_window: dict[int, list[GpuSample]] = defaultdict(list)
     if segments:
-        # No upper bound: a node whose clock runs a little ahead still lands in the last bucket.
-        for sample in GpuSample.objects.filter(
-            gpu_id__in=[s.gpu_id for s in segments], sampled_at__gte=start
-        ).order_by("gpu_id", "sampled_at"):
-            in_window[sample.gpu_id].append(sample)
+        ranges = Q()
+        for segment in segments:
+            begin, end = windows[segment.pk]
+            ranges |= Q(gpu_id=segment.gpu_id, sampled_at__gte=begin, **_up_to(segment, end))
+        by_card = defaultdict(list)
+        for sample in GpuSample.objects.filter(ranges).order_by("gpu_id", "sampled_at"):
+            by_card[sample.gpu_id].append(sample)
+        for segment in segments:  # a card may hold two segments of one request (a billing switch)
+            begin, end = windows[segment.pk]
+            in_window[segment.pk] = [
+                x
+                for x in by_card[segment.gpu_id]
+                if x.sampled_at >= begin and (segment.is_open() or x.sampled_at <= end)
+            ]
     latest = GpuSample.objects.in_bulk([s.latest_sample_id for s in segments if s.latest_sample_id])
-    cards = [
-        CardUtilization(
-            segment=segment,
-            latest=latest.get(segment.latest_sample_id),
-            series=downsample(
-                in_window[segment.gpu_id], start=start, window_s=window_s, max_points=max_points
-            ),
-            summary=summarize(in_window[segment.gpu_id]),
+    cards = []
+    for segment in segments:
+        begin, end = windows[segment.pk]
+        span = max(1, round((end - begin).total_seconds()))
+        samples = in_window[segment.pk]
+        cards.append(
+            CardUtilization(
+                segment=segment,
+                window_start=begin,
+                window_s=span,
+                latest=latest.get(segment.latest_sample_id),
+                series=downsample(samples, start=begin, window_s=span, max_points=max_points),
+                summary=summarize(samples),
+            )
         )
-        for segment in segments
-    ]
-    current = current_load([(in_window[s.gpu_id], s.gpu.memory_mib) for s in segments], now=now)
-    return RequestUtilization(request, now, start, window_s, cards, current)
+    held = [(in_window[s.pk], s.gpu.memory_mib) for s in segments if s.is_open()]
+    current = current_load(held, now=now)
+    if not cards:
+        return RequestUtilization(request, now, now, 0, cards, current)
+    first = min(c.window_start for c in cards)
+    last = max(windows[c.segment.pk][1] for c in cards)
+    return RequestUtilization(request, now, first, round((last - first).total_seconds()), cards, current)
+
+
+def _segment_window(segment: Allocation, now: dt.datetime, window_s: int) -> tuple[dt.datetime, dt.datetime]:
+    """(start, end) of what a segment's utilization covers: its last `window_s` seconds, from no earlier
+    than its own start, to its end (now while it is open)."""
+    end = segment.ended_at or now
+    return max(segment.started_at, end - dt.timedelta(seconds=window_s)), end
+
+
+def _up_to(segment: Allocation, end: dt.datetime) -> dict:
+    """The upper bound of a segment's readings: its end; none while open (a clock a little ahead)."""
+    return {} if segment.is_open() else {"sampled_at__lte": end}
 
 
 def node_work(node: Node) -> list[dict]:

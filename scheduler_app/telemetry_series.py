@@ -15,7 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Max, Min, Q, Sum
 from django.utils import timezone
 
 from scheduler_app.constants import MILLI_PER_GPU
@@ -136,6 +136,18 @@ def request_series(
     return resolution, [
         SegmentSeries(s, [p for p in points[s.gpu_id] if _held(s, p.at, resolution, now)]) for s in segments
     ]
+
+
+def request_time_range(request: GpuRequest, *, now: dt.datetime | None = None):
+    """(first slice's start, last slice's end, now while one is open): the request's own time range, what
+    its telemetry covers by default; None before it held any card."""
+    ends = Allocation.objects.filter(request=request).aggregate(
+        first=Min("started_at"), last=Max("ended_at"), open=Count("pk", filter=Q(ended_at__isnull=True))
+    )
+    if ends["first"] is None:
+        return None
+    end = (now or timezone.now()) if ends["open"] else ends["last"]
+    return ends["first"], max(end, ends["first"] + dt.timedelta(seconds=1))  # a range, however short
 
 
 def team_series(team, start: dt.datetime, end: dt.datetime, *, now: dt.datetime | None = None):

@@ -1,5 +1,6 @@
-"""Notices to the user's teams over REST: the newest first (?unread=1 for those not dismissed), and
-dismiss. Another team's notice is a 404."""
+"""Notices to the user's teams over REST: the newest first (?unread=1 for those the user still has to
+read), dismiss (for oneself) and acknowledge (team admins, for the whole team). Another team's notice is
+a 404."""
 
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -9,7 +10,7 @@ from rest_framework.response import Response
 
 from audit.api.serializers import NoticeSerializer
 from audit.models import Notice
-from audit.notices import dismiss_notice, visible_notices
+from audit.notices import acknowledge_notice, dismiss_notice, visible_notices
 
 
 class NoticeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
@@ -18,17 +19,34 @@ class NoticeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     lookup_value_converter = "int"
 
     def get_queryset(self):
-        notices = visible_notices(self.request.user).select_related("team")
+        notices = visible_notices(self.request.user).select_related("team", "acknowledged_by")
         if self.request.query_params.get("unread") == "1":
-            notices = notices.unread()
+            notices = notices.unread_by(self.request.user)
         return notices
 
-    @extend_schema(parameters=[OpenApiParameter("unread", str, description="1: only those not dismissed.")])
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "unread", str, description="1: only those you have not dismissed and nobody acknowledged."
+            )
+        ]
+    )
     def list(self, request, *args, **kwargs):
         return super().list(request, *args, **kwargs)
 
     @extend_schema(request=None, responses=NoticeSerializer)
     @action(detail=True, methods=["post"])
     def dismiss(self, request, pk=None):
-        notice = dismiss_notice(get_object_or_404(self.get_queryset(), pk=pk), user=request.user)
-        return Response(NoticeSerializer(notice).data)
+        """You have read it: it leaves your lists only."""
+        dismiss_notice(self._notice(pk), user=request.user)
+        return Response(NoticeSerializer(self._notice(pk)).data)
+
+    @extend_schema(request=None, responses=NoticeSerializer)
+    @action(detail=True, methods=["post"])
+    def acknowledge(self, request, pk=None):
+        """Team admins: dealt with for the team; it leaves every member's lists (logged as an Event)."""
+        acknowledge_notice(self._notice(pk), user=request.user)
+        return Response(NoticeSerializer(self._notice(pk)).data)
+
+    def _notice(self, pk) -> Notice:
+        return get_object_or_404(self.get_queryset(), pk=pk)

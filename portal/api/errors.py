@@ -21,6 +21,10 @@ class Conflict(exceptions.APIException):
     status_code = 409
     default_code = "conflict"
 
+    def __init__(self, detail, api_code: str = default_code):
+        super().__init__(detail)
+        self.api_code = api_code  # the envelope's `code`: what kind of conflict (StateConflict.api_code)
+
 
 class TooLarge(exceptions.APIException):
     status_code = 413
@@ -30,7 +34,7 @@ class TooLarge(exceptions.APIException):
 
 def api_exception_handler(exc, context):
     if isinstance(exc, StateConflict):
-        exc = Conflict(exc.message_dict)
+        exc = Conflict(exc.message_dict, exc.api_code)
     elif isinstance(exc, DjangoValidationError):
         fields = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
         exc = exceptions.ValidationError(fields)
@@ -54,7 +58,7 @@ def _body(exc, data) -> dict:
         message = f"{first[0]}: {_first_text(first[1])}"
         return {"code": "validation_error", "message": message, "fields": fields}
     if isinstance(exc, Conflict):
-        return {"code": "conflict", "message": _first_text(data), "fields": data}
+        return {"code": exc.api_code, "message": _first_text(data), "fields": data}
     detail = data.get("detail", "") if isinstance(data, dict) else str(data)
     code = getattr(exc, "default_code", "error")
     return {"code": code, "message": str(detail), "fields": {}}

@@ -29,6 +29,7 @@ from scheduler_app.selectors import (
     requests_visible_to,
 )
 from scheduler_app.services.requests import cancel_request, release_request, submit_request
+from scheduler_app.telemetry_series import request_time_range
 from teams.permissions import NotAllowed
 
 PAGE_SIZE = 25
@@ -90,7 +91,8 @@ def request_index(request):
 
 def _visible_request(request, pk):
     """The request if the user's teams own it (or they operate the platform); 404 otherwise."""
-    return get_object_or_404(requests_visible_to(request.user).select_related("team", "pool", "user"), pk=pk)
+    visible = requests_visible_to(request.user).with_capacity()
+    return get_object_or_404(visible.select_related("team", "pool", "user"), pk=pk)
 
 
 @login_required
@@ -104,7 +106,8 @@ def request_detail(request, pk):
         "timeline": fold_checkpoints(events),
         "segments": segments,
         "streams": stream_paths(request.user, gpu_request.team),
-        "allocation_labels": {str(s.pk): str(s.gpu) for s in segments if s.ended_at is None},
+        "allocation_labels": {str(s.pk): str(s.gpu) for s in segments},
+        "chart_range": request_time_range(gpu_request),
         "resize": open_resize_offer(gpu_request),
         "max_checkpoint_min": settings.SPOT_MAX_CHECKPOINT_INTERVAL_S // 60,
     }

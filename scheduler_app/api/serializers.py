@@ -18,7 +18,15 @@ from portal.api.fields import (
     StrictIntegerField,
     StrictSlugField,
 )
-from scheduler_app.choices import BillingMode, CgroupVersion, IsolationMode, MigMode, RequestState, TaskType
+from scheduler_app.choices import (
+    BillingMode,
+    CapacityType,
+    CgroupVersion,
+    IsolationMode,
+    MigMode,
+    RequestState,
+    TaskType,
+)
 from scheduler_app.constants import (
     MAX_GPUS_PER_REQUEST,
     MAX_GPUS_PER_SAMPLE_BATCH,
@@ -65,12 +73,20 @@ class AllocationSerializer(serializers.ModelSerializer):
         source="gpu.node.status", help_text="ready, draining, suspect, lost …"
     )
     node_last_heartbeat_at = serializers.DateTimeField(source="gpu.node.last_heartbeat_at", allow_null=True)
+    pool = serializers.CharField(source="gpu.node.pool.name")
+    capacity_type = serializers.ChoiceField(
+        source="gpu.node.pool.capacity_type",
+        choices=CapacityType.choices,
+        help_text="What the segment runs on; billing_mode is what it is billed as.",
+    )
 
     class Meta:
         model = Allocation
         fields = [
             "id",
             "node",
+            "pool",
+            "capacity_type",
             "gpu_index",
             "gpu_uuid",
             "node_status",
@@ -111,6 +127,15 @@ class GpuRequestSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
     pool = serializers.CharField(source="pool.name", allow_null=True, default=None)
     share = serializers.CharField(source="share_label")
     environment = EnvironmentField(read_only=True)
+    capacity_type = serializers.SerializerMethodField(
+        help_text="The capacity type of the cards that run the work (ran it, once ended): spot work with "
+        "on-demand fallback runs on on-demand capacity only when spot has no room; null before it ran."
+    )
+    billing_label = serializers.CharField(
+        read_only=True,
+        help_text="The billing mode, and the capacity that runs the work where they differ: "
+        "'spot (running on on-demand: fallback)'.",
+    )
     allocations = serializers.SerializerMethodField()
 
     class Meta:
@@ -130,6 +155,8 @@ class GpuRequestSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
             "cpu_milli",
             "memory_mib",
             "billing_mode",
+            "capacity_type",
+            "billing_label",
             "allow_on_demand_fallback",
             "checkpoint_interval_s",
             "priority",
@@ -146,6 +173,10 @@ class GpuRequestSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
             "ended_at",
             "allocations",
         ]
+
+    @extend_schema_field(serializers.ChoiceField(choices=CapacityType.choices, allow_null=True))
+    def get_capacity_type(self, request) -> str | None:
+        return getattr(request, "capacity_type", None)  # GpuRequestQuerySet.with_capacity()
 
     def get_allocations(self, request) -> list[dict]:
         """Open segments: where the request runs now (only an active request holds any: DESIGN rule 1)."""
@@ -446,8 +477,20 @@ class CardUtilizationSerializer(serializers.Serializer):
     gpu_uuid = serializers.CharField(source="segment.gpu.uuid")
     milli = serializers.IntegerField(source="segment.milli", help_text="The request's share of this card.")
     memory_mib = serializers.IntegerField(source="segment.gpu.memory_mib", help_text="The card's memory.")
+    allocation = serializers.IntegerField(source="segment.pk", help_text="The segment's id.")
+    started_at = serializers.DateTimeField(source="segment.started_at", help_text="When the slice began.")
+    ended_at = serializers.DateTimeField(
+        source="segment.ended_at", allow_null=True, help_text="When it ended; null while it is held."
+    )
+    window_start = serializers.DateTimeField(
+        help_text="What series and summary cover starts here: the slice's start, or window_s before its end."
+    )
+    window_s = serializers.IntegerField(
+        help_text="Seconds they cover, up to the slice's end (now while held): at most the last 15 minutes."
+    )
     latest = SampleSerializer(
-        allow_null=True, help_text="The card's latest sample, however old; null if none."
+        allow_null=True,
+        help_text="The card's latest sample while the slice held it, however old; null if none.",
     )
     series = UtilizationPointSerializer(many=True)
     summary = UtilizationSummarySerializer()
@@ -465,13 +508,14 @@ class CurrentLoadSerializer(serializers.Serializer):
 
 
 class UtilizationSerializer(serializers.Serializer):
-    """Whole-card readings (every slice on the card counts) for each card the request holds now."""
+    """Whole-card readings (every slice on the card counts) for each segment of the request (its slice on
+    one card), within the segment's own time range: never a reading from before it started."""
 
     request_id = serializers.IntegerField(source="request.pk")
     state = serializers.ChoiceField(source="request.state", choices=RequestState.choices)
     generated_at = serializers.DateTimeField()
-    window_start = serializers.DateTimeField()
-    window_s = serializers.IntegerField()
+    window_start = serializers.DateTimeField(help_text="The earliest of the segments' window starts.")
+    window_s = serializers.IntegerField(help_text="Seconds from window_start to the last segment's end.")
     gpus = CardUtilizationSerializer(source="cards", many=True)
     current = CurrentLoadSerializer(help_text="How busy the request's cards are now (the last minute).")
 
@@ -555,14 +599,19 @@ class MigLayoutSerializer(serializers.Serializer):
 
 
 class TelemetryRangeSerializer(serializers.Serializer):
-    """?start=&end= (ISO 8601 with a timezone): the last hour by default, at most TELEMETRY_MAX_RANGE_S."""
+    """?start=&end= (ISO 8601 with a timezone): by default the subject's own range where it has one (the
+    context's `default`: a request's life), else the last hour; at most TELEMETRY_MAX_RANGE_S."""
 
     start = AwareDateTimeField(required=False, help_text="Default: an hour before `end`.")
     end = AwareDateTimeField(required=False, help_text="Default: now.")
 
     def validate(self, data):
-        end = data.get("end") or timezone.now()
-        start = data.get("start") or end - dt.timedelta(hours=1)
+        own_start, own_end = self.context.get("default") or (None, None)
+        end = data.get("end") or own_end or timezone.now()
+        start = data.get("start")
+        if start is None:
+            start = own_start if own_start is not None and own_start < end else end - dt.timedelta(hours=1)
+            start = max(start, end - dt.timedelta(seconds=TELEMETRY_MAX_RANGE_S))  # a long life: its end
         if start >= end:
             raise serializers.ValidationError({"start": "Give a start before the end."})
         if (end - start).total_seconds() > TELEMETRY_MAX_RANGE_S:
@@ -595,10 +644,12 @@ class ShareSeriesPointSerializer(serializers.Serializer):
 
 
 class SegmentSeriesSerializer(serializers.Serializer):
+    allocation = serializers.IntegerField(source="segment.pk", help_text="The segment's id.")
     node = serializers.CharField(source="segment.gpu.node.name")
     gpu_index = serializers.IntegerField(source="segment.gpu.index")
     gpu_uuid = serializers.CharField(source="segment.gpu.uuid")
     milli = serializers.IntegerField(source="segment.milli")
+    memory_mib = serializers.IntegerField(source="segment.gpu.memory_mib", help_text="The card's memory.")
     started_at = serializers.DateTimeField(source="segment.started_at")
     ended_at = serializers.DateTimeField(source="segment.ended_at", allow_null=True)
     points = TelemetryPointSerializer(

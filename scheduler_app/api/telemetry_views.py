@@ -1,6 +1,8 @@
 """Telemetry over a time range (?start=&end=) for a request and a team (their members), a pool
 (anyone signed in: a cluster aggregate) and a card (operators: a card may hold several teams' work)."""
 
+import datetime as dt
+
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework.response import Response
@@ -15,40 +17,70 @@ from scheduler_app.api.serializers import (
 )
 from scheduler_app.models import Gpu, Pool
 from scheduler_app.selectors import requests_visible_to
-from scheduler_app.telemetry_series import gpu_series, pool_series, request_series, team_series
+from scheduler_app.telemetry_series import (
+    gpu_series,
+    pool_series,
+    request_series,
+    request_time_range,
+    team_series,
+)
 from teams.selectors import teams_visible_to
 
 RANGE = [
     OpenApiParameter("start", str, description="ISO 8601 with a timezone; default an hour before end."),
     OpenApiParameter("end", str, description="ISO 8601 with a timezone; default now."),
 ]
+REQUEST_RANGE = [
+    OpenApiParameter(
+        "start", str, description="ISO 8601 with a timezone; default when the request's first slice began."
+    ),
+    OpenApiParameter(
+        "end",
+        str,
+        description="ISO 8601 with a timezone; default when its last slice ended (now while held).",
+    ),
+]
 
 
 class _TelemetryView(APIView):
     """Parse the range, find what it is about (404 when the user may not see it), answer its series.
-    Each view names its response `shape` and its `series(request, start, end, **url_kwargs)`."""
+    Each view names its response `shape`, its `subject(request, **url_kwargs)` and `series(subject, start,
+    end)`; `own_range(subject)` may give the range to answer when the query names none."""
 
     series_field = "points"
 
     def get(self, request, **kwargs):
-        form = TelemetryRangeSerializer(data=request.query_params)
+        subject = self.subject(request, **kwargs)
+        form = TelemetryRangeSerializer(
+            data=request.query_params, context={"default": self.own_range(subject)}
+        )
         form.is_valid(raise_exception=True)
         span = form.validated_data
-        resolution, series = self.series(request, span["start"], span["end"], **kwargs)
+        resolution, series = self.series(subject, span["start"], span["end"])
         return Response(self.shape({"resolution_s": resolution, self.series_field: series, **span}).data)
+
+    def own_range(self, subject) -> tuple[dt.datetime, dt.datetime] | None:
+        return None
 
 
 @extend_schema_view(
-    get=extend_schema(parameters=RANGE, responses=RequestTelemetrySerializer, tags=["telemetry"])
+    get=extend_schema(parameters=REQUEST_RANGE, responses=RequestTelemetrySerializer, tags=["telemetry"])
 )
 class RequestTelemetryView(_TelemetryView):
-    """Each card the request held in the range, with that card's readings while it held it."""
+    """Each card the request held in the range, with that card's readings while it held it; by default
+    the range is the request's own: from its first slice's start to its last one's end."""
 
     shape = RequestTelemetrySerializer
     series_field = "cards"
 
-    def series(self, request, start, end, pk):
-        return request_series(get_object_or_404(requests_visible_to(request.user), pk=pk), start, end)
+    def subject(self, request, pk):
+        return get_object_or_404(requests_visible_to(request.user), pk=pk)
+
+    def own_range(self, subject):
+        return request_time_range(subject)
+
+    def series(self, subject, start, end):
+        return request_series(subject, start, end)
 
 
 @extend_schema_view(
@@ -59,8 +91,11 @@ class TeamTelemetryView(_TelemetryView):
 
     shape = ShareTelemetrySerializer
 
-    def series(self, request, start, end, slug):
-        return team_series(get_object_or_404(teams_visible_to(request.user), slug=slug), start, end)
+    def subject(self, request, slug):
+        return get_object_or_404(teams_visible_to(request.user), slug=slug)
+
+    def series(self, subject, start, end):
+        return team_series(subject, start, end)
 
 
 @extend_schema_view(
@@ -71,8 +106,11 @@ class PoolTelemetryView(_TelemetryView):
 
     shape = ShareTelemetrySerializer
 
-    def series(self, request, start, end, name):
-        return pool_series(get_object_or_404(Pool, name=name), start, end)
+    def subject(self, request, name):
+        return get_object_or_404(Pool, name=name)
+
+    def series(self, subject, start, end):
+        return pool_series(subject, start, end)
 
 
 @extend_schema_view(get=extend_schema(parameters=RANGE, responses=GpuTelemetrySerializer, tags=["telemetry"]))
@@ -82,5 +120,8 @@ class GpuTelemetryView(_TelemetryView):
     permission_classes = [IsOperator]
     shape = GpuTelemetrySerializer
 
-    def series(self, request, start, end, pk):
-        return gpu_series(get_object_or_404(Gpu, pk=pk).pk, start, end)
+    def subject(self, request, pk):
+        return get_object_or_404(Gpu, pk=pk)
+
+    def series(self, subject, start, end):
+        return gpu_series(subject.pk, start, end)

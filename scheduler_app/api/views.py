@@ -65,6 +65,7 @@ class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     def get_queryset(self):
         return (
             requests_visible_to(self.request.user)
+            .with_capacity()
             .select_related("team", "user", "pool")
             .prefetch_related(Prefetch("allocations", queryset=self._segments()))
             .order_by("-created_at", "-id")
@@ -72,7 +73,7 @@ class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
 
     @staticmethod
     def _segments():
-        return Allocation.objects.select_related("gpu__node").order_by("started_at", "id")
+        return Allocation.objects.select_related("gpu__node__pool").order_by("started_at", "id")
 
     @extend_schema(responses=GpuRequestDetailSerializer)
     def retrieve(self, request, *args, **kwargs):
@@ -139,8 +140,10 @@ class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     @extend_schema(responses=UtilizationSerializer)
     @action(detail=True)
     def utilization(self, request, pk=None):
-        """Each card the request holds now: its latest sample and the last 15 minutes, downsampled
-        to at most 60 points, with util mean and std-dev. Readings are the whole card's."""
+        """Each segment of the request (its slice on one card, finished ones too): the card's readings in
+        the slice's own time range, its last 15 minutes at most, downsampled to at most 60 points, with
+        the latest and util mean and std-dev; the current load of the cards it holds now. Readings are
+        the whole card's."""
         gpu_request = get_object_or_404(requests_visible_to(request.user), pk=pk)
         return Response(UtilizationSerializer(request_utilization(gpu_request)).data)
 
@@ -151,7 +154,7 @@ class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
         """The request an action changes, locked in the caller's transaction; without its segments,
         which the answer reads only if needed."""
         user = self.request.user
-        visible = requests_visible_to(user).select_related("team", "user", "pool")
+        visible = requests_visible_to(user).with_capacity().select_related("team", "user", "pool")
         gpu_request = get_object_or_404(visible.select_for_update(of=("self",)), pk=self.kwargs["pk"])
         if not user.is_staff:  # found through the user's memberships: the permission check needs no query
             note_membership(user, gpu_request.team)

@@ -24,6 +24,7 @@ from .queue_reservations import Reservation, ReservationBook, copy_node, fits
 from .queue_text import never_fits, no_room
 
 DEFAULT_POLICY: str = getattr(placement_policies, "DEFAULT_POLICY", "first-fit")
+SPOT = "spot"  # the capacity type of reclaimable nodes, and the billing mode of work that may run on them
 
 __all__ = [
     "EASY_BACKFILL",
@@ -55,7 +56,7 @@ class RunningAllocation:
     @property
     def preemptible(self) -> bool:
         """Borrowed capacity and spot jobs may be checkpointed and requeued."""
-        return self.borrowed or self.request.billing_mode == "spot"
+        return self.borrowed or self.request.billing_mode == SPOT
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +213,7 @@ class _Pass:
         self._version = 0  # bumped whenever free capacity changes
         self._placers: dict[frozenset[str], Placer] = {}
         self._pool_nodes = Counter(n.pool for n in self.nodes)
+        self._spot_pools = frozenset(n.pool for n in self.nodes if n.capacity_type == SPOT)
         self._fit_memo: dict[tuple, tuple[int, bool]] = {}
         self._never_memo: dict[tuple, str] = {}
         self._waiting: list[tuple[RequestSpec, Reservation | None]] = []
@@ -231,14 +233,30 @@ class _Pass:
         """Where the request would start now, and whose borrowed/spot work it reclaims; changes nothing."""
         if self._fits_now(request):
             views = self.book.guarded(self.by_name, self.book.end_of(request))
-            allowed = self._allowed(request)
-            in_quota = allowed.intersection(self.ledger.quota_pools(request))
-            both = 0 < self._count(in_quota) < self._count(allowed)
-            for pools in (in_quota, allowed) if both else (allowed,):
+            for pools in self._tiers(request):
                 placement = self._placer(pools).choose(request, views)
                 if placement is not None:
                     return placement, []
         return self._reclaim_choice(request)
+
+    def _tiers(self, request: RequestSpec) -> list[frozenset[str]]:
+        """The sets of pools a start tries in turn, each one's quota pools before the rest of it. Spot work
+        that accepts on-demand fallback tries the spot pools first: it falls back to on-demand capacity
+        only when no spot pool can place it now (spot is what it asked and pays for)."""
+        allowed = self._allowed(request)
+        groups = [allowed]
+        if request.billing_mode == SPOT and request.allow_fallback:
+            spot = allowed & self._spot_pools
+            if 0 < self._count(spot) < self._count(allowed):
+                groups = [spot, allowed]
+        quota = self.ledger.quota_pools(request)
+        tiers = []
+        for group in groups:
+            in_quota = group.intersection(quota)
+            if 0 < self._count(in_quota) < self._count(group):
+                tiers.append(in_quota)
+            tiers.append(group)
+        return tiers
 
     def _placer(self, pools: frozenset[str]) -> Placer:
         """The placement engine over the nodes of these pools (in node order), kept for the pass: its

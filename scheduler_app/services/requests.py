@@ -9,10 +9,10 @@ from billing_app.budgets import apply_budget_policy
 from portal.echo import echoed
 from scheduler_app.choices import RequestState
 from scheduler_app.dispatch import schedule_soon
-from scheduler_app.lifecycle import StateConflict, release_target
+from scheduler_app.lifecycle import AlreadyEnded, StateConflict, release_target
 from scheduler_app.models import Gpu, GpuRequest, Pool
 from scheduler_app.permissions import can_act_on, can_submit
-from scheduler_app.services.transitions import move_locked, transition_request
+from scheduler_app.services.transitions import move_locked
 from teams.environment import environment_problems
 from teams.models import Team
 from teams.permissions import require
@@ -76,13 +76,16 @@ def _check_fits_some_gpu(request: GpuRequest) -> None:
 
 
 def release_request(request: GpuRequest, *, user, locked: bool = False) -> GpuRequest:
-    """The user is done with the capacity: running work ends succeeded; work that never started
-    ends cancelled, and the event says so. `locked`: the caller read `request` with its row lock
+    """The user is done with the capacity: running (or migrating) work ends released, its own outcome
+    (neither succeeded nor failed: the user stopped it); work that never started ends cancelled, and the
+    event says so. `locked`: the caller read `request` with its row lock
     in the transaction it has open, so the row is not read again."""
     require(can_act_on(user, request), "Only members of the request's team can release it.")
     # A caller that locked the row rolls its own transaction back on a refusal: no savepoint for it.
     with transaction.atomic(savepoint=not locked):
         row = request if locked else GpuRequest.objects.select_for_update().get(pk=request.pk)
+        if row.is_terminal():
+            raise AlreadyEnded(row.pk, row.state)
         to_state = release_target(row.state)
         if to_state is None:
             raise StateConflict(f"A {row.state} request holds no GPU to release; cancel it instead.")
@@ -96,9 +99,11 @@ def release_request(request: GpuRequest, *, user, locked: bool = False) -> GpuRe
 def cancel_request(
     request: GpuRequest, *, user, reason: str = "cancelled by user", locked: bool = False
 ) -> GpuRequest:
-    """Stop a request at the user's wish: it ends cancelled and its slices close with it.
-    `locked` as for release_request."""
+    """Stop a request at the user's wish: it ends cancelled and its slices close with it. One that has
+    already ended raises AlreadyEnded, naming its state. `locked` as for release_request."""
     require(can_act_on(user, request), "Only members of the request's team can cancel it.")
-    if locked:
-        return move_locked(request, request, RequestState.CANCELLED, actor=user, reason=reason)
-    return transition_request(request, RequestState.CANCELLED, actor=user, reason=reason)
+    with transaction.atomic(savepoint=not locked):
+        row = request if locked else GpuRequest.objects.select_for_update().get(pk=request.pk)
+        if row.is_terminal():
+            raise AlreadyEnded(row.pk, row.state)
+        return move_locked(request, row, RequestState.CANCELLED, actor=user, reason=reason)

@@ -12,6 +12,7 @@ Inside a job: `gpu_portal_sdk.checkpointed()` after each checkpoint written to $
 from gpu_portal_sdk.checkpoint import checkpointed
 from gpu_portal_sdk.client import ResourceManager
 from gpu_portal_sdk.errors import (
+    AlreadyEndedError,
     AuthenticationError,
     ConfigurationError,
     ConflictError,
@@ -50,6 +51,7 @@ from gpu_portal_sdk.version import __version__
 
 __all__ = [
     "Allocation",
+    "AlreadyEndedError",
     "AuthenticationError",
     "ConfigurationError",
     "ConflictError",

@@ -3,6 +3,7 @@
 import argparse
 import getpass
 import os
+import re
 import shlex
 import sys
 
@@ -11,6 +12,8 @@ from gpu_portal_sdk.checkpoint import CHECKPOINT_DIR_ENV, checkpointed
 from gpu_portal_sdk.client import ResourceManager
 
 OK, FAILED, USAGE, AUTH, NOT_FOUND, INVALID, BUSY, UNAVAILABLE, RATE_LIMITED, NOT_OFFERED = range(10)
+INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as shells report it
+CLOSED_PIPE = 141  # the reader went away (`| head`): 128 + SIGPIPE, as a Unix tool killed by it reports
 
 EXIT_CODES: list[tuple[type[errors.PortalError], int]] = [
     (errors.AuthenticationError, AUTH),
@@ -23,11 +26,38 @@ EXIT_CODES: list[tuple[type[errors.PortalError], int]] = [
     (errors.ConnectionFailedError, UNAVAILABLE),
     (errors.RateLimitedError, RATE_LIMITED),
 ]
-STATES = ["pending", "scheduled", "running", "migrating", "succeeded", "failed", "cancelled", "preempted"]
+STATES = [
+    "pending",
+    "scheduled",
+    "running",
+    "migrating",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "preempted",
+    "released",
+]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; returns the exit code. Everything after `--` is the job's command line."""
+    """Run one command; returns the exit code. Everything after `--` is the job's command line.
+
+    Quiet where Unix tools are: a reader that stops reading (`gpu-portal show 13 | head -3`) ends it with
+    CLOSED_PIPE, Ctrl-C (following a log, watching) with INTERRUPTED, and neither prints a traceback."""
+    try:
+        code = _run(argv)
+        sys.stdout.flush()  # here, so that a closed pipe is met now rather than at exit
+        return code
+    except BrokenPipeError:
+        # Python flushes stdout once more at exit: point it at /dev/null so that flush finds no pipe.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return CLOSED_PIPE
+    except KeyboardInterrupt:
+        return INTERRUPTED
+
+
+def _run(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = []
     if "--" in argv:
@@ -51,10 +81,54 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{error.message} Here, --url and --token also work.")
         return args.run(portal, args, shlex.join(command), as_json)
     except errors.PortalError as error:
-        print(f"gpu-portal: {error.message}", file=sys.stderr)
-        for field, messages in error.fields.items():
-            print(f"  {field}: {' '.join(map(str, messages))}", file=sys.stderr)
+        for line in said(error):
+            print(f"gpu-portal: {line}", file=sys.stderr)
         return next((code for cls, code in EXIT_CODES if isinstance(error, cls)), FAILED)
+
+
+# The portal's (and the SDK's) field names, as this CLI's options call them.
+OPTIONS = {
+    "min_gpu": "--gpu",
+    "gpu_milli": "--gpu",
+    "num_gpus": "--gpus",
+    "task_type": "--task",
+    "billing_mode": "--spot/--on-demand",
+    "allow_on_demand_fallback": "--no-fallback",
+    "gpu_model": "--gpu-model",
+    "gpu_memory_mib": "--gpu-memory",
+    "max_duration_s": "--max-duration",
+    "checkpoint_interval_s": "--checkpoint-interval",
+    "restart_overhead_s": "--restart-overhead",
+    "environment": "--env",
+    "command": "the command after --",
+    "grace_s": "--grace",
+    "notice_id": "--notice-id",
+}
+# Django's and DRF's stock phrases, as a person at a shell would put them.
+PHRASES = [
+    (re.compile(r"Ensure this value is greater than or equal to (\S+)\."), r"must be at least \1."),
+    (re.compile(r"Ensure this value is less than or equal to (\S+)\."), r"must be at most \1."),
+    (re.compile(r"A valid integer is required\."), "must be a whole number."),
+    (re.compile(r"This field may not be blank\."), "must not be empty."),
+]
+
+
+def said(error: errors.PortalError) -> list[str]:
+    """The error once, in the CLI's terms: a line per bad field under its option's name ("--gpu: must be
+    more than 0."), else the portal's message (which repeats the first field's: printing both said it
+    twice)."""
+    fields = error.fields if isinstance(error, errors.ValidationError) else {}
+    lines = []
+    for field, messages in fields.items():
+        text = _plain(" ".join(map(str, messages)))
+        lines.append(text if field == "non_field_errors" else f"{OPTIONS.get(field, field)}: {text}")
+    return lines or [error.message]
+
+
+def _plain(text: str) -> str:
+    for pattern, replacement in PHRASES:
+        text = pattern.sub(replacement, text)
+    return text
 
 
 def _connect(url: str | None, token: str | None, args) -> ResourceManager:
@@ -153,8 +227,70 @@ def _reclaim(portal, args, command, as_json):
     return _show(node, as_json, output.reclaimed)
 
 
+def _logs(portal, args, command, as_json):
+    """The job's output; with --follow, then what it writes until the request ends (kubectl logs -f)."""
+    if args.follow:
+        for text in portal.follow_logs(args.id, poll_s=args.poll):
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        return OK
+    tail = portal.logs(args.id)
+    sys.stdout.write(tail.text)
+    return OK
+
+
+def _watch(portal, args, command, as_json):
+    """A line per state change (and checkpoint) as it happens, and the utilization of its cards whenever
+    new readings came, until the request ends; then its final state."""
+    seen = 0  # events already printed
+    read_at = None  # the newest reading already shown
+    while True:
+        resource = portal.get(args.id)
+        events = resource.events or ()
+        for event in events[seen:]:
+            print(output.watched_event(event), flush=True)
+        seen = len(events)
+        if resource.is_terminal:
+            print(f"Request {resource.id} is {resource.state}.")
+            return OK
+        if resource.allocations:
+            usage = portal.get_utilization(args.id)
+            newest = max((g.latest.sampled_at for g in usage.gpus if g.latest), default=None)
+            if newest is not None and newest != read_at:
+                print(output.watched_utilization(usage, newest), flush=True)
+                read_at = newest
+        portal.retry.sleep(args.poll)
+
+
+def _quote(portal, args, command, as_json):
+    quote = portal.quote(
+        args.gpu_model,
+        min_gpu=args.gpu,
+        num_gpus=args.gpus,
+        max_duration_s=args.max_duration,
+        checkpoint_interval_s=args.checkpoint_interval,
+        restart_overhead_s=args.restart_overhead,
+    )
+    return _show(quote, as_json, output.quote)
+
+
 def _statement(portal, args, command, as_json):
     return _show(portal.statement(args.team, month=args.month, user=args.user), as_json, output.statement)
+
+
+def _end(method: str):
+    """cancel / release: a request that has already ended is no error, as `scancel` treats work that has
+    ended: say so ("Request 13 is already cancelled.") and exit 0."""
+
+    def run(portal, args, command, as_json):
+        try:
+            resource = getattr(portal, method)(args.id)
+        except errors.AlreadyEndedError as ended:
+            print(ended.message)
+            return OK
+        return _show(resource, as_json, output.summary)
+
+    return run
 
 
 def _by_id(method: str, human):
@@ -246,17 +382,35 @@ def _parser() -> argparse.ArgumentParser:
     add("show", _by_id("get", output.detail), "one request with its slices and timeline").add_argument(
         "id", type=int
     )
-    add("cancel", _by_id("cancel", output.summary), "withdraw a request").add_argument("id", type=int)
-    add("release", _by_id("release", output.summary), "done with the GPU: free it").add_argument(
-        "id", type=int
-    )
+    add("cancel", _end("cancel"), "withdraw a request").add_argument("id", type=int)
+    add("release", _end("release"), "done with the GPU: free it").add_argument("id", type=int)
     add("health", _by_id("check_health", output.health), "is it placed, are its nodes alive").add_argument(
         "id", type=int
     )
     add(
         "utilization", _by_id("get_utilization", output.utilization), "GPU util, memory, power of its cards"
     ).add_argument("id", type=int)
+    logs = add("logs", _logs, "the job's output; -f: follow it until the request ends (Ctrl-C stops)")
+    logs.add_argument("id", type=int)
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new output until it ends")
+    logs.add_argument(
+        "--poll", type=float, default=2.0, metavar="S", help="with -f: seconds between reads (2)"
+    )
+    watch = add("watch", _watch, "state changes and utilization of a request until it ends (Ctrl-C stops)")
+    watch.add_argument("id", type=int)
+    watch.add_argument("--poll", type=float, default=5.0, metavar="S", help="seconds between reads (5)")
     add("prices", _prices, "price per GPU hour of each priced pool (USD)")
+    quote = add(
+        "quote", _quote, "on-demand against spot for a shape: per hour, over a duration, with reclaims"
+    )
+    quote.add_argument("--gpu-model", required=True, metavar="MODEL")
+    quote.add_argument("--gpu", type=float, default=1.0, metavar="SHARE", help="share of each card (1)")
+    quote.add_argument("--gpus", type=int, default=1, metavar="N", help="cards (1)")
+    quote.add_argument("--max-duration", type=int, metavar="S", help="price the whole run of S seconds")
+    quote.add_argument(
+        "--checkpoint-interval", type=int, metavar="S", help="spot: seconds between checkpoints"
+    )
+    quote.add_argument("--restart-overhead", type=int, metavar="S", help="spot: seconds a restart costs")
     switch = add("billing", _billing, "bill a running request as on-demand or spot from now")
     switch.add_argument("id", type=int)
     switch.add_argument("mode", choices=["on-demand", "spot"])

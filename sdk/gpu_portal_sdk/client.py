@@ -8,7 +8,7 @@ import math
 import random as _random
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import suppress
 from decimal import Decimal
 from urllib.parse import parse_qs, urlsplit
@@ -29,6 +29,7 @@ from gpu_portal_sdk.errors import (
 from gpu_portal_sdk.models import (
     Estimate,
     Health,
+    LogTail,
     NodeHealth,
     Price,
     Quote,
@@ -180,11 +181,13 @@ class ResourceManager:
             params = {k: v[-1] for k, v in parse_qs(urlsplit(page["next"]).query).items()}
 
     def cancel(self, resource_id: int) -> Resource:
-        """Withdraw a request in any live state; its slices are freed and it ends cancelled."""
+        """Withdraw a request in any live state; its slices are freed and it ends cancelled.
+        AlreadyEndedError when it has already ended (its message names the state)."""
         return Resource.from_api(self._call("POST", f"requests/{int(resource_id)}/cancel/"))
 
     def release(self, resource_id: int) -> Resource:
-        """Done with the capacity: running work ends succeeded, work not yet started cancelled."""
+        """Done with the capacity: running work ends released (stopped by its user: neither succeeded
+        nor failed), work not yet started cancelled. AlreadyEndedError when it has already ended."""
         return Resource.from_api(self._call("POST", f"requests/{int(resource_id)}/release/"))
 
     def wait_until_running(self, resource_id: int, timeout_s: float | None = None, poll_s: float = 2.0):
@@ -235,10 +238,31 @@ class ResourceManager:
         return Health.judge(resource.id, resource.state, tuple(nodes.values()), max_heartbeat_age_s)
 
     def get_utilization(self, resource_id: int) -> Utilization:
-        """How busy the request is now (`gpu_util`, `mem_util`: % over its cards, the last minute)
-        and each card it holds: its latest reading, the last 15 minutes as at most 60 points, and
-        util mean and std-dev. NotFoundError for another team's request."""
+        """How busy the request is now (`gpu_util`, `mem_util`: % over the cards it holds, the last minute)
+        and each of its slices (finished ones too): its card's latest reading, the slice's own time (its
+        last 15 minutes at most, never before it began) as at most 60 points, and util mean and std-dev.
+        NotFoundError for another team's request."""
         return Utilization.from_api(self._call("GET", f"requests/{int(resource_id)}/utilization/"))
+
+    def logs(self, resource_id: int, after: int = 0) -> LogTail:
+        """The job's output from character offset `after` (0: all of it) as far as its node's agent has
+        shipped it, with the request's state; NotFoundError for another team's request."""
+        return LogTail.from_api(
+            self._call("GET", f"requests/{int(resource_id)}/log/", params={"after": after})
+        )
+
+    def follow_logs(self, resource_id: int, poll_s: float = 2.0, after: int = 0) -> Iterator[str]:
+        """The job's output as it comes, as `kubectl logs -f` follows a pod: what exists first, then each
+        new piece, asking every `poll_s` seconds, until the request has ended and a read after that
+        brings nothing new (its last output is in by then). Yields the pieces of text as they are."""
+        while True:
+            tail = self.logs(resource_id, after=after)
+            after = tail.end
+            if tail.text:
+                yield tail.text
+            elif tail.ended:
+                return
+            self.retry.sleep(poll_s)
 
     def teams(self) -> list[Team]:
         """The teams you belong to and your role in each (also a cheap check that the token works)."""
@@ -314,8 +338,10 @@ class ResourceManager:
         effective cost once the pool's expected reclaims are counted (each loses half the checkpoint
         interval plus the restart overhead). Money is Decimal."""
         if not 0 < min_gpu <= 1:
-            message = "min_gpu is the share of each card, above 0 and at most 1; use num_gpus for more."
-            raise ValidationError(message, code="validation_error", fields={"min_gpu": [message]})
+            raise _invalid(
+                "min_gpu",
+                "must be above 0 and at most 1 (the share of each card; more cards: the number of GPUs)",
+            )
         params = {
             "gpu_model": gpu_model,
             "gpu_milli": round(min_gpu * MILLI_PER_GPU),
@@ -329,10 +355,13 @@ class ResourceManager:
 
     def _request_body(self, args: dict) -> dict:
         min_gpu, num_gpus = args["min_gpu"], args["num_gpus"]
+        if not min_gpu * MILLI_PER_GPU >= 1:  # also refuses NaN
+            raise _invalid("min_gpu", "must be more than 0 (a share of a card, at least 0.001)")
         if min_gpu > 1:
             if num_gpus != 1:
-                message = "Give min_gpu above 1 (whole cards) or num_gpus, not both."
-                raise ValidationError(message, code="validation_error", fields={"min_gpu": [message]})
+                raise _invalid(
+                    "min_gpu", "above 1 counts whole cards: give it or the number of GPUs, not both"
+                )
             gpu_milli, num_gpus = MILLI_PER_GPU, math.ceil(min_gpu)
         else:
             gpu_milli = round(min_gpu * MILLI_PER_GPU)
@@ -411,15 +440,26 @@ def _error(response: requests.Response) -> PortalError:
         body = response.json()["error"]
     except (ValueError, KeyError, TypeError):
         body = {"code": f"http_{response.status_code}", "message": response.reason or "no message"}
-    cls = error_for_status(response.status_code)
+    code = body.get("code", "error")
+    cls = error_for_status(response.status_code, code)
     kwargs = {
         "status": response.status_code,
-        "code": body.get("code", "error"),
+        "code": code,
         "fields": body.get("fields") or {},
     }
     if cls is RateLimitedError:
         kwargs["retry_after"] = parse_retry_after(response.headers.get("Retry-After"), _server_time(response))
     return cls(body.get("message") or response.reason, **kwargs)
+
+
+def _invalid(field: str, problem: str) -> ValidationError:
+    """A ValidationError found before sending, shaped as the portal's: `fields` says what is wrong with the
+    field in words that do not name it (a caller, such as the CLI, names it in its own terms)."""
+    return ValidationError(
+        f"{field}: {problem}.",
+        code="validation_error",
+        fields={field: [f"{problem}."]},
+    )
 
 
 def _results(data):

@@ -36,6 +36,12 @@ class ConflictError(PortalError):
     """409: the object's state does not allow the action (for example cancelling a finished request)."""
 
 
+class AlreadyEndedError(ConflictError):
+    """409 with code `already_ended`: the request to cancel or release has already ended (the message names
+    its state: "Request 13 is already cancelled."); nothing changed. Callers that want it gone may take
+    it as done, as `scancel` does for work that has ended."""
+
+
 class RateLimitedError(PortalError):
     """429 still after the retries; `retry_after` is the wait, in seconds, the portal asked for last."""
 
@@ -89,7 +95,10 @@ BY_STATUS: dict[int, type[PortalError]] = {
 }
 
 
-def error_for_status(status: int) -> type[PortalError]:
+def error_for_status(status: int, code: str = "") -> type[PortalError]:
+    """The class for an HTTP status and the error body's `code`."""
     if status >= 500:
         return ServiceUnavailableError
+    if status == 409 and code == "already_ended":
+        return AlreadyEndedError
     return BY_STATUS.get(status, PortalError)

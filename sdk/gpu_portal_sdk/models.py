@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 PLACED_STATES = frozenset({"scheduled", "running"})
-TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled", "preempted"})
+TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled", "preempted", "released"})
 
 
 def parse_time(value: str | None) -> dt.datetime | None:
@@ -35,6 +35,8 @@ class Allocation:
     borrowed: bool = False
     started_at: dt.datetime | None = None
     ended_at: dt.datetime | None = None
+    pool: str = ""
+    capacity_type: str = ""  # what the slice runs on (spot, on-demand); billing_mode is what it is billed as
     node_status: str = ""
     node_last_heartbeat_at: dt.datetime | None = None
 
@@ -86,6 +88,10 @@ class Resource:
     cpu_milli: int = 0
     memory_mib: int = 0
     billing_mode: str = "on-demand"
+    # The capacity type that runs the work (ran it, once ended), None before it ran; billing_label says
+    # both where they differ: "spot (running on on-demand: fallback)".
+    capacity_type: str | None = None
+    billing_label: str = ""
     allow_on_demand_fallback: bool = False
     checkpoint_interval_s: int | None = None
     priority: int = 0
@@ -108,6 +114,12 @@ class Resource:
         return self.id
 
     @property
+    def billing(self) -> str:
+        """The billing mode with the capacity that runs the work where it differs (the billing mode alone
+        from a portal that does not say)."""
+        return self.billing_label or self.billing_mode
+
+    @property
     def is_placed(self) -> bool:
         """Scheduled or running: the capacity is reserved for it."""
         return self.state in PLACED_STATES
@@ -126,6 +138,28 @@ class Resource:
         if "events" in data:
             converted["events"] = tuple(Event.from_api(e) for e in data["events"])
         return cls(**_known(cls, data, **converted))
+
+
+@dataclass(frozen=True)
+class LogTail:
+    """A piece of a request's log (its job's output as the node's agent shipped it): `text` from character
+    offset `start` to `end` (ask for what follows with after=end), and the request's `state` and
+    `exit_code` as they were when it was read."""
+
+    start: int
+    end: int
+    text: str
+    state: str
+    exit_code: int | None = None
+
+    @property
+    def ended(self) -> bool:
+        """The request has ended: once a read after that brings no text, the log is complete."""
+        return self.state in TERMINAL_STATES
+
+    @classmethod
+    def from_api(cls, data: dict) -> "LogTail":
+        return cls(**_known(cls, data))
 
 
 @dataclass(frozen=True)
@@ -397,9 +431,10 @@ class UtilizationSummary:
 
 @dataclass(frozen=True)
 class GpuUtilization:
-    """A card the request holds now (`milli` of it) and that card's readings: the latest (None if the
-    agent never reported), the window as at most 60 points, and the summary. Readings are the whole
-    card's, every slice on it included."""
+    """One slice of the request (`milli` of a card, from `started_at` to `ended_at`, None while held) and
+    that card's readings within the slice's own time: the latest (None if the agent never reported then),
+    its last `window_s` seconds from `window_start` (15 minutes at most) as at most 60 points, and the
+    summary. Readings are the whole card's, every slice on it included."""
 
     node: str
     gpu_index: int
@@ -409,6 +444,11 @@ class GpuUtilization:
     series: tuple[UtilizationPoint, ...]
     summary: UtilizationSummary
     memory_mib: int | None = None  # the card's memory (None from an older portal)
+    allocation: int | None = None  # the segment's id
+    started_at: dt.datetime | None = None
+    ended_at: dt.datetime | None = None
+    window_start: dt.datetime | None = None
+    window_s: int | None = None
 
     @classmethod
     def from_api(cls, data: dict) -> "GpuUtilization":
@@ -418,6 +458,9 @@ class GpuUtilization:
                 cls,
                 data,
                 latest=GpuSample.from_api(latest) if latest else None,
+                started_at=parse_time(data.get("started_at")),
+                ended_at=parse_time(data.get("ended_at")),
+                window_start=parse_time(data.get("window_start")),
                 series=tuple(UtilizationPoint.from_api(p) for p in data.get("series", ())),
                 summary=UtilizationSummary.from_api(data.get("summary") or {"samples": 0}),
             )
@@ -426,7 +469,8 @@ class GpuUtilization:
 
 @dataclass(frozen=True)
 class Utilization:
-    """A request's cards over the last `window_s` seconds up to `generated_at` (the portal's clock).
+    """A request's slices (`gpus`), each with its card's readings in the slice's own time; together they
+    span `window_s` seconds from `window_start` (`generated_at` is the portal's clock).
 
     `gpu_util` and `mem_util`: how busy the request is now, in %: over its cards read in the last
     `current_window_s` seconds (`cards_read` of them), the mean util and the mean memory used as a

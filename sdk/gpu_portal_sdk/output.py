@@ -5,7 +5,7 @@ import datetime as dt
 import json
 from decimal import Decimal
 
-from gpu_portal_sdk.models import Estimate, Health, Price, Resource, Utilization
+from gpu_portal_sdk.models import Estimate, Event, Health, Price, Quote, Resource, Utilization
 
 
 def to_json(value) -> str:
@@ -36,6 +36,11 @@ def when(value: dt.datetime | None) -> str:
     return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC") if value else "-"
 
 
+def clock(value: dt.datetime | None) -> str:
+    """'23:01:05' (UTC): a time on a line that follows a request as it goes."""
+    return value.astimezone(dt.UTC).strftime("%H:%M:%S") if value else "--:--:--"
+
+
 def where(resource: Resource) -> str:
     return ", ".join(f"{a.node}/gpu{a.gpu_index}" for a in resource.allocations)
 
@@ -48,7 +53,7 @@ def resources(items: list[Resource]) -> str:
             r.team,
             r.task_type,
             r.share,
-            r.billing_mode,
+            r.billing,
             r.state,
             where(r) or r.pool,
             when(r.created_at),
@@ -59,7 +64,7 @@ def resources(items: list[Resource]) -> str:
 
 
 def summary(r: Resource) -> str:
-    line = f"Request {r.id} {r.name!r} ({r.team}): {r.share} {r.task_type}, {r.billing_mode}, {r.state}"
+    line = f"Request {r.id} {r.name!r} ({r.team}): {r.share} {r.task_type}, {r.billing}, {r.state}"
     if r.allocations:
         return f"{line} on {where(r)}"
     if r.pending_reason:
@@ -85,13 +90,16 @@ def detail(r: Resource) -> str:
                 f"{a.node}/gpu{a.gpu_index}",
                 a.milli,
                 a.gpu_memory_mib,
+                a.pool,
+                a.capacity_type,
                 a.billing_mode,
                 when(a.started_at),
                 when(a.ended_at),
             ]
             for a in r.segments
         ]
-        lines += ["", table(["GPU", "MILLI", "MEMORY_MIB", "BILLING", "STARTED", "ENDED"], rows)]
+        header = ["GPU", "MILLI", "MEMORY_MIB", "POOL", "CAPACITY", "BILLING", "STARTED", "ENDED"]
+        lines += ["", table(header, rows)]
     if r.events:
         rows = [[when(e.created_at), e.from_state, e.to_state, e.actor_label, e.reason] for e in r.events]
         lines += ["", table(["AT", "FROM", "TO", "BY", "WHY"], rows)]
@@ -142,12 +150,24 @@ def health(h: Health) -> str:
     return "\n".join(lines)
 
 
+def span(seconds: int | None) -> str:
+    """'48 s', '15 min', '2.5 h': a duration as people say it."""
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def utilization(u: Utilization) -> str:
-    lines = [
-        f"Request {u.request_id} {u.state}: the last {u.window_s // 60} minutes up to {when(u.generated_at)}"
-    ]
     if not u.gpus:
-        return f"{lines[0]}; it holds no GPU now."
+        return f"Request {u.request_id} {u.state}: it has held no GPU yet."
+    lines = [
+        f"Request {u.request_id} {u.state}: readings over {span(u.window_s)} from {when(u.window_start)} "
+        "(each slice's own time, its last 15 minutes at most)"
+    ]
     rows = []
     for g in u.gpus:
         latest, summary = g.latest, g.summary
@@ -163,6 +183,8 @@ def utilization(u: Utilization) -> str:
                 summary.mean_util_percent,
                 summary.util_stddev_percent,
                 summary.samples,
+                span(g.window_s),
+                "held" if g.started_at and not g.ended_at else when(g.ended_at),
             ]
         )
     header = [
@@ -176,15 +198,56 @@ def utilization(u: Utilization) -> str:
         "MEAN_%",
         "STDDEV_%",
         "SAMPLES",
+        "OVER",
+        "ENDED",
     ]
     lines.append(table(header, rows))
-    if u.gpu_util is None:
+    held = [g for g in u.gpus if g.ended_at is None]
+    if not held:
+        lines.append("Now: it holds no GPU.")
+    elif u.gpu_util is None:
         lines.append(f"Now: no card read in the last {u.current_window_s or 60} s.")
     else:
         lines.append(
             f"Now: util {u.gpu_util:.1f} %, memory {u.mem_util:.1f} % "
-            f"(mean of {u.cards_read} of {len(u.gpus)} cards over the last {u.current_window_s} s)."
+            f"(mean of {u.cards_read} of {len(held)} cards over the last {u.current_window_s} s)."
         )
+    return "\n".join(lines)
+
+
+def watched_event(e: Event) -> str:
+    """'23:01:05 running -> released by bob: released by user'."""
+    change = f"{e.from_state} -> {e.to_state}" if e.from_state else e.to_state
+    return f"{clock(e.created_at)} {change} by {e.actor_label}" + (f": {e.reason}" if e.reason else "")
+
+
+def watched_utilization(u: Utilization, at: dt.datetime) -> str:
+    """'23:01:07 util 63.0 %, memory 12.4 % on node-1/gpu0' (the cards it holds, the last minute)."""
+    cards = ", ".join(f"{g.node}/gpu{g.gpu_index}" for g in u.gpus if g.ended_at is None)
+    if u.gpu_util is None:
+        return f"{clock(at)} no reading in the last {u.current_window_s or 60} s on {cards}"
+    return f"{clock(at)} util {u.gpu_util:.1f} %, memory {u.mem_util:.1f} % on {cards}"
+
+
+def quote(q: Quote) -> str:
+    """On-demand against spot for a shape: per card-hour, per hour, over the duration, spot with reclaims."""
+    hours = f" over {q.hours} h" if q.hours is not None else ""
+    lines = [f"{q.gpu_milli} milli-GPU x {q.num_gpus} of {q.gpu_model}{hours}:"]
+    effective = q.spot_cost.effective_total_usd if q.spot_cost else None
+    rows = [
+        [label, side.pool, side.usd_per_gpu_hour, side.usd_per_hour, side.expected_total_usd, extra]
+        for label, side, extra in (("on-demand", q.on_demand, None), ("spot", q.spot, effective))
+        if side is not None
+    ]
+    header = ["CAPACITY", "POOL", "USD_PER_GPU_HOUR", "USD_PER_HOUR", "TOTAL_USD", "WITH_RECLAIMS_USD"]
+    lines.append(table(header, rows) if rows else "No pool of this model is priced.")
+    if q.spot_cost:
+        cost = q.spot_cost
+        lines.append(f"Spot reclaims: {cost.reclaims_per_hour} an hour ({cost.reclaim_source}).")
+        if cost.note:
+            lines.append(cost.note)
+    if q.cheaper:
+        lines.append(f"Cheaper: {q.cheaper}.")
     return "\n".join(lines)
 
 

@@ -4,7 +4,7 @@
   const box = document.getElementById("job-log");
   if (!box) return;
   const status = document.getElementById("job-log-status");
-  const ended = new Set(["succeeded", "failed", "cancelled", "preempted"]);
+  const ended = new Set(["succeeded", "failed", "cancelled", "preempted", "released"]);
   let after = 0;
 
   async function poll() {

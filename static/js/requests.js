@@ -10,12 +10,26 @@
   const labels = chart ? JSON.parse(document.getElementById("allocation-labels").textContent) : {};
   const traceOf = {};  // allocation id -> its util trace's index
   const memoryTraceOf = {};  // allocation id -> its memory trace's index
-  const MAX_POINTS = 600;
+  const MAX_POINTS = 5000;  // per line: a seeded range (up to 1,800 raw points) and over an hour of ticks
+  // The request's own time range: from its first slice's start to its end (now while it holds cards).
+  const live = chart ? chart.dataset.live === "1" : false;
+  let from = chart ? chart.dataset.start || null : null;
+
+  function axisRange(to) {
+    // At least a minute wide, so that a request placed a moment ago still has an axis to draw on.
+    const start = from || to;
+    const wide = Date.parse(to) - Date.parse(start) >= 60000;
+    return [wide ? start : new Date(Date.parse(to) - 60000).toISOString(), to];
+  }
 
   if (chart && window.Plotly) {
+    // An explicit range: an empty date axis would otherwise read Jan 2000 - Nov 2000.
+    const now = new Date().toISOString();
+    const range = chart.dataset.end && !live ? [from, chart.dataset.end] : axisRange(now);
     Plotly.newPlot(chart, [], {
       height: 260, margin: { l: 50, r: 10, t: 10, b: 40 },
-      yaxis: { title: { text: "util % (memory % dashed)" }, range: [0, 100] }, xaxis: { type: "date" },
+      yaxis: { title: { text: "util % (memory % dashed)" }, range: [0, 100] },
+      xaxis: { type: "date", range: range },
       legend: { orientation: "h" }, paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
     }, { displayModeBar: false, responsive: true });
   }
@@ -31,6 +45,7 @@
 
   function plot(at, allocations) {
     if (!chart || !window.Plotly) return;
+    let drawn = false;
     Object.keys(allocations || {}).forEach(function (id) {
       const entry = allocations[id];
       if (!entry || entry.request !== requestId) return;
@@ -39,28 +54,37 @@
       if (entry.mem !== null && entry.mem !== undefined) {
         extend(memoryTraceOf, id, at, entry.mem, { mode: "lines", name: name + " memory", line: { dash: "dash" } });
       }
+      drawn = true;
     });
+    if (drawn) {
+      from = from || at;
+      Plotly.relayout(chart, { "xaxis.range": axisRange(at) });
+    }
     // Points of the util lines (what the page's tests count).
     chart.dataset.points = String(Object.values(traceOf).reduce(function (n, i) { return n + chart.data[i].x.length; }, 0));
   }
 
-  // The allocations' last 15 minutes (the utilization API, by card) start their lines; the stream
-  // carries on from there.
+  // Each slice's readings over the request's own time range (the telemetry API) start its lines; the
+  // stream carries on from there while the request holds cards.
   function seed() {
     if (!chart || !window.Plotly) return Promise.resolve();
-    const idOf = {};
-    Object.keys(labels).forEach(function (id) { idOf[labels[id]] = id; });
-    return fetch("/api/v1/requests/" + requestId + "/utilization/", { credentials: "same-origin" })
-      .then(function (response) { return response.ok ? response.json() : { gpus: [] }; })
+    return fetch("/api/v1/requests/" + requestId + "/telemetry/", { credentials: "same-origin" })
+      .then(function (response) { return response.ok ? response.json() : { cards: [] }; })
       .then(function (body) {
-        body.gpus.forEach(function (card) {
-          const id = idOf[card.node + "/gpu" + card.gpu_index];
-          if (!id || !card.series.length || id in traceOf) return;
+        body.cards.forEach(function (card) {
+          const id = String(card.allocation);
+          if (!card.points.length || id in traceOf) return;
+          const name = labels[id] || card.node + "/gpu" + card.gpu_index;
+          const x = card.points.map(function (p) { return p.at; });
           traceOf[id] = chart.data.length;
           Plotly.addTraces(chart, {
-            type: "scatter", mode: "lines+markers", name: labels[id],
-            x: card.series.map(function (p) { return p.at; }),
-            y: card.series.map(function (p) { return p.gpu_util_percent; }),
+            type: "scatter", mode: "lines+markers", name: name, x: x,
+            y: card.points.map(function (p) { return p.util_mean; }),
+          });
+          memoryTraceOf[id] = chart.data.length;
+          Plotly.addTraces(chart, {
+            type: "scatter", mode: "lines", name: name + " memory", line: { dash: "dash" }, x: x,
+            y: card.points.map(function (p) { return Math.round(1000 * p.memory_mean_mib / card.memory_mib) / 10; }),
           });
         });
         chart.dataset.seeded = String(Object.keys(traceOf).length);

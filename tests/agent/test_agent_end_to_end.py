@@ -122,7 +122,7 @@ def test_a_released_request_is_stopped_with_sigterm_then_killed_after_the_grace_
     assert job.exit_code == -9  # it ignored SIGTERM, so SIGKILL ended it
     request.refresh_from_db()
     assert "SIGTERM received" in log_of(request)
-    assert (request.state, request.exit_code) == ("succeeded", -9)  # released: the user's decision stands
+    assert (request.state, request.exit_code) == ("released", -9)  # the user's decision stands
 
 
 def test_a_job_that_checkpoints_on_sigterm_exits_within_its_grace(start_agent, place, member):
@@ -201,7 +201,7 @@ def test_a_request_without_a_command_is_held_running_until_released(start_agent,
     rounds_until(agent, lambda: request.pk not in agent.jobs, what="the hold gone")
 
     request.refresh_from_db()
-    assert (request.state, request.exit_code) == ("succeeded", -15)
+    assert (request.state, request.exit_code) == ("released", -15)
     assert log_of(request) == "No command: the allocation is held for you until you release it.\n"
 
 

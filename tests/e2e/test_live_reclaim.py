@@ -25,12 +25,13 @@ def demo(tmp_path_factory):
 
 
 def test_an_operator_reclaims_a_spot_node_and_its_job_moves_and_continues_live(demo, browser, screenshot):
-    # A member's spot job runs on the spot pool and checkpoints every 2 s.
+    # A member's spot job that may fall back to on-demand runs on spot capacity (the demo's 8-card spot
+    # job holds one spot node, this one the other) and checkpoints every 2 s.
     owner = log_in_at(demo.url, browser, "bob", DEMO_PASSWORD)
     owner.goto(f"{demo.url}/requests/new/")
     owner.fill("input[name=name]", "spot-training")
     owner.check("input[name=billing_mode][value=spot]")
-    owner.select_option("select[name=pool]", "a100-80gb-spot")
+    owner.check("input[name=allow_on_demand_fallback]")
     owner.fill("input[name=checkpoint_interval_min]", "5")
     owner.fill("textarea[name=command]", JOB)
     owner.click("#request-form button[type=submit]")
@@ -43,6 +44,7 @@ def test_an_operator_reclaims_a_spot_node_and_its_job_moves_and_continues_live(d
     expect(owner.locator("#timeline")).to_contain_text(checkpointed, timeout=30_000)
     first_card = owner.locator("#request-segments tbody tr").first.locator("td").first.inner_text()
     node = first_card.split("/")[0]
+    assert node.startswith("a100-80gb-spot-node-")
     screenshot(owner, "reclaim-01-running-on-spot")
 
     # The operator reclaims that node from its page.
@@ -63,7 +65,8 @@ def test_an_operator_reclaims_a_spot_node_and_its_job_moves_and_continues_live(d
     expect(owner.locator("#request-segments tbody tr")).to_have_count(2, timeout=20_000)
     expect(owner.locator("#job-log")).to_contain_text(re.compile(r"starting at step [1-9]"), timeout=30_000)
     rows = owner.locator("#request-segments tbody tr")
-    assert not rows.nth(1).inner_text().startswith(node)  # it continues on another node
+    assert not rows.nth(1).inner_text().startswith(node)  # it continues on another node (spot has no room
+    # left: on on-demand capacity, its fallback)
     expect(rows.nth(0).locator(".segment-cost")).to_contain_text("$")
     expect(rows.nth(1).locator(".segment-cost")).to_contain_text("so far")
     assert owner.evaluate(NOT_RELOADED)

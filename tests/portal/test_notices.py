@@ -1,5 +1,6 @@
-"""Notices to a team: on the home and team pages of its members only, dismissed by a member, published
-live to the team's stream; another team's notice is never shown nor dismissable."""
+"""Notices to a team: on the home and team pages of its members only, dismissed by a member for themselves,
+acknowledged by a team admin for the whole team, published live to the team's stream; another team's
+notice is never shown nor dismissable."""
 
 import asyncio
 
@@ -8,8 +9,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.urls import reverse
 
-from audit.models import Event, Notice
-from audit.notices import Finding, dismiss_notice, notices_for, raise_notices
+from audit.models import Event, Notice, NoticeDismissal
+from audit.notices import Finding, acknowledge_notice, dismiss_notice, notices_for, raise_notices
 from scheduler_app.live import team_group
 from teams.permissions import NotAllowed
 
@@ -56,8 +57,64 @@ def test_a_member_dismisses_a_notice_and_it_leaves_the_list(client, member, team
 
     assert response.status_code == 302 and response["Location"] == f"/teams/{team.slug}/"
     ours.refresh_from_db()
-    assert ours.dismissed_at is not None and ours.resolved_at is None  # the episode goes on
+    assert NoticeDismissal.objects.filter(notice=ours, user=member).exists()
+    assert ours.acknowledged_at is None and ours.resolved_at is None  # the episode goes on
     assert "Our job idles" not in client.get(reverse("home")).content.decode()
+
+
+def test_dismissing_a_notice_hides_it_from_that_member_only(client, member, team_admin, team, notices):
+    # given a member dismissed the team's notice
+    ours, _ = notices
+    client.force_login(member)
+    client.post(reverse("notice_dismiss", args=[ours.pk]))
+
+    # when the team admin looks at the team's pages
+    client.force_login(team_admin)
+    pages = [
+        client.get(reverse(name, args=args)).text
+        for name, args in (("home", []), ("team_detail", [team.slug]))
+    ]
+
+    # then the admin still sees it: one member's dismissal is theirs alone
+    assert all("Our job idles under 5 %." in page for page in pages)
+    assert [n.text for n in notices_for(team_admin)] == ["Our job idles under 5 %."]
+    assert list(notices_for(member)) == []
+
+
+def test_a_team_admin_acknowledges_a_notice_for_the_whole_team_and_it_is_audited(
+    client, member, team_admin, team, notices
+):
+    # given the team's open notice, which its member sees
+    ours, _ = notices
+    client.force_login(team_admin)
+    assert "Acknowledge for the team" in client.get(reverse("team_detail", args=[team.slug])).text
+
+    # when the team admin acknowledges it for the team
+    response = client.post(reverse("notice_acknowledge", args=[ours.pk]), {"next": f"/teams/{team.slug}/"})
+
+    # then it leaves every member's lists, says who acknowledged it, and the event log has it
+    assert response.status_code == 302 and response["Location"] == f"/teams/{team.slug}/"
+    ours.refresh_from_db()
+    assert (ours.acknowledged_by, ours.acknowledged_at is not None) == (team_admin, True)
+    assert list(notices_for(member)) == [] and list(notices_for(team_admin)) == []
+    event = Event.objects.get(to_state="acknowledged", object_id=ours.pk)
+    assert (event.actor, event.team_id) == (team_admin, team.pk)
+    assert event.reason == "acknowledged for the team: Our job idles under 5 %."
+
+
+def test_a_member_may_not_acknowledge_for_the_team_nor_sees_the_button(client, member, team, notices):
+    ours, _ = notices
+    client.force_login(member)
+
+    page = client.get(reverse("team_detail", args=[team.slug])).text
+    response = client.post(reverse("notice_acknowledge", args=[ours.pk]))
+
+    assert "Acknowledge for the team" not in page
+    assert response.status_code == 403
+    ours.refresh_from_db()
+    assert ours.acknowledged_at is None
+    with pytest.raises(NotAllowed):
+        acknowledge_notice(ours, user=member)
 
 
 def test_a_foreign_notice_cannot_be_dismissed(client, member, notices):
@@ -67,8 +124,7 @@ def test_a_foreign_notice_cannot_be_dismissed(client, member, notices):
     response = client.post(reverse("notice_dismiss", args=[theirs.pk]), {"next": "https://evil.example/"})
 
     assert response.status_code == 404
-    theirs.refresh_from_db()
-    assert theirs.dismissed_at is None
+    assert not NoticeDismissal.objects.exists()
     with pytest.raises(NotAllowed):
         dismiss_notice(theirs, user=member)
 
@@ -157,7 +213,33 @@ def test_the_api_lists_only_the_users_teams_notices_and_dismisses_them(api_clien
     ]
     assert foreign.status_code == 404
     assert foreign.json()["error"]["code"] == "not_found"
-    theirs.refresh_from_db()
-    assert theirs.dismissed_at is None
+    assert not NoticeDismissal.objects.filter(notice=theirs).exists()
     assert dismissed.status_code == 200 and dismissed.json()["dismissed_at"] is not None
+    assert dismissed.json()["acknowledged_at"] is None
     assert unread == []
+
+
+def test_the_api_dismisses_per_user_and_acknowledges_for_team_admins_only(
+    api_client, member, team_admin, team, notices
+):
+    # given the team's notice, dismissed by its member through the API
+    ours, _ = notices
+    as_member, as_admin = api_client(member), api_client(team_admin)
+    as_member.post(f"/api/v1/notices/{ours.pk}/dismiss/")
+
+    # when the admin lists unread notices, the member tries to acknowledge, then the admin does
+    admin_unread = as_admin.get("/api/v1/notices/", {"unread": "1"}).json()["results"]
+    refused = as_member.post(f"/api/v1/notices/{ours.pk}/acknowledge/")
+    acknowledged = as_admin.post(f"/api/v1/notices/{ours.pk}/acknowledge/")
+
+    # then the member's dismissal did not hide it from the admin, and only the admin's acknowledgement
+    # hides it from the team
+    assert [(n["id"], n["dismissed_at"]) for n in admin_unread] == [(ours.pk, None)]
+    assert (refused.status_code, refused.json()["error"]["code"]) == (403, "permission_denied")
+    body = acknowledged.json()
+    assert (acknowledged.status_code, body["acknowledged_by"], body["acknowledged_at"] is not None) == (
+        200,
+        "alice",
+        True,
+    )
+    assert as_admin.get("/api/v1/notices/", {"unread": "1"}).json()["results"] == []

@@ -12,7 +12,7 @@ from scheduler_app.models import GpuRequest
 from scheduler_app.scheduling import run_scheduling_pass
 from scheduler_app.services.inventory import create_pool
 from scheduler_app.services.placement import Slice, allocate
-from scheduler_app.services.requests import submit_request
+from scheduler_app.services.requests import release_request, submit_request
 from scheduler_app.services.transitions import transition_request
 
 FORM = {
@@ -534,7 +534,7 @@ def test_cancelling_a_finished_request_shows_the_services_refusal(client, member
 
     response = client.post(reverse("request_cancel", args=[two_teams.pk]), follow=True)
 
-    assert "Not cancelled: A request cannot go from cancelled to cancelled" in response.text
+    assert f"Not cancelled: Request {two_teams.pk} is already cancelled." in response.text
 
 
 def test_operator_outside_the_team_is_refused_by_the_service(client, operator, two_teams):
@@ -547,7 +547,7 @@ def test_operator_outside_the_team_is_refused_by_the_service(client, operator, t
     assert two_teams.state == RequestState.PENDING
 
 
-def test_releasing_a_running_request_ends_it_succeeded(client, member, node, two_teams):
+def test_releasing_a_running_request_ends_it_released_not_succeeded(client, member, node, two_teams):
     request = scheduled(two_teams, node)
     transition_request(request, RequestState.RUNNING, actor_name="agent")
     client.force_login(member)
@@ -555,8 +555,25 @@ def test_releasing_a_running_request_ends_it_succeeded(client, member, node, two
     response = client.post(reverse("request_release", args=[request.pk]), follow=True)
 
     request.refresh_from_db()
-    assert request.state == RequestState.SUCCEEDED
+    assert request.state == RequestState.RELEASED
     assert "released; its GPUs are free again" in response.text
+    assert '<span class="badge state-released" id="state">Released</span>' in response.text
+    assert "state-succeeded" not in response.text
+
+
+def test_a_released_jobs_sigterm_exit_status_says_it_was_stopped_on_release(client, member, node, two_teams):
+    # given a running job its user released, whose agent then reported the SIGTERM exit status 143
+    request = scheduled(two_teams, node)
+    transition_request(request, RequestState.RUNNING, actor_name="agent")
+    release_request(request, user=member)
+    GpuRequest.objects.filter(pk=request.pk).update(exit_code=143)
+    client.force_login(member)
+
+    # when its page is read
+    page = client.get(reverse("request_detail", args=[request.pk])).text
+
+    # then the status names the signal and why it came, not a bare 143
+    assert "143 (SIGTERM): stopped because its GPUs were released, not a failure" in page
 
 
 def test_releasing_a_pending_request_is_refused_with_the_reason(client, member, two_teams):

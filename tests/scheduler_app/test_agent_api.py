@@ -181,9 +181,9 @@ def test_finished_after_the_user_released_it_keeps_the_users_decision(agent, pla
     response = agent.post(AGENT + f"requests/{placed.pk}/finished/", {"exit_code": -15}, format="json")
 
     assert response.status_code == 200
-    assert response.json()["state"] == "succeeded"
+    assert response.json()["state"] == "released"
     placed.refresh_from_db()
-    assert (placed.state, placed.exit_code) == ("succeeded", -15)
+    assert (placed.state, placed.exit_code) == ("released", -15)
 
 
 @pytest.mark.parametrize("bad", ["0", None, 1.5, True, 300, -300])

@@ -194,14 +194,35 @@ def test_member_cancels_and_releases(api_client, member, team, cluster):
     transition_request(running, "running")
 
     assert client.post(f"{URL}{pending.pk}/cancel/").json()["state"] == "cancelled"
-    assert client.post(f"{URL}{running.pk}/release/").json()["state"] == "succeeded"
+    assert client.post(f"{URL}{running.pk}/release/").json()["state"] == "released"
     again = client.post(f"{URL}{running.pk}/release/")
     assert again.status_code == 409
-    assert again.json()["error"]["code"] == "conflict"
-    assert "holds no GPU to release" in again.json()["error"]["message"]
-    illegal = client.post(f"{URL}{pending.pk}/cancel/")
-    assert illegal.status_code == 409
-    assert "cannot go from cancelled to cancelled" in illegal.json()["error"]["fields"]["state"][0]
+    assert again.json()["error"]["code"] == "already_ended"
+    assert again.json()["error"]["message"] == f"Request {running.pk} is already released."
+    ended = client.post(f"{URL}{pending.pk}/cancel/")
+    assert (ended.status_code, ended.json()["error"]["code"]) == (409, "already_ended")
+
+
+def test_cancelling_an_ended_request_again_says_it_is_already_cancelled_and_changes_nothing(
+    api_client, member, team, cluster
+):
+    # given a request its member cancelled
+    client = api_client(member)
+    request = submit_request(user=member, team=team, **GOOD)
+    client.post(f"{URL}{request.pk}/cancel/")
+    events = Event.objects.count()
+
+    # when it is cancelled again
+    again = client.post(f"{URL}{request.pk}/cancel/")
+
+    # then the answer says it has already ended, in its own words and code, and nothing is written
+    assert again.status_code == 409
+    assert again.json()["error"] == {
+        "code": "already_ended",
+        "message": f"Request {request.pk} is already cancelled.",
+        "fields": {"state": [f"Request {request.pk} is already cancelled."]},
+    }
+    assert Event.objects.count() == events
 
 
 def test_estimate_tells_where_and_writes_nothing(api_client, member, cluster):

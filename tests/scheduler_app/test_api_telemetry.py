@@ -5,6 +5,7 @@ import datetime as dt
 from types import SimpleNamespace
 
 import pytest
+import time_machine
 from django.contrib.auth.models import AnonymousUser
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -13,7 +14,8 @@ from portal.api.permissions import IsNodeAgent
 from scheduler_app.models import GpuSample, Node
 from scheduler_app.services.inventory import issue_agent_credential
 from scheduler_app.services.placement import Slice, allocate
-from scheduler_app.services.requests import submit_request
+from scheduler_app.services.requests import release_request, submit_request
+from scheduler_app.services.transitions import transition_request
 from scheduler_app.telemetry import record_gpu_samples
 
 INGEST = "/api/v1/agent/samples/"
@@ -162,12 +164,18 @@ def test_an_agent_cannot_read_samples_back(agent):
 # Utilization
 
 
+def placed_ago(request, node, cards, *, minutes):
+    """Place `request` on `cards` of `node` (1000 milli each) as a pass did `minutes` ago."""
+    with time_machine.travel(timezone.now() - dt.timedelta(minutes=minutes), tick=False):
+        allocate(request, [Slice(gpu.id, 1000, 8192) for gpu in node.gpus.order_by("index")[:cards]])
+    return request
+
+
 @pytest.fixture
 def running(member, team, node):
-    """A 2-card request of the member's team, placed on node-1 with 1000 milli on each card."""
+    """A 2-card request of the member's team, placed on node-1 half an hour ago, 1000 milli on each card."""
     request = submit_request(user=member, team=team, name="ddp", gpu_milli=1000, num_gpus=2)
-    allocate(request, [Slice(gpu.id, 1000, 8192) for gpu in node.gpus.order_by("index")])
-    return request
+    return placed_ago(request, node, 2, minutes=30)
 
 
 def post_samples(node, utils_per_card, *, seconds_apart=15, count=80):
@@ -258,6 +266,53 @@ def test_a_card_without_samples_has_no_latest_and_an_empty_series(api_client, me
     assert body["gpus"][0]["summary"]["mean_util_percent"] is None
 
 
+def test_a_requests_utilization_starts_when_its_slice_did_never_before(api_client, member, team, node):
+    # given a card read every 15 s for 20 minutes, and a request placed on it 45 s ago
+    post_samples(node, [lambda k: 90, lambda k: 90], count=80)
+    request = placed_ago(
+        submit_request(user=member, team=team, name="young", gpu_milli=1000), node, 1, minutes=0.75
+    )
+
+    # when its utilization is read
+    body = api_client(member).get(f"/api/v1/requests/{request.pk}/utilization/").json()
+
+    # then only the readings since its slice began count (3 or 4 of them, 15 s apart), over those 45 s
+    (card,) = body["gpus"]
+    allocation = request.allocations.get()
+    assert (
+        card["window_start"] == card["started_at"] == allocation.started_at.isoformat().replace("+00:00", "Z")
+    )
+    assert 44 <= card["window_s"] <= 47 and 44 <= body["window_s"] <= 47
+    assert card["summary"]["samples"] in {3, 4}
+    assert sum(p["samples"] for p in card["series"]) == card["summary"]["samples"]
+    assert all(p["at"] >= card["started_at"] for p in card["series"])
+
+
+def test_a_finished_requests_utilization_is_its_slices_own_time_range(api_client, member, team, node):
+    # given a request that ran for 10 minutes, ended 5 minutes ago, its card read throughout and since
+    request = placed_ago(
+        submit_request(user=member, team=team, name="done", gpu_milli=1000), node, 1, minutes=15
+    )
+    transition_request(request, "running", actor_name="agent")
+    with time_machine.travel(timezone.now() - dt.timedelta(minutes=5), tick=False):
+        release_request(request, user=member)
+    post_samples(node, [lambda k: 50 if k < 60 else 5, lambda k: 0], count=80)  # 20 minutes, 15 s apart
+
+    # when its utilization is read after it ended
+    body = api_client(member).get(f"/api/v1/requests/{request.pk}/utilization/").json()
+
+    # then its card is there with the readings of its own 10 minutes only
+    (card,) = body["gpus"]
+    segment = request.allocations.get()
+    assert (card["started_at"], card["ended_at"]) == tuple(
+        t.isoformat().replace("+00:00", "Z") for t in (segment.started_at, segment.ended_at)
+    )
+    assert card["window_s"] == 600 and card["summary"]["samples"] in {40, 41}
+    assert card["summary"]["mean_util_percent"] == 50.0  # the 5 % after it ended are not its
+    assert card["latest"]["sampled_at"] <= card["ended_at"]
+    assert body["current"]["cards_read"] == 0  # it holds no card now
+
+
 def test_a_pending_request_holds_no_card(api_client, member, team, node):
     request = submit_request(user=member, team=team, name="waiting", gpu_milli=250)
 
@@ -280,8 +335,9 @@ def test_utilization_takes_a_bounded_number_of_queries(
     api_client, member, team, make_node, django_assert_max_num_queries
 ):
     big = make_node("node-big", gpus=8)
-    request = submit_request(user=member, team=team, name="wide", gpu_milli=1000, num_gpus=8)
-    allocate(request, [Slice(gpu.id, 1000, 1024) for gpu in big.gpus.all()])
+    request = placed_ago(
+        submit_request(user=member, team=team, name="wide", gpu_milli=1000, num_gpus=8), big, 8, minutes=30
+    )
     post_samples(big, [lambda k: k % 100] * 8, seconds_apart=5, count=200)
     client = api_client(member)
 

@@ -163,9 +163,9 @@ def test_a_team_whose_policy_releases_idle_work_gets_it_released(run, node, team
 
     job.refresh_from_db()
     neighbour.refresh_from_db()
-    assert (job.state, neighbour.state) == (RequestState.SUCCEEDED, RequestState.SUCCEEDED)
+    assert (job.state, neighbour.state) == (RequestState.RELEASED, RequestState.RELEASED)
     assert not Allocation.objects.committed().filter(request=job).exists()
-    ended = findings(job, RequestState.SUCCEEDED).get()
+    ended = findings(job, RequestState.RELEASED).get()
     assert (ended.actor_label, ended.from_state) == ("idle policy", RequestState.RUNNING)
     assert "released under your team's policy" in ended.reason
     assert Notice.objects.filter(kind="idle").count() == 2  # both requests on the idle card

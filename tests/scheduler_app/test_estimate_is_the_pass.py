@@ -136,9 +136,11 @@ def test_one_stored_pass_serves_many_estimates_and_sees_the_changes_since(cluste
             assert what_the_estimate_said(estimate, candidate) == what_the_pass_did(candidate), fields
             transaction.set_rollback(True)
 
-    # And after one more submit, the next estimate counts it
+    # And after one more submit, the next estimate counts it (asked after that submit: a candidate asked
+    # before it would be older than it, so ahead of it in its team's line)
     submit_request(user=member, **random_fields(rng, cluster))
     fields = random_fields(rng, cluster)
+    now = timezone.now()
     estimate = estimate_request(user=member, now=now, **fields)
     candidate = submit_request(user=member, **fields)
     run_scheduling_pass(now=now)

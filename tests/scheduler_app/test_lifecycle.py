@@ -32,6 +32,7 @@ PATHS = {
     S.FAILED: [S.FAILED],
     S.CANCELLED: [S.CANCELLED],
     S.PREEMPTED: [S.SCHEDULED, S.PREEMPTED],
+    S.RELEASED: [S.SCHEDULED, S.RUNNING, S.RELEASED],
 }
 
 
@@ -40,7 +41,7 @@ def test_lifecycle_follows_design_order():
     assert TRANSITIONS[S.SCHEDULED] >= {S.RUNNING}
     assert TRANSITIONS[S.RUNNING] >= {S.MIGRATING, S.SUCCEEDED}
     assert TRANSITIONS[S.MIGRATING] >= {S.RUNNING}
-    for terminal in ("succeeded", "failed", "cancelled", "preempted"):
+    for terminal in ("succeeded", "failed", "cancelled", "preempted", "released"):
         assert TRANSITIONS[terminal] == frozenset()
 
 

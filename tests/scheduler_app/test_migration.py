@@ -524,7 +524,7 @@ def test_beat_schedules_the_migration_watchdog_and_the_task_requeues_expired_sto
     assert request.state == RequestState.PENDING
 
 
-def test_work_released_while_it_is_being_moved_ends_succeeded_and_is_not_requeued(spot_node, member, team):
+def test_work_released_while_it_is_being_moved_ends_released_and_is_not_requeued(spot_node, member, team):
     request = running_on(spot_node, user=member, team=team)
     stop_gracefully([request.pk], deadline=timezone.now() + dt.timedelta(minutes=2), reason="reclaimed")
 
@@ -532,5 +532,5 @@ def test_work_released_while_it_is_being_moved_ends_succeeded_and_is_not_requeue
     report_finished(spot_node, request.pk, -15)  # its agent stopped it meanwhile
 
     request.refresh_from_db()
-    assert (request.state, request.stop_by) == (RequestState.SUCCEEDED, None)
+    assert (request.state, request.stop_by) == (RequestState.RELEASED, None)
     assert request.allocations.get().ended_at is not None

@@ -28,10 +28,10 @@ def detail_page(client, user, request):
     return client.get(reverse("request_detail", args=[request.pk]))
 
 
-def test_member_sees_cancel_on_a_pending_request_and_not_on_a_succeeded_one(client, member, team, make_node):
+def test_member_sees_cancel_on_a_pending_request_and_not_on_a_released_one(client, member, team, make_node):
     pending = pending_request(member, team)
     done = release_request(running_request(member, team, make_node()), user=member)
-    assert done.state == RequestState.SUCCEEDED
+    assert done.state == RequestState.RELEASED
 
     assert CANCEL.format(pk=pending.pk) in detail_page(client, member, pending).text
     assert CANCEL.format(pk=done.pk) not in detail_page(client, member, done).text
@@ -58,7 +58,7 @@ def test_release_follows_the_lifecycle_work_being_moved_can_be_released_pending_
 
     migrating = transition_request(running, RequestState.MIGRATING)
 
-    assert can_release(member, migrating)  # migrating -> succeeded: the user is done with work being moved
+    assert can_release(member, migrating)  # migrating -> released: the user is done with work being moved
     assert f'action="/requests/{migrating.pk}/release/"' in detail_page(client, member, migrating).text
     assert can_cancel(member, migrating)
     pending = pending_request(member, team)

@@ -207,7 +207,7 @@ def test_agent_credential_is_stored_hashed_and_authenticates(pool):
     assert node_for_agent_token("") is None
 
 
-def test_release_ends_running_work_succeeded(submit, make_node, member):
+def test_release_ends_running_work_released_not_succeeded(submit, make_node, member):
     from scheduler_app.services.requests import release_request
     from scheduler_app.services.transitions import transition_request
 
@@ -218,8 +218,21 @@ def test_release_ends_running_work_succeeded(submit, make_node, member):
 
     release_request(request, user=member)
 
-    assert request.state == RequestState.SUCCEEDED
+    assert request.state == RequestState.RELEASED
+    assert request.is_terminal() and request.ended_at is not None
     assert gpu.committed() == (0, 0)
+
+
+def test_release_of_scheduled_work_that_never_started_ends_cancelled(submit, make_node, member):
+    from scheduler_app.services.requests import release_request
+
+    gpu = make_node(gpus=1).gpus.get()
+    request = submit()
+    allocate(request, [Slice(gpu.id, 250, 1)])
+
+    release_request(request, user=member)
+
+    assert request.state == RequestState.CANCELLED
 
 
 def test_release_of_pending_request_is_refused(submit, member):

@@ -4,12 +4,14 @@ a request's cards only while it held them, shares for teams and pools, and each 
 import datetime as dt
 
 import pytest
+import time_machine
 from django.utils import timezone
 
 from scheduler_app.models import Allocation
 from scheduler_app.rollups import HOUR_S, MINUTE_S, roll_up
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import submit_request
+from scheduler_app.services.transitions import transition_requests
 from scheduler_app.telemetry_series import RAW, pool_series, request_series, resolution_for, team_series
 from tests.scheduler_app.telemetry_helpers import plant
 
@@ -98,6 +100,24 @@ def test_a_team_counts_its_share_of_each_card(rolled, team, other_team):
     )
     _, theirs = team_series(other_team, NOW - dt.timedelta(hours=2), NOW, now=NOW)
     assert len(theirs) == 60  # held the card the whole hour it reported
+
+
+def test_a_requests_telemetry_covers_its_own_time_range_when_none_is_asked(api_client, member, rolled):
+    # given "ours" held card 0 from 11:30 to 11:45, the card read every minute from 11:00 to 12:00
+    ended = NOW - dt.timedelta(minutes=15, seconds=30)
+    transition_requests([rolled["ours"].pk], "cancelled", from_states=["scheduled"], now=ended)
+
+    # when its telemetry is asked for with no range, a quarter of an hour after it ended
+    client = api_client(member)
+    with time_machine.travel(NOW, tick=False):
+        body = client.get(f"/api/v1/requests/{rolled['ours'].pk}/telemetry/").json()
+
+    # then the range is its slice's, and so are the points: none from before it began or after it ended
+    assert (body["start"], body["end"]) == ("2025-03-01T11:30:00Z", "2025-03-01T11:45:00Z")
+    (card,) = body["cards"]
+    assert card["allocation"] == rolled["ours"].allocations.get().pk
+    minutes = [p["at"][11:16] for p in card["points"]]
+    assert (minutes[0], minutes[-1], len(minutes)) == ("11:30", "11:44", 15)
 
 
 def test_api_ranges_are_checked(api_client, member, shared):

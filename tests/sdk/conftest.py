@@ -57,6 +57,18 @@ def token():
 
 
 @pytest.fixture
+def as_user(live_server, transactional_db, token, monkeypatch):
+    """as_user(user): GPU_PORTAL_URL and GPU_PORTAL_TOKEN point at the live portal as that user (the CLI's
+    tests)."""
+
+    def login(user):
+        monkeypatch.setenv("GPU_PORTAL_URL", live_server.url)
+        monkeypatch.setenv("GPU_PORTAL_TOKEN", token(user))
+
+    return login
+
+
+@pytest.fixture
 def connect(live_server, transactional_db, token, fake_time):
     """connect(user, **options) -> a ResourceManager on the live portal acting as `user`.
     Backoff jitter is pinned at its top (random() == 1.0) so the waits are exact."""

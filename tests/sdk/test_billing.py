@@ -11,7 +11,6 @@ from gpu_portal_sdk.cli import main
 from billing_app.metering import meter_usage
 from scheduler_app.models import GpuRequest
 from tests.billing_app.conftest import T0, finish, price_history, start_running  # noqa: F401 (fixtures)
-from tests.sdk.test_cli import as_user  # noqa: F401 (a fixture)
 
 H = dt.timedelta(hours=1)
 

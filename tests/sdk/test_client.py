@@ -119,11 +119,22 @@ def test_estimate_tells_where_and_submits_nothing(connect, member, cluster):
 
 def test_bad_input_is_a_validation_error_naming_the_field(connect, member, cluster):
     with pytest.raises(ValidationError) as raised:
-        connect(member).request_allocation(min_gpu=-0.5)
+        connect(member).request_allocation(min_gpu=0.5, priority=500)
 
     assert raised.value.status == 400
     assert raised.value.code == "validation_error"
-    assert "greater than or equal to 1" in " ".join(raised.value.fields["gpu_milli"])
+    assert "less than or equal to 100" in " ".join(raised.value.fields["priority"])
+    assert not GpuRequest.objects.exists()
+
+
+def test_a_share_of_zero_or_less_is_refused_before_sending(connect, member, cluster):
+    with pytest.raises(ValidationError) as raised:
+        connect(member).request_allocation(min_gpu=-0.5)
+
+    assert (raised.value.status, raised.value.fields) == (
+        None,
+        {"min_gpu": ["must be more than 0 (a share of a card, at least 0.001)."]},
+    )
     assert not GpuRequest.objects.exists()
 
 

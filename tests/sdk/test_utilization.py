@@ -6,6 +6,7 @@ import json
 
 import pytest
 import requests
+import time_machine
 from django.utils import timezone
 from gpu_portal_sdk import GpuSample, NotFoundError, Utilization
 from gpu_portal_sdk.cli import NOT_FOUND, main
@@ -15,12 +16,17 @@ from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import submit_request
 
 
+def place_ago(request, cluster, seconds):
+    """Place `request` on node-1/gpu0 (half of it) as a pass did `seconds` ago."""
+    with time_machine.travel(timezone.now() - dt.timedelta(seconds=seconds), tick=False):
+        allocate(request, [Slice(cluster.gpus.get(index=0).id, 500, 8192)])
+    return request
+
+
 @pytest.fixture
 def placed(member, team, cluster):
-    """A half-card request of the member's team on node-1/gpu0."""
-    request = submit_request(user=member, team=team, name="train", gpu_milli=500)
-    allocate(request, [Slice(cluster.gpus.get(index=0).id, 500, 8192)])
-    return request
+    """A half-card request of the member's team on node-1/gpu0, placed five minutes ago."""
+    return place_ago(submit_request(user=member, team=team, name="train", gpu_milli=500), cluster, 300)
 
 
 @pytest.fixture
@@ -57,7 +63,8 @@ def test_get_utilization_returns_typed_readings(connect, member, placed, agent_p
     usage = connect(member).get_utilization(placed.id)
 
     assert isinstance(usage, Utilization)
-    assert (usage.request_id, usage.state, usage.window_s) == (placed.id, "scheduled", 900)
+    assert (usage.request_id, usage.state) == (placed.id, "scheduled")
+    assert 299 <= usage.window_s <= 302  # its slice's five minutes so far
     (card,) = usage.gpus
     assert (card.node, card.gpu_index, card.gpu_uuid, card.milli) == ("node-1", 0, "GPU-node-1-0", 500)
     assert isinstance(card.latest, GpuSample)
@@ -102,7 +109,7 @@ def test_cli_shows_a_table_and_json(as_member, placed, agent_posts, capsys):
 
     assert main(["utilization", str(placed.id)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith(f"Request {placed.id} scheduled: the last 15 minutes")
+    assert lines[0].startswith(f"Request {placed.id} scheduled: readings over 5 min from ")
     assert lines[1].split() == [
         "GPU",
         "MILLI",
@@ -114,10 +121,12 @@ def test_cli_shows_a_table_and_json(as_member, placed, agent_posts, capsys):
         "MEAN_%",
         "STDDEV_%",
         "SAMPLES",
+        "OVER",
+        "ENDED",
     ]
     row = lines[2].split()
     assert row[:6] == ["node-1/gpu0", "500", "90", "30001", "301.5", "66"]
-    assert row[-3:] == ["50.0", "40.0", "2"]
+    assert row[-6:] == ["50.0", "40.0", "2", "5", "min", "held"]
     assert lines[3] == "Now: util 50.0 %, memory 36.6 % (mean of 1 of 1 cards over the last 60 s)."
 
     assert main(["utilization", str(placed.id), "--json"]) == 0
@@ -130,8 +139,39 @@ def test_cli_without_samples_shows_dashes(as_member, placed, capsys):
     assert main(["utilization", str(placed.id)]) == 0
 
     lines = capsys.readouterr().out.splitlines()
-    assert lines[2].split() == ["node-1/gpu0", "500", "-", "-", "-", "-", "-", "-", "-", "0"]
+    assert lines[2].split() == [
+        "node-1/gpu0",
+        "500",
+        "-",
+        "-",
+        "-",
+        "-",
+        "-",
+        "-",
+        "-",
+        "0",
+        "5",
+        "min",
+        "held",
+    ]
     assert lines[3] == "Now: no card read in the last 60 s."
+
+
+def test_cli_counts_only_the_readings_since_a_young_requests_slice_began(
+    as_member, member, team, cluster, agent_posts, capsys
+):
+    # given a card read every 10 s for the last 90 s, and a request placed on it 35 s ago
+    agent_posts([40] * 10)
+    young = place_ago(submit_request(user=member, team=team, name="young", gpu_milli=500), cluster, 35)
+
+    # when its utilization is shown
+    assert main(["utilization", str(young.pk)]) == 0
+
+    # then it covers the slice's own 35 s and the 3 or 4 readings within them, not the card's 15 minutes
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"Request {young.pk} scheduled: readings over 3")
+    assert " s from " in lines[0]
+    assert lines[2].split()[-4] in {"3", "4"}  # SAMPLES, before OVER ("35 s") and ENDED
 
 
 def test_cli_exit_code_for_a_request_it_cannot_see(as_member, outsider, other_team, cluster, capsys):
