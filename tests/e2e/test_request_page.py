@@ -47,7 +47,8 @@ def test_switching_to_spot_asks_the_checkpoint_interval_in_minutes_and_costs_rea
     switch.get_by_role("button", name="Switch to spot billing").click()
 
     expect(page.locator(".msg-success")).to_contain_text("switch-me is billed spot from now.")
-    expect(page.locator("dl.facts")).to_contain_text("Spot · checkpoint every 15 min")
+    # Billed spot from now, still on the on-demand card it was placed on: the page says both.
+    expect(page.locator("dl.facts")).to_contain_text("spot (running on on-demand) · checkpoint every 15 min")
     screenshot(page, "request-billing-switched")
 
 
