@@ -1,5 +1,5 @@
 """What-if on the cluster's own history: the requests placed in a period, replayed through the
-benchmark's simulator (bench.queueing.simulate, the pure core's passes) under another policy, other
+pure core's simulator (core.simulator.simulate: the scheduler's own passes) under another policy, other
 quotas or more or fewer nodes, side by side with what really happened; and the cheapest addition of
 nodes that brings the p95 queueing delay under a target.
 
@@ -24,8 +24,6 @@ from django.db.models import Count
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from bench.queueing import Outcome, p95, simulate
-from bench.workload import Job
 from billing_app.prices import NoPriceInForce, price_in_force
 from scheduler_app.cluster_state import node_state, request_specs
 from scheduler_app.constants import MILLI_PER_GPU
@@ -33,6 +31,8 @@ from scheduler_app.core.cluster import NodeState
 from scheduler_app.core.placement import POLICIES, candidate_gpus, node_admits
 from scheduler_app.core.queue_ledger import TeamQuota as QuotaSpec
 from scheduler_app.core.queueing import DEFAULT_POLICY, EASY_BACKFILL, STRICT_FIFO, QueueMode
+from scheduler_app.core.simulator import Outcome, p95, simulate
+from scheduler_app.core.workload import Job
 from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, Pool, TeamQuota
 from teams.models import Team
 
