@@ -50,10 +50,30 @@ WEEKS_PER_MONTH = Decimal("365.25") / 12 / 7
 BUDGET_HEADROOM = Decimal("1.25")
 BUDGET_ROUNDING_USD = 100
 POOLS = [
-    # name, GPU model, capacity, GPU memory MiB, nodes, GPUs per node, CPU milli, host memory MiB
-    ("a100-80gb", "A100-80GB", CapacityType.ON_DEMAND, 80 * GIB, 3, 8, 128_000, 1024 * GIB),
-    ("a100-80gb-spot", "A100-80GB", CapacityType.SPOT, 80 * GIB, 2, 8, 128_000, 1024 * GIB),
-    ("rtx4090", "RTX-4090", CapacityType.ON_DEMAND, 24 * GIB, 2, 4, 32_000, 128 * GIB),
+    # name, GPU model, capacity, GPU memory MiB, nodes, GPUs per node, CPU milli, host memory MiB, description
+    ("a100-80gb", "A100-80GB", CapacityType.ON_DEMAND, 80 * GIB, 3, 8, 128_000, 1024 * GIB, "training"),
+    (
+        "a100-80gb-spot",
+        "A100-80GB",
+        CapacityType.SPOT,
+        80 * GIB,
+        2,
+        8,
+        128_000,
+        1024 * GIB,
+        "checkpoint often",
+    ),
+    (
+        "rtx4090",
+        "RTX-4090",
+        CapacityType.ON_DEMAND,
+        24 * GIB,
+        2,
+        4,
+        32_000,
+        128 * GIB,
+        "inference, small jobs",
+    ),
 ]
 
 USERS = [
@@ -81,9 +101,9 @@ def seed_demo(public_prices: Path | str | None = None) -> list[str]:
     start of the week of history when it is seeded now (so metering bills that week too).
     """
     now = timezone.now()
-    for name, model, capacity, gpu_mib, node_count, gpus_per_node, cpu, mem in POOLS:
+    for name, model, capacity, gpu_mib, node_count, gpus_per_node, cpu, mem, description in POOLS:
         pool = Pool.objects.filter(name=name).first() or create_pool(
-            name=name, gpu_model=model, capacity_type=capacity, description=f"{model} {capacity}"
+            name=name, gpu_model=model, capacity_type=capacity, description=description
         )
         for n in range(1, node_count + 1):
             node_name = f"{name}-node-{n:02d}"
