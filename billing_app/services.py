@@ -19,7 +19,7 @@ from billing_app.public_prices import PublicPrices
 from billing_app.selectors import price_in_force
 from portal.echo import echoed
 from scheduler_app.constants import MILLI_PER_GPU
-from scheduler_app.models import Pool
+from scheduler_app.models import Allocation, Pool
 from teams.permissions import require
 
 SYSTEM = "system"
@@ -33,11 +33,14 @@ def set_pool_price(
     effective_from: dt.datetime | None = None,
     source: str = "",
     actor_name: str = "",
+    backdated: bool = False,
 ) -> PoolPrice:
     """Price a pool in USD per whole GPU-hour from effective_from (default now; never in the past).
 
     `actor` is a staff user, or None for a system part named by actor_name (the demo seed,
     the import command). The older prices stay: each applies until the next one starts.
+    `backdated`: a system part pricing a recorded past (the demo's week of history) may start the price
+    in the past on a pool nothing has used yet, since no use then changes its price.
     """
     if actor is not None:
         require(can_set_prices(actor), "Only platform operators set prices.")
@@ -47,7 +50,7 @@ def set_pool_price(
         effective_from = now
     elif timezone.is_naive(effective_from):
         raise ValidationError({"effective_from": "Give the timezone, e.g. 2025-01-31T12:00:00Z."})
-    elif effective_from < now:
+    elif effective_from < now and not (backdated and actor is None and not _ever_used(pool)):
         raise ValidationError(
             {"effective_from": "A price cannot start in the past: it would change what was already billed."}
         )
@@ -110,12 +113,22 @@ class PoolPricing:
     note: str
 
 
+def _ever_used(pool: Pool) -> bool:
+    return Allocation.objects.filter(gpu__node__pool=pool).exists()
+
+
 def price_pools_from_public(
-    public: PublicPrices, *, actor=None, only_unpriced: bool = False, actor_name: str = "import_prices"
+    public: PublicPrices,
+    *,
+    actor=None,
+    only_unpriced: bool = False,
+    actor_name: str = "import_prices",
+    since: dt.datetime | None = None,
 ) -> list[PoolPricing]:
     """Price each pool at the public median for its GPU model and capacity type (on-demand pools from
     on-demand prices, spot pools from spot prices). A pool whose model or capacity type has no public
-    price stays as it is: no price is ever made up. `only_unpriced` leaves priced pools alone."""
+    price stays as it is: no price is ever made up. `only_unpriced` leaves priced pools alone. `since`:
+    from then rather than now, for a recorded past (see set_pool_price's `backdated`)."""
     results = []
     with transaction.atomic():
         for pool in Pool.objects.order_by("name"):
@@ -133,7 +146,13 @@ def price_pools_from_public(
                     f"{median.gpu_model} in {_shown(public.path)}"
                 )
                 row = set_pool_price(
-                    pool, median.usd_per_gpu_hour, actor=actor, source=source, actor_name=actor_name
+                    pool,
+                    median.usd_per_gpu_hour,
+                    actor=actor,
+                    source=source,
+                    actor_name=actor_name,
+                    effective_from=since,
+                    backdated=since is not None,
                 )
                 results.append(PoolPricing(pool, row, source))
                 continue

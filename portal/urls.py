@@ -39,6 +39,7 @@ urlpatterns = [
     path("teams/<slug:slug>/members/", teams.member_add, name="member_add"),
     path("teams/<slug:slug>/members/<int:membership_id>/role/", teams.member_role, name="member_role"),
     path("teams/<slug:slug>/members/<int:membership_id>/remove/", teams.member_remove, name="member_remove"),
+    path("budgets/", billing.budget_index, name="budgets"),
     path("teams/<slug:slug>/budget/", billing.team_budget, name="team_budget"),
     path("teams/<slug:slug>/budget/set/", billing.team_budget_set, name="team_budget_set"),
     path("teams/<slug:slug>/statement.csv", billing.team_statement_csv, name="team_statement_csv"),

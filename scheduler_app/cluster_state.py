@@ -250,6 +250,23 @@ def no_pool(spec: RequestSpec) -> str:
     return f"no {spec.billing_mode} pool exists{fallback}"
 
 
+def empty_cluster() -> list[NodeState]:
+    """Every node of today's cluster as the core sees it when nothing runs, by name (what-ifs and the
+    demo's history are placed on it)."""
+    cards = defaultdict(list)
+    for gpu in Gpu.objects.order_by("node_id", "index"):
+        cards[gpu.node_id].append(gpu)
+    return [node_state(node, cards[node.pk]) for node in Node.objects.select_related("pool").order_by("name")]
+
+
+def quota_specs() -> list[QuotaSpec]:
+    """Today's team quotas as the core reads them."""
+    return [
+        QuotaSpec(q.team.slug, q.pool.name, q.guaranteed_milli)
+        for q in TeamQuota.objects.select_related("team", "pool")
+    ]
+
+
 def node_state(node: Node, cards: list[Gpu]) -> NodeState:
     """The core's view of an empty node (`node.pool` loaded), its cards in index order."""
     # The core addresses cards by position on the node, whatever their NVML indices.

@@ -1,9 +1,12 @@
-"""The demo cluster of the embedded default: pools, nodes, teams, users and a few requests.
+"""The demo cluster of the embedded default: pools, nodes, teams, users, a week of finished requests
+(demo_history), a few live requests, prices and the budgets the teams would set.
 
 Idempotent: running it again keeps what is there and adds only what is missing.
 """
 
+import datetime as dt
 import logging
+import math
 import uuid
 from decimal import Decimal
 from pathlib import Path
@@ -11,13 +14,18 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
 
+from billing_app.budgets import set_budget
 from billing_app.feeds import set_spot_feed
+from billing_app.metering import segment_costs_usd
 from billing_app.models import Budget, FeedKind
 from billing_app.public_prices import PriceFileError, read_public_prices
 from billing_app.services import default_public_prices_path, price_pools_from_public
 from scheduler_app.choices import BillingMode, CapacityType, RequestState, TaskType
-from scheduler_app.models import GpuRequest, Node, Pool, TeamQuota
+from scheduler_app.demo_history import history_missing, plan_history
+from scheduler_app.models import Allocation, GpuRequest, Node, Pool, TeamQuota
+from scheduler_app.services.history import record_past_requests
 from scheduler_app.services.inventory import create_pool, register_node
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import submit_request
@@ -35,12 +43,37 @@ GIB = 1024
 # change only every few days, and the price should move within the demo's first minute.
 DEMO_REPLAY_SPEEDUP = 24 * 3600
 
-DEMO_VISION_BUDGET_USD = Decimal("0.25")
+# A team's budget: what its last week cost at today's prices, for a month of such weeks, with a quarter
+# more for growth, rounded up to a hundred dollars; so the week's spend is under a fifth of it, and the
+# thresholds (50, 80, 100 %) warn about a month that really runs over.
+WEEKS_PER_MONTH = Decimal("365.25") / 12 / 7
+BUDGET_HEADROOM = Decimal("1.25")
+BUDGET_ROUNDING_USD = 100
 POOLS = [
-    # name, GPU model, capacity, GPU memory MiB, nodes, GPUs per node, CPU milli, host memory MiB
-    ("a100-80gb", "A100-80GB", CapacityType.ON_DEMAND, 80 * GIB, 3, 8, 128_000, 1024 * GIB),
-    ("a100-80gb-spot", "A100-80GB", CapacityType.SPOT, 80 * GIB, 2, 8, 128_000, 1024 * GIB),
-    ("rtx4090", "RTX-4090", CapacityType.ON_DEMAND, 24 * GIB, 2, 4, 32_000, 128 * GIB),
+    # name, GPU model, capacity, GPU memory MiB, nodes, GPUs per node, CPU milli, host memory MiB, description
+    ("a100-80gb", "A100-80GB", CapacityType.ON_DEMAND, 80 * GIB, 3, 8, 128_000, 1024 * GIB, "training"),
+    (
+        "a100-80gb-spot",
+        "A100-80GB",
+        CapacityType.SPOT,
+        80 * GIB,
+        2,
+        8,
+        128_000,
+        1024 * GIB,
+        "checkpoint often",
+    ),
+    (
+        "rtx4090",
+        "RTX-4090",
+        CapacityType.ON_DEMAND,
+        24 * GIB,
+        2,
+        4,
+        32_000,
+        128 * GIB,
+        "inference, small jobs",
+    ),
 ]
 
 USERS = [
@@ -64,11 +97,13 @@ def seed_demo(public_prices: Path | str | None = None) -> list[str]:
     """Create what is missing; returns the usernames, all with DEMO_PASSWORD.
 
     Unpriced pools get the median public price of their GPU model and capacity type from
-    `public_prices` (default ../shared/prices/cloud_gpu_prices.csv) when that file is there.
+    `public_prices` (default ../shared/prices/cloud_gpu_prices.csv) when that file is there, from the
+    start of the week of history when it is seeded now (so metering bills that week too).
     """
-    for name, model, capacity, gpu_mib, node_count, gpus_per_node, cpu, mem in POOLS:
+    now = timezone.now()
+    for name, model, capacity, gpu_mib, node_count, gpus_per_node, cpu, mem, description in POOLS:
         pool = Pool.objects.filter(name=name).first() or create_pool(
-            name=name, gpu_model=model, capacity_type=capacity, description=f"{model} {capacity}"
+            name=name, gpu_model=model, capacity_type=capacity, description=description
         )
         for n in range(1, node_count + 1):
             node_name = f"{name}-node-{n:02d}"
@@ -103,22 +138,25 @@ def seed_demo(public_prices: Path | str | None = None) -> list[str]:
             pool=Pool.objects.get(name=pool_name),
             defaults={"guaranteed_milli": milli},
         )
-    # Small enough that the demo's own work crosses 50 % and 80 % within minutes (alerts on the team's page).
-    Budget.objects.get_or_create(
-        team=Team.objects.get(name="Vision"),
-        user=None,
-        defaults={"monthly_usd": DEMO_VISION_BUDGET_USD, "thresholds_percent": [50, 80, 100]},
-    )
+    history = []
+    if history_missing(now):
+        # Before any request already there, so that no recorded slice meets a live one.
+        first = GpuRequest.objects.order_by("created_at").values_list("created_at", flat=True).first()
+        history = plan_history(min(now, first or now), DEMO_JOB)
+    since = min((past.request.created_at for past in history), default=None)
+    _seed_prices(Path(public_prices) if public_prices else default_public_prices_path(), since)
     if not GpuRequest.objects.exists():
         _seed_requests(users)
-    _seed_prices(Path(public_prices) if public_prices else default_public_prices_path())
+    record_past_requests(history)
+    _seed_budgets(now)
     _seed_spot_feeds()
     return [username for username, _, _ in USERS]
 
 
-def _seed_prices(path: Path) -> None:
-    """Price the pools that have no price yet from the public prices; without the file (a fresh clone
-    has no ../shared) they stay unpriced: the demo never makes a price up."""
+def _seed_prices(path: Path, since: dt.datetime | None) -> None:
+    """Price the pools that have no price yet from the public prices, from `since` (the history's start)
+    or now; without the file (a fresh clone has no ../shared) they stay unpriced: the demo never makes a
+    price up."""
     if not path.exists():
         logger.info("No public price file at %s: the demo pools stay unpriced.", path)
         return
@@ -127,7 +165,29 @@ def _seed_prices(path: Path) -> None:
     except PriceFileError as error:
         logger.warning("%s The demo pools stay unpriced.", error)
         return
-    price_pools_from_public(public, only_unpriced=True, actor_name="seed_demo")
+    price_pools_from_public(public, only_unpriced=True, actor_name="seed_demo", since=since)
+
+
+def _seed_budgets(now: dt.datetime) -> None:
+    """Each demo team without a budget gets the one its admin would set (see WEEKS_PER_MONTH): from what
+    its requests of the last seven days cost at the prices in force. On unpriced pools nothing costs
+    anything, and no budget is set."""
+    for team in Team.objects.filter(name__in={team for _, team, _ in USERS if team}).order_by("name"):
+        if Budget.objects.filter(team=team, user__isnull=True).exists():
+            continue
+        week = list(
+            Allocation.objects.filter(request__team=team, started_at__gte=now - dt.timedelta(days=7))
+            .select_related("gpu__node__pool")
+            .order_by("pk")
+        )
+        week_usd = sum(segment_costs_usd(week, now), Decimal(0))
+        if not week_usd:
+            logger.info("%s used nothing priced last week: no budget.", team.name)
+            continue
+        monthly = week_usd * WEEKS_PER_MONTH * BUDGET_HEADROOM
+        rounded = math.ceil(monthly / BUDGET_ROUNDING_USD) * BUDGET_ROUNDING_USD
+        admin = Membership.objects.filter(team=team, role=Role.TEAM_ADMIN).order_by("pk").first()
+        set_budget(team, actor=admin.user, monthly_usd=Decimal(rounded))
 
 
 def _seed_spot_feeds() -> None:

@@ -1,11 +1,19 @@
-"""The filters of the request list and of the cluster's nodes, each one for the page and the API alike."""
+"""The filters of the request list, the cluster's nodes and the operators' audit log, each one for the
+page and the API alike."""
 
+from django.contrib.auth import get_user_model
+from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import ValidationError
-from django_filters import CharFilter, ChoiceFilter, FilterSet, ModelChoiceFilter
+from django.db.models import Q
+from django.forms import DateInput
+from django_filters import CharFilter, ChoiceFilter, DateFilter, FilterSet, ModelChoiceFilter
 from django_filters.fields import ChoiceField
 
+from audit.models import Event
 from scheduler_app.choices import NodeStatus, RequestState, TaskType
 from scheduler_app.models import GpuRequest, Node, Pool
+from scheduler_app.selectors import AUDITED
+from teams.models import Team
 from teams.selectors import teams_visible_to
 
 
@@ -90,3 +98,62 @@ class ClusterNodeFilter(FilterSet):
     class Meta:
         model = Node
         fields: list[str] = []
+
+
+def _subject_kinds() -> list[tuple[str, str]]:
+    """(content type model name, what people call it) for each kind the audit log shows."""
+    models = (*AUDITED, get_user_model())
+    return [(model._meta.model_name, model._meta.verbose_name_plural.capitalize()) for model in models]
+
+
+class AuditEventFilter(FilterSet):
+    """The audit log by who acted (part of the user's name, or the system part), what changed (the kind of
+    subject), the team concerned and the days (UTC, both included): one filter for the page and the API."""
+
+    who = CharFilter(
+        field_name="actor_label", lookup_expr="icontains", label="Who", help_text="Part of the name."
+    )
+    what = GivenChoiceFilter(
+        choices=_subject_kinds,
+        method="_of_kind",
+        empty_label="Anything",
+        label="What",
+        help_text="The kind of thing changed.",
+    )
+    team = ModelChoiceFilter(
+        queryset=Team.objects.all(),
+        to_field_name="slug",
+        method="_of_team",
+        empty_label="Any team",
+        help_text="Changes to this team, its members and quotas (slug).",
+        error_messages={"invalid_choice": "%(value)r is not a team."},
+    )
+    since = DateFilter(
+        field_name="created_at",
+        lookup_expr="date__gte",
+        label="From (UTC)",
+        help_text="YYYY-MM-DD, included.",
+        widget=DateInput(attrs={"type": "date"}),
+    )
+    until = DateFilter(
+        field_name="created_at",
+        lookup_expr="date__lte",
+        label="To (UTC)",
+        help_text="YYYY-MM-DD, included.",
+        widget=DateInput(attrs={"type": "date"}),
+    )
+
+    class Meta:
+        model = Event
+        fields: list[str] = []
+
+    def _of_kind(self, events, name, value: str):
+        return events.filter(content_type__model=value) if value else events
+
+    def _of_team(self, events, name, team: Team):
+        """The team's own events and those logged for it (its members, quotas)."""
+        if team is None:
+            return events
+        return events.filter(
+            Q(team=team) | Q(content_type=ContentType.objects.get_for_model(Team), object_id=team.pk)
+        )

@@ -28,6 +28,48 @@ def over_committed_gpus() -> list[str]:
     return [f"{gpu} holds {gpu.milli} milli-GPU and {gpu.mem} of {gpu.memory_mib} MiB" for gpu in held]
 
 
+def over_committed_at_some_moment(gpu_ids: Iterable[int] | None = None) -> list[str]:
+    """Cards whose slices, closed ones too, held more than 1000 milli-GPU or more than the card's memory
+    at some moment: rule 1 over the whole history (work recorded after the fact, such as the demo's
+    week, never went through the database's guard). Not in violations(): tests that plant ledgers write
+    slices by hand. `gpu_ids`: only those cards."""
+    slices = Allocation.objects.order_by()
+    if gpu_ids is not None:
+        slices = slices.filter(gpu_id__in=list(gpu_ids))
+    by_gpu: dict[int, list[tuple]] = {}
+    for gpu_id, milli, memory, started, ended in slices.values_list(
+        "gpu_id", "milli", "gpu_memory_mib", "started_at", "ended_at"
+    ):
+        by_gpu.setdefault(gpu_id, []).append((started, ended, milli, memory))
+    cards = Gpu.objects.select_related("node").in_bulk(list(by_gpu))
+    problems = []
+    for gpu_id, held in sorted(by_gpu.items()):
+        card = cards[gpu_id]
+        if peak := first_peak_over(held, MILLI_PER_GPU, card.memory_mib):
+            at, milli, memory = peak
+            problems.append(f"{card} held {milli} milli-GPU and {memory} of {card.memory_mib} MiB at {at}")
+    return problems
+
+
+def first_peak_over(
+    slices: Iterable[tuple[dt.datetime, dt.datetime | None, int, int]], milli_cap: int, memory_cap: int
+) -> tuple[dt.datetime, int, int] | None:
+    """The first moment at which (start, end or None: open, milli, MiB) slices of one card hold more
+    than the caps, as (moment, milli, MiB); None if never. A slice ending when another starts does not
+    overlap it."""
+    changes = []
+    for started, ended, milli, memory in slices:
+        changes.append((started, 1, milli, memory))
+        if ended is not None:
+            changes.append((ended, 0, -milli, -memory))  # 0 sorts ends before starts at the same moment
+    milli = memory = 0
+    for at, _, d_milli, d_memory in sorted(changes, key=lambda change: change[:2]):
+        milli, memory = milli + d_milli, memory + d_memory
+        if milli > milli_cap or memory > memory_cap:
+            return at, milli, memory
+    return None
+
+
 def slices_of_inactive_requests() -> list[str]:
     """Open slices whose request is not scheduled, running or migrating: capacity leaked."""
     leaked = Allocation.objects.committed().exclude(request__state__in=ACTIVE_STATES)

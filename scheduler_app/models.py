@@ -4,6 +4,7 @@ Units: GPU share in milli-GPU (1..1000 per card), memory in MiB, CPU in
 milli-cores, durations in seconds, times aware UTC.
 """
 
+import re
 import signal
 from datetime import datetime
 
@@ -74,6 +75,16 @@ class Pool(models.Model):
 
     def is_spot(self) -> bool:
         return self.capacity_type == CapacityType.SPOT
+
+    def extra_description(self) -> str:
+        """The description, unless it only repeats the GPU model and capacity type that pages show
+        beside it anyway ("A100-80GB on-demand"): then ""."""
+
+        def words(text: str) -> set[str]:
+            return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+        said = words(f"{self.gpu_model} {self.capacity_type} {self.get_capacity_type_display()}")
+        return "" if words(self.description) <= said else self.description
 
 
 class Node(models.Model):

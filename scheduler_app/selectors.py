@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 
 from django.contrib.auth import get_user_model
 from django.contrib.contenttypes.models import ContentType
-from django.db.models import Count, F, Max, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum, Value
+from django.db.models import Case, Count, F, Max, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum, Value, When
 from django.db.models.functions import Coalesce, Length
 from django.utils import timezone
 
 from audit.models import Event
-from scheduler_app.choices import NodeStatus, RequestState
+from scheduler_app.choices import IsolationMode, NodeStatus, RequestState
 from scheduler_app.constants import (
     CHECKPOINT_EVENT,
     HEARTBEAT_WATCHDOG,
@@ -66,9 +66,9 @@ def quota_usage(team: Team) -> list[dict]:
 
 
 def request_list(user) -> QuerySet[GpuRequest]:
-    """The user's visible requests with team, pool, open segments (GPU, node, pool) and the capacity type
-    that runs them (GpuRequestQuerySet.with_capacity) loaded; scheduler_app.filters.GpuRequestFilter
-    narrows them."""
+    """The user's visible requests with team, pool, open segments (GPU, node, pool), the capacity type
+    that runs them (GpuRequestQuerySet.with_capacity) and the times of all their segments (`segments`:
+    how long each ran) loaded; scheduler_app.filters.GpuRequestFilter narrows them."""
     requests = requests_visible_to(user).with_capacity()
     return requests.select_related("team", "pool").prefetch_related(
         Prefetch(
@@ -77,7 +77,12 @@ def request_list(user) -> QuerySet[GpuRequest]:
             .select_related("gpu__node__pool")
             .order_by("gpu__node__name", "gpu__index"),
             to_attr="open_allocations",
-        )
+        ),
+        Prefetch(
+            "allocations",
+            queryset=Allocation.objects.only("request_id", "started_at", "ended_at").order_by(),
+            to_attr="segments",
+        ),
     )
 
 
@@ -321,18 +326,67 @@ def cluster_heatmap(last_frame_gpus: dict[str, int | None]) -> Heatmap:
     return heatmap
 
 
-def recent_audit_events(limit: int = 50) -> list[Event]:
-    """The latest operator-side changes (nodes, pools, quotas, teams, memberships, users' Unix
-    accounts), newest first."""
-    kinds = ContentType.objects.get_for_models(
-        Node, Pool, TeamQuota, Team, Membership, get_user_model()
-    ).values()
-    return list(
-        Event.objects.filter(content_type__in=kinds)
-        .select_related("content_type")
-        .prefetch_related("subject")
-        .order_by("-created_at", "-id")[:limit]
+def nodes_needing_attention() -> QuerySet[Node]:
+    """Nodes out of service (lost, suspect, draining, reclaimed) and nodes whose agent runs jobs without
+    isolation, the most urgent first: the operator's home page."""
+    urgency = {NodeStatus.LOST: 0, NodeStatus.SUSPECT: 1, NodeStatus.RECLAIMED: 2, NodeStatus.DRAINING: 3}
+    order = Case(*(When(status=status, then=rank) for status, rank in urgency.items()), default=len(urgency))
+    return (
+        Node.objects.filter(~Q(status=NodeStatus.READY) | Q(isolation_mode=IsolationMode.UNISOLATED))
+        .select_related("pool")
+        .order_by(order, "name")
     )
+
+
+def pending_queue() -> QuerySet[GpuRequest]:
+    """Every team's waiting requests, the longest waiting first, with their team (operators only)."""
+    return (
+        GpuRequest.objects.filter(state=RequestState.PENDING)
+        .select_related("team")
+        .order_by("created_at", "id")
+    )
+
+
+# What the operators' audit log shows: changes to the platform's set-up, by the model of their subject.
+AUDITED = (Node, Pool, TeamQuota, Team, Membership)
+
+
+def audit_events() -> QuerySet[Event]:
+    """The operator-side changes (nodes, pools and their prices, quotas, teams, memberships, users' Unix
+    accounts), newest first, with their subjects; scheduler_app.filters.AuditEventFilter narrows them."""
+    kinds = ContentType.objects.get_for_models(*AUDITED, get_user_model()).values()
+    return (
+        Event.objects.filter(content_type__in=kinds)
+        .select_related("content_type", "team")
+        .prefetch_related("subject")
+        .order_by("-created_at", "-id")
+    )
+
+
+@dataclass
+class NodeCard:
+    """One card of a node and what its open slices hold (milli-GPU, MiB)."""
+
+    gpu: Gpu
+    milli: int = 0
+    memory_mib: int = 0
+
+
+def node_load(node: Node) -> tuple[list[NodeCard], list[Allocation]]:
+    """The node's cards with what each holds, and the open slices on them (each with its request and the
+    request's team), oldest first: the operator's node page."""
+    cards = {gpu.pk: NodeCard(gpu) for gpu in node.gpus.order_by("index")}
+    slices = list(
+        Allocation.objects.committed()
+        .filter(gpu__node=node)
+        .select_related("request__team", "gpu")
+        .order_by("started_at", "gpu__index")
+    )
+    for piece in slices:
+        card = cards[piece.gpu_id]
+        card.milli += piece.milli
+        card.memory_mib += piece.gpu_memory_mib
+    return list(cards.values()), slices
 
 
 def status_event(node: Node) -> Event | None:

@@ -1,13 +1,17 @@
 """What-if on the cluster's own history: the requests placed in a period, replayed through the
-benchmark's simulator (bench.queueing.simulate, the pure core's passes) under another policy, other
+pure core's simulator (core.simulator.simulate: the scheduler's own passes) under another policy, other
 quotas or more or fewer nodes, side by side with what really happened; and the cheapest addition of
 nodes that brings the p95 queueing delay under a target.
 
 Reads only. A recorded request becomes a simulated job: its submit time, shape and team, and as its
 duration the time its slices really ran (all segments; one still running: until now). Both sides count
 the same requests: delay is submit to first placement (s); utilization is their slices' milli-GPU-seconds
-inside the period over the cluster's; cost is what the cluster's cards cost over the period at each
-pool's price in force at its end (USD, Decimal; unpriced pools are named, not counted).
+over the cluster's in the time the history covers; cost is what the cluster's cards cost over that time
+at each pool's price in force at its end (USD, Decimal; unpriced pools are named, not counted).
+
+The history covers the period from the cluster's first trace (its first node registered or request
+submitted) if that came after the period's start: a cluster that has existed for 15 minutes is priced
+and measured over those 15 minutes, not over the week asked for.
 """
 
 from __future__ import annotations
@@ -20,21 +24,21 @@ from decimal import Decimal
 from statistics import fmean
 
 from django.core.exceptions import ValidationError
-from django.db.models import Count
+from django.db.models import Count, Min
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from bench.queueing import Outcome, p95, simulate
-from bench.workload import Job
 from billing_app.prices import NoPriceInForce, price_in_force
 from portal.echo import echoed
-from scheduler_app.cluster_state import node_state, request_specs
+from scheduler_app.cluster_state import empty_cluster, quota_specs, request_specs
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.core.cluster import NodeState
 from scheduler_app.core.placement import POLICIES, candidate_gpus, node_admits
 from scheduler_app.core.queue_ledger import TeamQuota as QuotaSpec
 from scheduler_app.core.queueing import DEFAULT_POLICY, EASY_BACKFILL, STRICT_FIFO, QueueMode
-from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, Pool, TeamQuota
+from scheduler_app.core.simulator import Outcome, p95, simulate
+from scheduler_app.core.workload import Job
+from scheduler_app.models import Allocation, GpuRequest, Node, Pool
 from teams.models import Team
 
 QUEUE_MODES = {
@@ -195,10 +199,22 @@ class History:
     nodes: list[NodeState]  # empty
     quotas: list[QuotaSpec]
     prices: dict[str, Decimal] = field(default_factory=dict)  # pool -> USD per GPU-hour, priced pools only
+    covered_from: dt.datetime | None = None  # where the history begins within the period (None: its start)
 
     @property
     def window(self) -> tuple[float, float]:
-        return self.scenario.start.timestamp(), self.scenario.end.timestamp()
+        """The time the history covers, [covered_from, end) as timestamps: what is measured and priced."""
+        start = max(self.scenario.start, self.covered_from or self.scenario.start)
+        return start.timestamp(), self.scenario.end.timestamp()
+
+
+def cluster_began() -> dt.datetime | None:
+    """The cluster's first trace: its first node registered or request submitted (None: neither yet)."""
+    firsts = [
+        Node.objects.aggregate(first=Min("created_at"))["first"],
+        GpuRequest.objects.aggregate(first=Min("created_at"))["first"],
+    ]
+    return min((first for first in firsts if first is not None), default=None)
 
 
 def load_history(scenario: Scenario, now: dt.datetime | None = None) -> History:
@@ -228,20 +244,11 @@ def load_history(scenario: Scenario, now: dt.datetime | None = None) -> History:
         team_of,
         actual_delay,
         allocated_milli_s,
-        _nodes(),
-        [
-            QuotaSpec(q.team.slug, q.pool.name, q.guaranteed_milli)
-            for q in TeamQuota.objects.select_related("team", "pool")
-        ],
+        empty_cluster(),
+        quota_specs(),
         _prices(pools, scenario.end),
+        cluster_began(),
     )
-
-
-def _nodes() -> list[NodeState]:
-    cards = defaultdict(list)
-    for gpu in Gpu.objects.order_by("node_id", "index"):
-        cards[gpu.node_id].append(gpu)
-    return [node_state(node, cards[node.pk]) for node in Node.objects.select_related("pool").order_by("name")]
 
 
 def _prices(pools: list[Pool], at: dt.datetime) -> dict[str, Decimal]:
@@ -295,8 +302,14 @@ def run(scenario: Scenario, progress: Progress = lambda fraction: None) -> dict:
         allocated = outcome.allocated_in_window
     else:
         allocated = 0.0
+    lo, hi = history.window
     result = {
         "period": {"start": scenario.start.isoformat(), "end": scenario.end.isoformat()},
+        "covered": {
+            "start": dt.datetime.fromtimestamp(lo, dt.UTC).isoformat(),
+            "end": scenario.end.isoformat(),
+            "seconds": round(hi - lo),
+        },
         "requests": len(history.jobs),
         "unplaceable": len(history.jobs) - len(jobs),
         "teams": sorted(set(history.team_of.values())),
@@ -344,7 +357,8 @@ def _measure(history: History, delays: dict, nodes: list[NodeState], allocated_m
 
 
 def _cost(history: History, nodes: Sequence[NodeState]) -> Decimal:
-    """What these cards cost over the period at their pools' prices (unpriced pools: nothing)."""
+    """What these cards cost over the time the history covers at their pools' prices (unpriced pools:
+    nothing)."""
     lo, hi = history.window
     hours = Decimal(round(hi - lo)) / 3600
     total = sum((history.prices[n.pool] * len(n.gpus) for n in nodes if n.pool in history.prices), Decimal(0))
@@ -390,7 +404,9 @@ def _recommend(
         if tail is not None and tail <= target:
             change = {"pool": pool, "nodes": count, "gpus": gpus}
             nodes_text = f"{count} node{'s' if count > 1 else ''}"
-            message = f"Add {nodes_text} to {pool} ({gpus} GPUs, {cost} USD over the period)."
+            message = (
+                f"Add {nodes_text} to {pool} ({gpus} GPUs, {cost} USD over the time the history covers)."
+            )
             return {
                 **answer,
                 "meets": True,

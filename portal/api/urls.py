@@ -39,6 +39,7 @@ from scheduler_app.api.telemetry_views import (
     TeamTelemetryView,
 )
 from scheduler_app.api.views import (
+    AuditEventViewSet,
     ClusterView,
     GpuRequestViewSet,
     GpuSampleIngestView,
@@ -52,6 +53,7 @@ router.register("requests", GpuRequestViewSet, basename="request")
 router.register("teams", TeamViewSet, basename="team")
 router.register("tokens", ApiTokenViewSet, basename="token")
 router.register("nodes", NodeViewSet, basename="node")
+router.register("audit", AuditEventViewSet, basename="audit-event")
 router.register("pools", PoolViewSet, basename="pool")
 router.register("notices", NoticeViewSet, basename="notice")
 router.register("resize-offers", ResizeOfferViewSet, basename="resize-offer")

@@ -11,7 +11,7 @@ from django.views.decorators.http import require_POST
 from audit.choices import NoticeKind
 from audit.notices import notices_for
 from billing_app.budgets import set_budget
-from billing_app.ledger import budget_view, parse_month, statement_csv
+from billing_app.ledger import budget_view, parse_month, statement_csv, team_spend_at_a_glance
 from billing_app.models import Budget
 from billing_app.switching import switch_billing_mode
 from portal.forms import BillingSwitchForm, BudgetForm
@@ -19,6 +19,7 @@ from portal.live_streams import stream_paths
 from portal.views.requests import REFUSALS, _say, _visible_request
 from portal.views.teams import _visible_team
 from teams.permissions import can_manage_team
+from teams.selectors import teams_visible_to
 
 
 def _render_budget(request, team, form=None, status=200):
@@ -45,6 +46,16 @@ def _render_budget(request, team, form=None, status=200):
         "streams": stream_paths(request.user, team),
     }
     return render(request, "portal/teams/budget.html", context, status=status)
+
+
+@login_required
+def budget_index(request):
+    """Each team's spend this month against its budget (operators: every team's); a member of one team
+    goes straight to its budget page."""
+    teams = list(teams_visible_to(request.user))
+    if len(teams) == 1 and not request.user.is_staff:
+        return redirect("team_budget", slug=teams[0].slug)
+    return render(request, "portal/teams/budgets.html", {"spend": team_spend_at_a_glance(teams)})
 
 
 @login_required

@@ -5,12 +5,23 @@ from django.shortcuts import render
 from audit.notices import notices_for
 from billing_app.ledger import team_spend_at_a_glance
 from portal.health import readiness
-from scheduler_app.selectors import requests_visible_to
+from scheduler_app.permissions import can_operate
+from scheduler_app.selectors import (
+    cluster_picture,
+    nodes_needing_attention,
+    pending_queue,
+    requests_visible_to,
+)
 from teams.models import Membership
+
+# The operator's home page lists at most this many nodes needing attention and waiting requests.
+OPERATOR_LIST_LIMIT = 10
 
 
 @login_required
 def home(request):
+    """A member's teams, spend, notices and recent requests; an operator's view of the cluster first (its
+    capacity, the nodes needing attention, the queue)."""
     memberships = Membership.objects.filter(user=request.user).select_related("team")
     recent = requests_visible_to(request.user).select_related("team", "pool")[:20]
     context = {
@@ -19,6 +30,15 @@ def home(request):
         "notices": notices_for(request.user),
         "spend": team_spend_at_a_glance([m.team for m in memberships]),
     }
+    if can_operate(request.user):
+        attention, queue = nodes_needing_attention(), pending_queue()
+        context["operator"] = {
+            "pools": cluster_picture(request.user).pools,
+            "attention": attention[:OPERATOR_LIST_LIMIT],
+            "attention_count": attention.count(),
+            "queue": queue[:OPERATOR_LIST_LIMIT],
+            "queue_count": queue.count(),
+        }
     return render(request, "portal/home.html", context)
 
 

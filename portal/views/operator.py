@@ -27,9 +27,16 @@ from portal.forms import (
     UserUnixAccountForm,
     WhatIfForm,
 )
+from scheduler_app.filters import AuditEventFilter
 from scheduler_app.models import Node, Pool, TeamQuota, WhatIfRun
 from scheduler_app.permissions import can_operate
-from scheduler_app.selectors import lost_for_silence, nodes_for_operators, recent_audit_events, status_event
+from scheduler_app.selectors import (
+    audit_events,
+    lost_for_silence,
+    node_load,
+    nodes_for_operators,
+    status_event,
+)
 from scheduler_app.services.inventory import (
     reissue_agent_credential,
     set_mig_layout,
@@ -57,9 +64,18 @@ def staff_required(view):
     return guarded
 
 
+AUDIT_EVENTS_PER_PAGE = 50
+
+
 @staff_required
 def overview(request):
-    return render(request, "portal/operator/overview.html", {"events": recent_audit_events()})
+    """The audit log, filtered (AuditEventFilter, as the API's) and paged, newest first."""
+    # The form sends every field, an empty one meaning any: the filter refuses empty values (API).
+    given = {name: value for name, value in request.GET.items() if value and name != "page"}
+    filters = AuditEventFilter(given, audit_events())
+    events = filters.qs if filters.is_valid() else filters.queryset.none()
+    page = Paginator(events, AUDIT_EVENTS_PER_PAGE).get_page(request.GET.get("page"))
+    return render(request, "portal/operator/overview.html", {"filters": filters.form, "page": page})
 
 
 NODES_PER_PAGE = 50
@@ -68,7 +84,8 @@ NODES_PER_PAGE = 50
 @staff_required
 def node_index(request):
     page = Paginator(nodes_for_operators().order_by("name"), NODES_PER_PAGE).get_page(request.GET.get("page"))
-    return render(request, "portal/operator/nodes.html", {"nodes": page, "page": page})
+    context = {"nodes": page, "page": page, "reclaim_grace_s": settings.RECLAIM_DEFAULT_GRACE_S}
+    return render(request, "portal/operator/nodes.html", context)
 
 
 @staff_required
@@ -133,10 +150,13 @@ def node_mig_layout(request, pk):
 
 
 def _node_page(request, node, form, *, reclaim=None, mig=None, status=200):
-    """The node's page: why it has its status, its status form, the reclaim form on spot pools, the MIG
-    form on MIG pools."""
+    """The node's page: why it has its status, its cards and the work on them, its status form, the reclaim
+    form on spot pools, the MIG form on MIG pools."""
+    cards, slices = node_load(node)
     context = {
         "node": node,
+        "cards": cards,
+        "slices": slices,
         "status_event": status_event(node),
         "returns_by_itself": settings.NODE_RETURN_TO_SERVICE and lost_for_silence(node) is not None,
         "form": form,

@@ -106,6 +106,38 @@ class EventSerializer(serializers.ModelSerializer):
         fields = ["created_at", "actor_label", "from_state", "to_state", "reason"]
 
 
+class AuditEventSerializer(serializers.ModelSerializer):
+    """One change in the operators' audit log: who, when, what (the kind of subject, its id and name),
+    the team concerned, the change in words and its structured details."""
+
+    what = serializers.CharField(source="content_type.model", help_text="The kind of subject: node, pool...")
+    subject = serializers.SerializerMethodField(help_text="The subject as people name it (empty: deleted).")
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    change = serializers.CharField(
+        help_text='E.g. "ready → draining" or "guaranteed_milli: 0 → 500 milli-GPU".'
+    )
+
+    class Meta:
+        model = Event
+        fields = [
+            "id",
+            "created_at",
+            "actor_label",
+            "what",
+            "object_id",
+            "subject",
+            "team",
+            "from_state",
+            "to_state",
+            "change",
+            "reason",
+            "data",
+        ]
+
+    def get_subject(self, event: Event) -> str:
+        return str(event.subject) if event.subject is not None else ""
+
+
 @extend_schema_field(
     {
         "type": "object",

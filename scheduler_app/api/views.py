@@ -19,6 +19,7 @@ from portal.api.permissions import IsNodeAgent, IsOperator
 from portal.api.throttling import PerNodeRateThrottle
 from scheduler_app.api.agent_serializers import LogQuerySerializer, LogTailSerializer
 from scheduler_app.api.serializers import (
+    AuditEventSerializer,
     ClusterSerializer,
     EstimateRequestSerializer,
     EstimateSerializer,
@@ -38,9 +39,10 @@ from scheduler_app.api.serializers import (
 )
 from scheduler_app.choices import NodeStatus
 from scheduler_app.estimates import estimate_request
-from scheduler_app.filters import ClusterNodeFilter, GpuRequestFilter
+from scheduler_app.filters import AuditEventFilter, ClusterNodeFilter, GpuRequestFilter
 from scheduler_app.models import Allocation, GpuRequest, Node, Pool
 from scheduler_app.selectors import (
+    audit_events,
     cluster_picture,
     nodes_for_operators,
     request_log,
@@ -291,6 +293,20 @@ class NodeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         form.is_valid(raise_exception=True)
         set_node_status(self.get_object(), status, actor=request.user, reason=form.validated_data["reason"])
         return Response(self.get_serializer(self.get_queryset().get(pk=pk)).data)
+
+
+class AuditEventViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """Operators: the audit log, newest first, filtered as the operator page filters it (?who=, ?what=,
+    ?team=, ?since=, ?until=) and paged."""
+
+    serializer_class = AuditEventSerializer
+    permission_classes = [IsOperator]
+    queryset = Event.objects.none()  # names the model for the schema; get_queryset reads the log
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = AuditEventFilter
+
+    def get_queryset(self):
+        return audit_events()
 
 
 class PoolViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):

@@ -10,4 +10,6 @@ writes in one transaction, logs an Event and publishes the live update. Who owns
 - inventory.py: pools, nodes and agent credentials: create_pool, update_pool, register_node,
   issue_agent_credential, node_for_agent_token, set_node_status.
 - quotas.py: team quotas: set_team_quota.
+- history.py: recording work that already ran (the demo's week): record_past_requests, terminal
+  requests with closed slices only, checked against every card's capacity at every moment.
 """

@@ -1,5 +1,7 @@
 // The budget page: the burn-down chart (cumulative spend per day against the budget and the month's
-// forecast), kept current by the team's live stream: each metering run sends the team's new spend
+// forecast, on a y-axis from 0 to above the larger of the two, so that the budget line always shows: a
+// budget far under the forecast is labelled where it lies, one far above it is not drawn on the chart's
+// edge), kept current by the team's live stream: each metering run sends the team's new spend
 // (`spend`), drawn in place, and a threshold crossed sends a budget `notice`; either refreshes the
 // breakdowns and the alerts. On each (re)connect the figures are fetched once from the budget API.
 (function () {
@@ -10,20 +12,30 @@
   var streamsNode = document.getElementById("live-streams");
   if (!box || !chart || !dataNode || !window.Plotly) return;
 
+  var HEADROOM = 1.1;  // the y-axis reaches this far above the larger of budget, forecast and spend
+
   function draw(data) {
     var traces = [{ x: data.days, y: data.spend.map(Number), name: "Spent", mode: "lines+markers" }];
+    var annotations = [];
+    var top = Math.max.apply(null, data.spend.map(Number).concat([Number(data.forecast), 0]));
     if (data.days.length) {
       var last = data.days[data.days.length - 1];
       var end = data.month_end_day || last;
       traces.push({ x: [last, end], y: [Number(data.spend[data.spend.length - 1]), Number(data.forecast)],
         name: "Forecast", mode: "lines", line: { dash: "dot" } });
       if (data.budget !== null) {
-        traces.push({ x: [data.days[0], end], y: [Number(data.budget), Number(data.budget)], name: "Budget",
-          mode: "lines", line: { dash: "dash" } });
+        var budget = Number(data.budget);
+        top = Math.max(top, budget);
+        traces.push({ x: [data.days[0], end], y: [budget, budget], name: "Budget", mode: "lines",
+          line: { dash: "dash", width: 3, color: "#c0392b" } });
+        annotations.push({ x: end, y: budget, xanchor: "right", yanchor: "bottom", showarrow: false,
+          text: "Budget " + data.budget + " USD", font: { color: "#c0392b" } });
       }
     }
-    window.Plotly.react(chart, traces, { margin: { t: 10, r: 10, b: 40, l: 60 }, yaxis: { title: "USD" } },
-      { displayModeBar: false, responsive: true });
+    window.Plotly.react(chart, traces, {
+      margin: { t: 10, r: 10, b: 40, l: 60 }, annotations: annotations,
+      yaxis: { title: { text: "USD" }, range: [0, (top || 1) * HEADROOM] },
+    }, { displayModeBar: false, responsive: true });
     chart.dataset.updates = String(Number(chart.dataset.updates || 0) + 1);
   }
 

@@ -52,6 +52,16 @@
     yaxis: { autorange: "reversed", automargin: true, showticklabels: heatmap.nodes.length <= 64 },
   }, clear), noChrome);
 
+  // Plotly's `responsive` follows the window only: a card that changes width without a window resize
+  // (the scrollbar that appears as the pools' nodes load, a narrower layout) would leave the plot at its
+  // first width, past the card's edge. Each chart follows its own box instead.
+  if (window.ResizeObserver) {
+    const follow = new ResizeObserver(function (entries) {
+      entries.forEach(function (entry) { Plotly.Plots.resize(entry.target); });
+    });
+    follow.observe(heatmapTarget);
+  }
+
   function applyUtil(gpus) {
     let changed = false;
     Object.keys(gpus).forEach(function (id) {

@@ -39,7 +39,22 @@
     return traces;
   }
 
+  // The time the history covers, as people say it, to the hour beyond a day: "15 minutes", "7 days 4 hours".
+  function spoken(seconds) {
+    const units = [["day", 86400], ["hour", 3600], ["minute", 60]];
+    const step = seconds >= 86400 ? 3600 : 60;
+    const parts = [];
+    let left = Math.max(60, Math.round(seconds / step) * step);
+    units.forEach(function ([name, size]) {
+      const n = Math.floor(left / size);
+      if (n && parts.length < 2) parts.push(n + " " + name + (n === 1 ? "" : "s"));
+      if (n) left -= n * size;
+    });
+    return parts.join(" ");
+  }
+
   function clusterTraces(result) {
+    // Utilization comes as a fraction and is drawn in percent, on its own 0-100 % axis (layout below).
     const panels = [["utilization", "Utilization %", 100], ["unallocated_gpus", "Unallocated GPUs", 1],
       ["cost_usd", "Cost USD", 1]];
     return SIDES.map(function ([side, label, color]) {
@@ -60,7 +75,9 @@
       result.requests + " requests replayed" + (result.unplaceable ? " (" + result.unplaceable +
       " fit no node of the what-if cluster)" : "") + ". GPUs " + a.gpus + " → " + s.gpus +
       "; p95 delay " + a.p95_delay_s + " s → " + s.p95_delay_s + " s; cost " + a.cost_usd + " → " +
-      s.cost_usd + " USD" + (result.unpriced_pools.length ? " (unpriced: " + result.unpriced_pools.join(", ") + ")" : "") + ".";
+      s.cost_usd + " USD" + (result.covered ? " over the " + spoken(result.covered.seconds) +
+      " the history covers (from " + result.covered.start.slice(0, 16).replace("T", " ") + " UTC)" : "") +
+      (result.unpriced_pools.length ? "; unpriced: " + result.unpriced_pools.join(", ") : "") + ".";
     document.getElementById("what-if-recommendation").textContent =
       result.recommendation ? result.recommendation.message : "";
     if (!window.Plotly) return;
@@ -70,7 +87,8 @@
     }), { displayModeBar: false, responsive: true });
     Plotly.react(document.getElementById("what-if-cluster"), clusterTraces(result), Object.assign({}, LAYOUT, {
       height: 300, grid: { rows: 1, columns: 3, pattern: "independent" },
-      yaxis: { rangemode: "tozero" }, yaxis2: { rangemode: "tozero" }, yaxis3: { rangemode: "tozero" },
+      yaxis: { range: [0, 100], ticksuffix: " %" }, yaxis2: { rangemode: "tozero" },
+      yaxis3: { rangemode: "tozero" },
     }), { displayModeBar: false, responsive: true });
     chart.dataset.drawn = "1";
   }

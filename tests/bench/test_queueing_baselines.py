@@ -1,9 +1,10 @@
-"""bench.queueing's simulator under the baselines, on hand-made job lists checked by hand."""
+"""The core simulator under the benchmark's baselines, on hand-made job lists checked by hand."""
 
-from bench.queueing import POOL, SCHEDULERS, simulate
-from bench.workload import Job
+from bench.queueing import POOL, SCHEDULERS, make_nodes
 from scheduler_app.core.cluster import RequestSpec
 from scheduler_app.core.queueing import EASY_BACKFILL, STRICT_FIFO, QueueMode, TeamQuota
+from scheduler_app.core.simulator import simulate
+from scheduler_app.core.workload import Job
 
 
 def job(rid, cards, at, runs, declared, team="ml"):
@@ -22,7 +23,7 @@ JOBS = [
 
 def test_easy_backfill_starts_what_ends_before_the_heads_reservation_and_holds_the_rest():
     # when the node runs the jobs under EASY backfill
-    outcome = simulate(JOBS, 1, EASY_BACKFILL, "first-fit", [], whole=True)
+    outcome = simulate(JOBS, make_nodes(1), EASY_BACKFILL, "first-fit", [], whole=True)
     # then S starts at once; H starts at 100 when A ends (L did not delay it), L after H at 200
     assert outcome.delays == [0, 99, 0, 197]
     assert outcome.makespan_s == 250
@@ -31,7 +32,7 @@ def test_easy_backfill_starts_what_ends_before_the_heads_reservation_and_holds_t
 
 def test_strict_fifo_holds_the_backfill_candidate_behind_the_head():
     # when the same jobs run in strict FIFO
-    outcome = simulate(JOBS, 1, STRICT_FIFO, "first-fit", [], whole=True)
+    outcome = simulate(JOBS, make_nodes(1), STRICT_FIFO, "first-fit", [], whole=True)
     # then S waits for H to finish too
     assert outcome.delays == [0, 99, 198, 197]
 
@@ -57,7 +58,7 @@ def test_a_reclaimed_job_loses_the_work_since_its_checkpoint_and_runs_the_rest_l
     quotas = [TeamQuota("ml", POOL, 8000)]
     jobs = [job("B", 8, 0, runs=2000, declared=3000, team="data"), job("O", 8, 700, runs=100, declared=100)]
     # when
-    outcome = simulate(jobs, 1, QueueMode(), "first-fit", quotas, whole=False)
+    outcome = simulate(jobs, make_nodes(1), QueueMode(), "first-fit", quotas, whole=False)
     # then B is preempted at 700 (the card would free only at 3,000, past the owner's grace), loses the 100 s
     # since its checkpoint at 600 on 8 cards, and restarts at 800 when O ends, for its last 1,400 s
     assert outcome.preemptions == 1
@@ -71,7 +72,7 @@ def test_the_owner_waits_in_the_simulator_when_the_borrower_is_declared_to_end_w
     quotas = [TeamQuota("ml", POOL, 8000)]
     jobs = [job("B", 8, 0, runs=1000, declared=1200, team="data"), job("O", 8, 700, runs=100, declared=100)]
     # when
-    outcome = simulate(jobs, 1, QueueMode(), "first-fit", quotas, whole=False)
+    outcome = simulate(jobs, make_nodes(1), QueueMode(), "first-fit", quotas, whole=False)
     # then nobody is preempted: O starts when B really ends
     assert outcome.preemptions == 0
     assert outcome.delays == [0, 300]

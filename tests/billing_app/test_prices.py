@@ -8,6 +8,7 @@ import pytest
 import time_machine
 from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
+from django.utils import timezone
 
 from audit.models import Event
 from billing_app.models import PoolPrice
@@ -15,7 +16,9 @@ from billing_app.public_prices import read_public_prices
 from billing_app.selectors import price_in_force, price_per_hour, prices_in_force
 from billing_app.services import set_pool_price
 from scheduler_app.choices import CapacityType
+from scheduler_app.models import GpuRequest
 from scheduler_app.services.inventory import create_pool
+from scheduler_app.services.placement import Slice, allocate
 from teams.permissions import NotAllowed
 
 T0 = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
@@ -213,6 +216,32 @@ def test_a_price_cannot_start_in_the_past_or_without_a_timezone(pool, operator):
             with pytest.raises(ValidationError) as refused:
                 set_pool_price(pool, "2.50", actor=operator, effective_from=when)
             assert list(refused.value.message_dict) == ["effective_from"]
+
+    assert not PoolPrice.objects.exists()
+
+
+def test_a_system_part_recording_a_past_may_backdate_a_price_only_on_a_pool_nothing_used(
+    pool, make_node, team, member
+):
+    # given an unused pool: the demo seed prices the week of history it records
+    week_ago = timezone.now() - dt.timedelta(days=7)
+    price = set_pool_price(pool, "2.50", actor=None, effective_from=week_ago, backdated=True)
+    assert price_in_force(pool, at=week_ago + dt.timedelta(seconds=1)) == price
+
+    # once something ran there, a backdated price would change what it cost
+    node = make_node(gpus=1)
+    request = GpuRequest.objects.create(team=team, user=member, name="job", gpu_milli=500)
+    allocate(request, [Slice(node.gpus.get().pk, 500, 40960)])
+    with pytest.raises(ValidationError) as refused:
+        set_pool_price(pool, "3.00", actor=None, effective_from=week_ago, backdated=True)
+    assert list(refused.value.message_dict) == ["effective_from"]
+
+
+def test_an_operator_never_backdates_a_price(pool, operator):
+    with pytest.raises(ValidationError):
+        set_pool_price(
+            pool, "2.50", actor=operator, effective_from=timezone.now() - dt.timedelta(days=1), backdated=True
+        )
 
     assert not PoolPrice.objects.exists()
 

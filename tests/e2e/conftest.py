@@ -57,9 +57,10 @@ def screenshot():
     return save
 
 
-def log_in_at(base_url, browser, username, password):
-    """A page of a fresh browser context, logged in through the form at base_url."""
-    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+def log_in_at(base_url, browser, username, password, **context):
+    """A page of a fresh browser context (1280 x 900 unless `context` says otherwise: a viewport,
+    permissions), logged in through the form at base_url."""
+    page = browser.new_context(**{"viewport": {"width": 1280, "height": 900}, **context}).new_page()
     page.goto(f"{base_url}/accounts/login/")
     page.fill("input[name=username]", username)
     page.fill("input[name=password]", password)

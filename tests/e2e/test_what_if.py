@@ -1,6 +1,7 @@
 """Issue 11's what-if acceptance in a browser: the embedded default as `bin/run-portal` starts it; `ops`
-replays the demo's own history with another node added and a p95 target, follows the run's progress,
-and sees the actual and what-if charts and the recommendation."""
+replays the demo's own history (its seeded week) with another node added and a p95 target, follows the
+run's progress, and sees the actual and what-if charts and the recommendation; utilization is drawn in
+percent on a 0-100 % axis, and the cost says which time it covers."""
 
 import pytest
 from playwright.sync_api import expect
@@ -12,6 +13,7 @@ from tests.embedded_portal import embedded_portal
 pytestmark = pytest.mark.e2e
 
 DELAY_BARS = "document.getElementById('what-if-delays').data"
+CLUSTER = "document.getElementById('what-if-cluster')"
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +37,13 @@ def test_ops_replays_the_demo_history_and_sees_the_result_charts(demo, browser, 
     assert traces == ["Actual mean", "Actual p95", "What-if mean", "What-if p95"]
     teams = page.evaluate(f"{DELAY_BARS}[0].x")
     assert set(teams) <= {"vision", "language"} and teams
-    assert page.evaluate("document.getElementById('what-if-cluster').data.length") == 6
+    assert page.evaluate(f"{CLUSTER}.data.length") == 6
+    # utilization in percent, on a 0-100 % axis: the demo's busy week shows as a bar of tens of percent
+    assert page.evaluate(f"{CLUSTER}._fullLayout.yaxis.range") == [0, 100]
+    actual_utilization = page.evaluate(f"{CLUSTER}.data[0].y[0]")
+    assert page.evaluate(f"{CLUSTER}.data[0].x[0]") == "Utilization %" and 20 < actual_utilization < 90
     expect(page.locator("#what-if-summary")).to_contain_text("requests replayed")
+    expect(page.locator("#what-if-summary")).to_contain_text("USD over the 7 days the history covers")
     expect(page.locator("#what-if-summary")).to_contain_text(
         "GPUs 48 → 52"
     )  # 3x8 + 2x8 + 2x4, one 4-card node more

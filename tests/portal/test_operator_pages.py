@@ -278,7 +278,7 @@ def test_nodes_page_counts_only_open_allocations(client, operator, member, team,
 
     response = client.get(reverse("operator_nodes"))
 
-    row = response.text.split("<td>node-1</td>")[1].split("</tr>")[0]
+    row = response.text.split(">node-1</a></td>")[1].split("</tr>")[0]
     assert '<td class="num">2</td><td class="num">250</td>' in row
 
 

@@ -1,9 +1,18 @@
+import datetime as dt
+import time
+
 from django.contrib.auth import get_user_model
+from django.contrib.contenttypes.models import ContentType
+from django.db.models import Count
+from django.utils import timezone
 
 from audit.models import Event
-from billing_app.models import Budget
+from billing_app.metering import meter_usage
+from scheduler_app import demo_history
+from scheduler_app.choices import RequestState
 from scheduler_app.demo import seed_demo
-from scheduler_app.models import Gpu, GpuRequest, Node, Pool
+from scheduler_app.invariants import billing_errors, over_committed_at_some_moment, violations
+from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, Pool
 from teams.models import Team
 
 
@@ -42,10 +51,25 @@ def test_demo_passwords_log_in(db, client):
     assert client.login(username="alice", password=DEMO_PASSWORD)
 
 
-def test_seed_demo_gives_vision_a_small_budget_so_alerts_fire_within_minutes(db):
+def test_seed_demo_records_a_week_of_finished_requests_that_keep_every_rule(db, monkeypatch):
+    monkeypatch.setattr(demo_history, "_WEEKS", {})  # simulate the week again, as a new process does
+    started = time.perf_counter()
     seed_demo()
-    seed_demo()
+    seconds = time.perf_counter() - started
+    now = timezone.now()
 
-    budget = Budget.objects.get()
-    assert (budget.team.name, budget.user, budget.thresholds_percent) == ("Vision", None, [50, 80, 100])
-    assert budget.monthly_usd < 1
+    history = GpuRequest.objects.filter(created_at__lt=now - dt.timedelta(hours=1))
+    assert history.count() > 300
+    assert now - history.order_by("created_at").first().created_at > dt.timedelta(days=7)
+    assert set(history.values_list("state", flat=True)) == {RequestState.SUCCEEDED, RequestState.FAILED}
+    assert not history.filter(ended_at__gt=now).exists()
+    assert not Allocation.objects.filter(request__in=history, ended_at__isnull=True).exists()
+    # each with its lifecycle in the log: submitted, placed, started, ended
+    kind = ContentType.objects.get_for_model(GpuRequest)
+    events = Event.objects.filter(content_type=kind, object_id__in=history.values("pk"))
+    assert set(events.values("object_id").annotate(n=Count("id")).values_list("n", flat=True)) == {4}
+    # within every card's capacity at every moment, and billed to the second
+    assert over_committed_at_some_moment() == []
+    meter_usage()
+    assert billing_errors() == [] and violations() == []
+    assert seconds < 10  # a fresh demo's first start: about 3 s here, most of it the week's simulation
