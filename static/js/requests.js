@@ -62,6 +62,18 @@
     }
     // Points of the util lines (what the page's tests count).
     chart.dataset.points = String(Object.values(traceOf).reduce(function (n, i) { return n + chart.data[i].x.length; }, 0));
+    summarise();
+  }
+
+  // What the chart shows, in words, for screen readers: each allocation's latest and mean util.
+  function summarise() {
+    const parts = Object.values(traceOf).map(function (i) {
+      const ys = chart.data[i].y.filter(function (y) { return y !== null; });
+      if (!ys.length) return chart.data[i].name + ": no reading yet";
+      const mean = ys.reduce(function (a, b) { return a + b; }, 0) / ys.length;
+      return chart.data[i].name + ": " + Math.round(ys[ys.length - 1]) + " % now, " + Math.round(mean) + " % on average";
+    });
+    chart.setAttribute("aria-label", "GPU utilization of each allocation. " + (parts.join("; ") || "No reading yet."));
   }
 
   // Each slice's readings over the request's own time range (the telemetry API) start its lines; the
@@ -88,6 +100,7 @@
           });
         });
         chart.dataset.seeded = String(Object.keys(traceOf).length);
+        summarise();
       })
       .catch(function () { /* the live points still come */ });
   }

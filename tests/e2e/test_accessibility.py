@@ -48,7 +48,8 @@ def test_every_page_passes_axe_fits_the_screen_and_summarises_its_charts(demo, b
     page = browser.new_context(viewport=SIZES[size]).new_page()
     log_in(page, demo.url, USERS[who])
     problems = {}
-    for path in pages_of(page, demo.url):
+    # Besides the pages linked from home, the refusal a member meets on an operator's page (403).
+    for path in pages_of(page, demo.url) + (["/operator/"] if who == "member" else []):
         page.goto(demo.url + path)
         page.wait_for_load_state("networkidle")
         if found := page_problems(page):
@@ -59,14 +60,11 @@ def test_every_page_passes_axe_fits_the_screen_and_summarises_its_charts(demo, b
 
 
 @pytest.mark.parametrize("size", list(SIZES))
-def test_the_pages_before_signing_in_pass_axe_and_fit_the_screen(demo, browser, size):
+def test_the_sign_in_page_passes_axe_and_fits_the_screen(demo, browser, size):
     page = browser.new_context(viewport=SIZES[size]).new_page()
-    problems = {}
-    for path in ("/accounts/login/", "/no-such-page/"):
-        page.goto(demo.url + path)
-        if found := page_problems(page):
-            problems[path] = found
-    assert not problems, problems
+    page.goto(f"{demo.url}/accounts/login/")
+
+    assert not page_problems(page)
 
 
 def log_in(page: Page, url: str, username: str) -> None:
