@@ -73,7 +73,7 @@ def test_a_host_memory_kill_after_the_user_released_it_keeps_the_users_decision(
     finished(node, placed, exit_code=-9, host_memory_exceeded_mib=4096)
 
     placed.refresh_from_db()
-    assert (placed.state, placed.exit_code) == (RequestState.SUCCEEDED, -9)
+    assert (placed.state, placed.exit_code) == (RequestState.RELEASED, -9)
 
 
 def test_a_host_memory_kill_of_an_earlier_run_does_not_end_the_current_one(placed, node):
