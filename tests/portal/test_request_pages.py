@@ -618,3 +618,13 @@ def test_pages_follow_the_viewers_own_live_streams(client, member, operator, out
     assert member_pages == [["/ws/teams/vision/events/"], ["/ws/teams/vision/events/"]]
     assert operator_detail == ["/ws/cluster/"]
     assert outsider_list == ["/ws/teams/language/events/"]
+
+
+def test_a_request_that_never_held_a_gpu_says_so_instead_of_an_empty_chart(client, member, two_teams):
+    client.force_login(member)
+    client.post(reverse("request_cancel", args=[two_teams.pk]))
+
+    page = client.get(reverse("request_detail", args=[two_teams.pk])).text
+
+    assert "It never held a GPU: there is no utilization to show." in page
+    assert 'id="util-chart"' not in page
