@@ -184,7 +184,7 @@ def processes_of(request_id: int, checkpoint_root: str) -> list[psutil.Process]:
 def kill_leftovers(checkpoint_root: str) -> None:
     """Whatever a scenario left running under its checkpoint root (an unisolated node's escapees)."""
     for process in psutil.process_iter():
-        with contextlib.suppress(psutil.Error):
+        with contextlib.suppress(psutil.Error, ProcessLookupError):  # it may end meanwhile
             if process.environ().get("GPU_PORTAL_CHECKPOINT_DIR", "").startswith(checkpoint_root):
                 os.kill(process.pid, signal.SIGKILL)
 
