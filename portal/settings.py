@@ -209,6 +209,14 @@ CELERY_BEAT_SCHEDULE = {
     "queued-what-ifs": {"task": "scheduler_app.queued_what_ifs", "schedule": 60.0},
 }
 
+# An API write's Idempotency-Key (portal.idempotency) answers repeats for at least this long; the
+# telemetry upkeep's schedule forgets older keys (Celery beat's idempotency-keys, the embedded worker).
+IDEMPOTENCY_KEY_TTL_S = env_int("IDEMPOTENCY_KEY_TTL_S", 24 * 3600, minimum=3600)
+CELERY_BEAT_SCHEDULE["idempotency-keys"] = {
+    "task": "portal.forget_idempotency_keys",
+    "schedule": float(TELEMETRY_INTERVAL_S),
+}
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -246,7 +254,7 @@ STORAGES = {
 WHITENOISE_USE_FINDERS = DEBUG
 
 REST_FRAMEWORK = {
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "portal.api.schema.AutoSchema",
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "portal.api.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",

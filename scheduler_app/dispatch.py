@@ -168,10 +168,12 @@ class EmbeddedWorker:
 
     def _feeds_and_upkeeps(self) -> None:
         """Every run: the spot feeds move their pools' prices (Celery beat's spot-feeds); once due:
-        the telemetry upkeep (then the resize offers, on the rollups it wrote) and the metering."""
+        the telemetry upkeep (then the resize offers, on the rollups it wrote), the expired idempotency
+        keys, and the metering."""
         from billing_app.feeds import advance_spot_feeds
         from billing_app.resizing import offer_resizes
         from billing_app.upkeep import metering_upkeep
+        from portal.idempotency import forget_expired_keys
         from scheduler_app.upkeep import telemetry_upkeep
 
         try:
@@ -182,6 +184,7 @@ class EmbeddedWorker:
                     self._upkeep_due = time.monotonic() + self.upkeep_interval_s
                     telemetry_upkeep()
                     offer_resizes()
+                    forget_expired_keys()
             finally:
                 if time.monotonic() >= self._metering_due:
                     self._metering_due = time.monotonic() + settings.METERING_INTERVAL_S

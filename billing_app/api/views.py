@@ -47,6 +47,7 @@ from billing_app.selectors import price_histories, prices_in_force, share_premiu
 from billing_app.services import set_pool_price, set_share_premium
 from billing_app.spot_feeds import PriceUploadError
 from billing_app.switching import switch_billing_mode
+from portal.api.idempotency import idempotent
 from portal.api.permissions import IsOperator, MaySetPrices
 from portal.echo import echoed
 from scheduler_app.models import Pool
@@ -183,6 +184,7 @@ class ResizeOfferViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
 
     @extend_schema(request=None, responses=ResizeOfferSerializer)
     @action(detail=True, methods=["post"])
+    @idempotent
     def accept(self, request, pk=None):
         offer = accept_resize(get_object_or_404(self.get_queryset(), pk=pk), user=request.user)
         return Response(ResizeOfferSerializer(offer).data)
@@ -275,6 +277,7 @@ class SwitchBillingView(APIView):
     """Bill a running request as on-demand or spot from now on (spot needs a checkpoint interval)."""
 
     @extend_schema(request=SwitchBillingSerializer, responses=SwitchBillingSerializer, tags=["billing"])
+    @idempotent
     def post(self, request, pk):
         gpu_request = get_object_or_404(requests_visible_to(request.user), pk=pk)
         form = SwitchBillingSerializer(data=request.data)
@@ -299,6 +302,7 @@ class SharePremiumView(APIView):
         return Response(SharePremiumSerializer(share_premiums_in_force(), many=True).data)
 
     @extend_schema(request=SetSharePremiumSerializer, responses=SharePremiumSerializer, tags=["prices"])
+    @idempotent
     def post(self, request):
         form = SetSharePremiumSerializer(data=request.data)
         form.is_valid(raise_exception=True)

@@ -7,14 +7,21 @@ as 400 and 403 like DRF's own errors. `fields` is always there: empty when no
 field is at fault.
 """
 
+import logging
+
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpResponse, JsonResponse
 from django.views import defaults
 from rest_framework import exceptions
 from rest_framework.views import exception_handler
 
 from scheduler_app.lifecycle import StateConflict
+
+log = logging.getLogger(__name__)
+
+IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"  # the writes that take it: portal.api.idempotency
 
 
 class Conflict(exceptions.APIException):
@@ -32,8 +39,34 @@ class TooLarge(exceptions.APIException):
     default_detail = "The request body is larger than this server accepts."
 
 
+class IdempotencyKeyReused(exceptions.APIException):
+    status_code = 422
+    default_code = "idempotency_key_reused"
+    default_detail = (
+        "This Idempotency-Key already answered another request (another method, path or body): "
+        "use a new key for a new write."
+    )
+
+
+class DatabaseUnavailable(exceptions.APIException):
+    """The database connection failed and the call could not be finished (a read is retried once first:
+    portal.postgresql). A write in it was rolled back, unless the connection was lost while it
+    committed: a repeat with the same Idempotency-Key is safe either way."""
+
+    status_code = 503
+    default_code = "database_unavailable"
+    default_detail = (
+        "The portal lost its database connection during this call; try again in a moment "
+        "(a write: with the same Idempotency-Key)."
+    )
+    wait = 1  # seconds, DRF's Retry-After: the pool has a fresh connection by then
+
+
 def api_exception_handler(exc, context):
-    if isinstance(exc, StateConflict):
+    if isinstance(exc, OperationalError | InterfaceError):
+        log.warning("answered 503 after a database error: %s", exc)
+        exc = DatabaseUnavailable()
+    elif isinstance(exc, StateConflict):
         exc = Conflict(exc.message_dict, exc.api_code)
     elif isinstance(exc, DjangoValidationError):
         fields = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
@@ -104,12 +137,16 @@ ERROR_RESPONSES = {
     "404": "No such object among those you may see.",
     "409": "The object's state does not allow this (for example cancelling a finished request).",
     "413": "The request body is larger than the server accepts.",
+    "422": "The Idempotency-Key already answered another request (another method, path or body).",
     "429": "Too many requests for this user (all its tokens together) or node; wait Retry-After seconds.",
+    "503": "The database connection failed mid-call; try again after Retry-After seconds (a write: with "
+    "the same Idempotency-Key).",
 }
 
 
 def document_errors(result, generator, request, public):
-    """drf-spectacular postprocessing hook: every operation may answer with the error format."""
+    """drf-spectacular postprocessing hook: every operation may answer with the error format (422 only
+    those taking an Idempotency-Key)."""
     result["components"]["schemas"]["Error"] = {
         "type": "object",
         "required": ["error"],
@@ -132,8 +169,11 @@ def document_errors(result, generator, request, public):
     body = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
     for path in result["paths"].values():
         for operation in path.values():
+            keyed = any(p["name"] == IDEMPOTENCY_KEY_HEADER for p in operation.get("parameters", ()))
             for code, description in ERROR_RESPONSES.items():
                 if code == "413" and "requestBody" not in operation:
                     continue  # only a body can be too large
+                if code == "422" and not keyed:
+                    continue  # only a write that takes an Idempotency-Key
                 operation["responses"].setdefault(code, {"description": description, "content": body})
     return result

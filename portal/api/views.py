@@ -10,6 +10,7 @@ from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal.api.idempotency import idempotent
 from portal.api.permissions import IsOperator
 from portal.api.serializers import (
     ApiTokenSerializer,
@@ -100,6 +101,7 @@ class TeamViewSet(viewsets.GenericViewSet):
     @extend_schema(methods=["get"], responses=MemberSerializer(many=True))
     @extend_schema(methods=["post"], request=NewMemberSerializer, responses={201: MemberSerializer})
     @action(detail=True, methods=["get", "post"])
+    @idempotent
     def members(self, request, slug=None):
         """Anyone in the team lists its members; team admins (and operators) add them."""
         team = self._team(slug)

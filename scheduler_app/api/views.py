@@ -15,6 +15,7 @@ from rest_framework.views import APIView
 
 from audit.models import Event
 from portal.api.authentication import NodeCredentialAuthentication
+from portal.api.idempotency import idempotent
 from portal.api.permissions import IsNodeAgent, IsOperator
 from portal.api.throttling import PerNodeRateThrottle
 from scheduler_app.api.agent_serializers import LogQuerySerializer, LogTailSerializer
@@ -84,6 +85,7 @@ class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
         return Response(GpuRequestDetailSerializer(gpu_request, context={"events": events}).data)
 
     @extend_schema(request=SubmitSerializer, responses={201: GpuRequestSerializer})
+    @idempotent
     def create(self, request):
         fields = _submitted(request)
         gpu_request = submit_request(
@@ -97,6 +99,7 @@ class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
 
     @extend_schema(request=None, responses=GpuRequestSerializer)
     @action(detail=True, methods=["post"])
+    @idempotent
     def cancel(self, request, pk=None):
         with transaction.atomic():
             cancelled = cancel_request(self._target(), user=request.user, locked=True)
@@ -104,6 +107,7 @@ class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
 
     @extend_schema(request=None, responses=GpuRequestSerializer)
     @action(detail=True, methods=["post"])
+    @idempotent
     def release(self, request, pk=None):
         with transaction.atomic():
             released = release_request(self._target(), user=request.user, locked=True)
@@ -266,6 +270,7 @@ class NodeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
 
     @extend_schema(request=ReclaimSerializer, responses=OperatorNodeSerializer)
     @action(detail=True, methods=["post"])
+    @idempotent
     def reclaim(self, request, pk=None):
         """Reclaim a spot node (as a cloud notice would): its work checkpoints, stops and moves."""
         form = ReclaimSerializer(data=request.data)

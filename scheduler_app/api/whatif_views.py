@@ -7,6 +7,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal.api.idempotency import idempotent
 from portal.api.permissions import IsOperator
 from scheduler_app.api.serializers import WhatIfRunSerializer
 from scheduler_app.models import WhatIfRun
@@ -27,6 +28,7 @@ class WhatIfView(APIView):
         return Response(WhatIfRunSerializer(runs, many=True).data)
 
     @extend_schema(request=OpenApiTypes.OBJECT, responses={202: WhatIfRunSerializer}, tags=["what-if"])
+    @idempotent
     def post(self, request):
         run = start_what_if(actor=request.user, data=request.data)
         return Response(WhatIfRunSerializer(run).data, status=status.HTTP_202_ACCEPTED)

@@ -8,6 +8,7 @@ import math
 import random as _random
 import secrets
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import suppress
 from decimal import Decimal
@@ -45,6 +46,7 @@ from gpu_portal_sdk.version import __version__
 MILLI_PER_GPU = 1000
 DEFAULT_CHECKPOINT_INTERVAL_S = 900
 DEFAULT_WAIT_S = 60.0  # request_allocation: how long a script waits for capacity before ResourceBusyError
+IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
 
 
 class ResourceManager:
@@ -126,7 +128,7 @@ class ResourceManager:
         secrets of the same name.
         """
         body = self._request_body(locals())  # every argument, by name: one mapping for submit and estimate
-        resource = Resource.from_api(self._call("POST", "requests/", json=body))
+        resource = Resource.from_api(self._call("POST", "requests/", json=body, keyed=True))
         if not wait:
             return resource
         try:
@@ -183,12 +185,12 @@ class ResourceManager:
     def cancel(self, resource_id: int) -> Resource:
         """Withdraw a request in any live state; its slices are freed and it ends cancelled.
         AlreadyEndedError when it has already ended (its message names the state)."""
-        return Resource.from_api(self._call("POST", f"requests/{int(resource_id)}/cancel/"))
+        return Resource.from_api(self._call("POST", f"requests/{int(resource_id)}/cancel/", keyed=True))
 
     def release(self, resource_id: int) -> Resource:
         """Done with the capacity: running work ends released (stopped by its user: neither succeeded
         nor failed), work not yet started cancelled. AlreadyEndedError when it has already ended."""
-        return Resource.from_api(self._call("POST", f"requests/{int(resource_id)}/release/"))
+        return Resource.from_api(self._call("POST", f"requests/{int(resource_id)}/release/", keyed=True))
 
     def wait_until_running(self, resource_id: int, timeout_s: float | None = None, poll_s: float = 2.0):
         """Poll until the request is scheduled or running (both mean its capacity is held).
@@ -307,7 +309,8 @@ class ResourceManager:
         the request's own, or `checkpoint_interval_s`). Back to on-demand while on spot capacity also
         moves it to on-demand capacity at its next checkpoint. Returns the billing mode now in force."""
         body = {"billing_mode": billing_mode, "checkpoint_interval_s": checkpoint_interval_s}
-        return self._call("POST", f"requests/{int(resource_id)}/billing-mode/", json=body)["billing_mode"]
+        answer = self._call("POST", f"requests/{int(resource_id)}/billing-mode/", json=body, keyed=True)
+        return answer["billing_mode"]
 
     def reclaim_node(self, node: str, grace_s: int | None = None, notice_id: str = "") -> dict:
         """Operators: reclaim spot node `node` (its name) as its cloud would: its jobs checkpoint and stop
@@ -316,7 +319,7 @@ class ResourceManager:
         if not found:
             raise NotFoundError(f"No node named {node!r}.", status=404, code="not_found")
         body = {"notice_id": notice_id, **({"grace_s": grace_s} if grace_s is not None else {})}
-        return self._call("POST", f"nodes/{found[0]['id']}/reclaim/", json=body)
+        return self._call("POST", f"nodes/{found[0]['id']}/reclaim/", json=body, keyed=True)
 
     def statement(self, team: str, month: str | None = None, user: str | None = None) -> Statement:
         """A team's monthly statement (month "YYYY-MM", default this month; `user`: one member's)."""
@@ -410,16 +413,21 @@ class ResourceManager:
         response = self._send(method, path, **kwargs)
         return response.json() if response.content else None
 
-    def _send(self, method: str, path: str, **kwargs) -> requests.Response:
-        """One API call: retried per RetryPolicy, a typed PortalError for anything but 2xx."""
+    def _send(self, method: str, path: str, keyed: bool = False, **kwargs) -> requests.Response:
+        """One API call: retried per RetryPolicy, a typed PortalError for anything but 2xx.
+
+        `keyed`: a write the portal takes an Idempotency-Key for. One key is made for the call and sent
+        with each of its tries, so a retry after a lost answer is answered, not done again."""
         url = self.api_url + path
+        if keyed:
+            kwargs["headers"] = {IDEMPOTENCY_KEY_HEADER: str(uuid.uuid4())}
         attempt = 0
         while True:
             may_retry = attempt < self.retry.max_retries
             try:
                 response = self.session.request(method, url, timeout=self.timeout, **kwargs)
             except requests.RequestException as error:
-                if not (may_retry and self.retry.retries_error(method, error)):
+                if not (may_retry and self.retry.retries_error(method, error, keyed)):
                     raise ConnectionFailedError(
                         f"{method} {url}: no answer from the portal ({error})", code="connection_failed"
                     ) from error
@@ -427,7 +435,7 @@ class ResourceManager:
             else:
                 if response.ok:
                     return response
-                if not (may_retry and self.retry.retries_status(method, response.status_code)):
+                if not (may_retry and self.retry.retries_status(method, response.status_code, keyed)):
                     raise _error(response)
                 retry_after = parse_retry_after(response.headers.get("Retry-After"), _server_time(response))
                 delay = self.retry.delay(attempt, retry_after)

@@ -1,24 +1,26 @@
 """When to try an HTTP call again, and how long to wait first.
 
-The rule, per failure:
+A call is *repeatable* when sending it twice does what sending it once does: a read (GET, HEAD,
+OPTIONS), or a write that carries an Idempotency-Key (the client makes one key per call and sends it
+with every try; the portal answers a repeat with the first answer and does not write again). The
+rule, per failure:
 
-| failure                                  | GET (and other reads) | POST            |
-| ---------------------------------------- | --------------------- | --------------- |
-| 429 Too Many Requests                    | retry                 | retry           |
-| 503 Service Unavailable                  | retry                 | retry           |
-| 502 Bad Gateway, 504 Gateway Timeout     | retry                 | **no**          |
-| could not connect (refused, DNS, connect timeout) | retry        | retry           |
-| connection lost or read timeout after sending | retry            | **no**          |
+| failure                                       | repeatable call | other POST |
+| --------------------------------------------- | --------------- | ---------- |
+| 429 Too Many Requests                         | retry           | retry      |
+| 503 Service Unavailable                       | retry           | retry      |
+| 502 Bad Gateway, 504 Gateway Timeout          | retry           | **no**     |
+| could not connect (refused, DNS, connect timeout) | retry       | retry      |
+| connection lost or read timeout after sending | retry           | **no**     |
 
-A POST changes something (submit, cancel, release) and may have done so even when no answer
-came back: 429 and 503 mean the portal refused before acting, and a failed connect means the
-request never left, so those are safe to repeat; a proxy's 502/504 or a connection dropped after
-the request was sent may hide a request that went through, and repeating it could submit twice.
-The caller sees those as ServiceUnavailableError or ConnectionFailedError and can look with
-`list()` before trying again.
+429 and 503 mean the portal refused or did not finish the call (a database error rolls a write back),
+and a failed connect means the request never left, so those are safe to repeat; a proxy's 502/504 or
+a connection dropped after the request was sent may hide a write that went through, and only its key
+makes repeating it safe. The caller sees those as ServiceUnavailableError or ConnectionFailedError.
 
 Waits: the portal's Retry-After when it gives one (seconds or an HTTP date), otherwise
-exponential backoff with full jitter: uniform in [0, min(cap, base * 2**attempt)].
+exponential backoff with full jitter: uniform in [0, min(cap, base * 2**attempt)]; at most
+max_retries of them.
 """
 
 import datetime as dt
@@ -46,21 +48,27 @@ class RetryPolicy:
     sleep: Callable[[float], None] = field(default=time.sleep)
     random: Callable[[], float] = field(default=_random.random)
 
-    def retries_status(self, method: str, status: int) -> bool:
+    def retries_status(self, method: str, status: int, keyed: bool = False) -> bool:
+        """`keyed`: the call carries an Idempotency-Key."""
         if status not in RETRY_STATUSES:
             return False
-        return method in SAFE_METHODS or status in REFUSED_BEFORE_ACTING
+        return repeatable(method, keyed) or status in REFUSED_BEFORE_ACTING
 
-    def retries_error(self, method: str, error: requests.RequestException) -> bool:
+    def retries_error(self, method: str, error: requests.RequestException, keyed: bool = False) -> bool:
         if not isinstance(error, requests.ConnectionError | requests.Timeout):
             return False
-        return method in SAFE_METHODS or never_sent(error)
+        return repeatable(method, keyed) or never_sent(error)
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
         """Seconds to wait before retry number `attempt` (0-based)."""
         if retry_after is not None:
             return retry_after
         return self.random() * min(self.backoff_cap_s, self.backoff_base_s * 2**attempt)
+
+
+def repeatable(method: str, keyed: bool) -> bool:
+    """Sending the call twice does what sending it once does."""
+    return method in SAFE_METHODS or keyed
 
 
 def never_sent(error: requests.RequestException) -> bool:

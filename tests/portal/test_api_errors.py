@@ -6,6 +6,7 @@ in text: they run there in the service-backed pass."""
 import json
 
 import pytest
+from django.db import InterfaceError, OperationalError
 from django.test import override_settings
 
 from audit.models import Event
@@ -178,6 +179,45 @@ def test_an_unexpected_failure_under_the_api_answers_in_the_envelope(api_client,
             "fields": {},
         }
     }
+
+
+@pytest.mark.parametrize("failure", [OperationalError, InterfaceError])
+def test_a_database_failure_mid_read_answers_503_with_retry_after(api_client, member, monkeypatch, failure):
+    from scheduler_app.api import views
+
+    def connection_lost(*args, **kwargs):
+        raise failure("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(views, "cluster_picture", connection_lost)
+
+    answer = api_client(member).get("/api/v1/cluster/")
+
+    envelope(answer, 503, "database_unavailable")
+    assert answer["Retry-After"] == "1"
+
+
+def test_a_database_failure_mid_write_answers_503_and_the_retry_with_its_key_writes_once(
+    api_client, member, cluster, monkeypatch
+):
+    from scheduler_app.api import views
+
+    real_submit = views.submit_request
+
+    def submit_then_lose_the_connection(**fields):
+        real_submit(**fields)  # written, then the connection is lost before the commit
+        raise OperationalError("terminating connection due to administrator command")
+
+    monkeypatch.setattr(views, "submit_request", submit_then_lose_the_connection)
+    client = api_client(member)
+    failed = client.post(URL, GOOD, format="json", HTTP_IDEMPOTENCY_KEY="k1")
+    monkeypatch.setattr(views, "submit_request", real_submit)
+
+    retried = client.post(URL, GOOD, format="json", HTTP_IDEMPOTENCY_KEY="k1")
+
+    envelope(failed, 503, "database_unavailable")
+    assert failed["Retry-After"] == "1"
+    assert retried.status_code == 201 and not retried.has_header("Idempotent-Replayed")
+    assert list(GpuRequest.objects.values_list("pk", flat=True)) == [retried.json()["id"]]
 
 
 def test_too_many_query_parameters_answer_in_the_envelope(api_client, member, settings):

@@ -42,19 +42,41 @@ def test_the_worker_runs_the_telemetry_upkeep_when_due(make_node, monkeypatch, s
     settings.REDIS_URL = ""
     gpu = make_node().gpus.first()
     plant(gpu, timezone.now() - dt.timedelta(minutes=3), [10, 20, 30])
-    worker = EmbeddedWorker(interval_s=3600, upkeep_interval_s=3600)
-    monkeypatch.setattr("scheduler_app.dispatch.embedded_worker", worker)
-    worker.start()
-    try:
-        worker.wake()  # the first round runs the upkeep: it is due from the start
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not GpuRollup.objects.exists():
-            time.sleep(0.05)
-    finally:
-        worker.stop()
+
+    _first_round_until(GpuRollup.objects.exists, monkeypatch)
 
     assert sorted(GpuRollup.objects.filter(resolution_s=60).values_list("util_sum", flat=True)) == [
         10,
         20,
         30,
     ]
+
+
+def test_the_worker_forgets_expired_idempotency_keys_with_its_upkeep(member, monkeypatch, settings):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from portal.models import IdempotencyKey
+
+    settings.REDIS_URL = ""
+    old = timezone.now() - dt.timedelta(seconds=settings.IDEMPOTENCY_KEY_TTL_S + 1)
+    IdempotencyKey.objects.create(user=member, key="old", request_hash="0" * 64, status=201, created_at=old)
+
+    _first_round_until(lambda: not IdempotencyKey.objects.exists(), monkeypatch)
+
+    assert not IdempotencyKey.objects.exists()
+
+
+def _first_round_until(done, monkeypatch) -> None:
+    """Start a worker whose upkeep is due at once, wake it and wait (10 s at most) until `done()`."""
+    worker = EmbeddedWorker(interval_s=3600, upkeep_interval_s=3600)
+    monkeypatch.setattr("scheduler_app.dispatch.embedded_worker", worker)
+    worker.start()
+    try:
+        worker.wake()  # the first round runs the upkeep: it is due from the start
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not done():
+            time.sleep(0.05)
+    finally:
+        worker.stop()
