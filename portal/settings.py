@@ -162,6 +162,10 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"
+# Beat remembers when each entry last ran in this file (a shelve: one or more files with suffixes), under
+# the var directory rather than wherever beat was started (it left celerybeat-schedule.* in the checkout).
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULER = "portal.celery:VarDirScheduler"
 
 # How often a scheduling pass runs besides the ones that submits and releases ask for.
 SCHEDULER_INTERVAL_S = env_int("SCHEDULER_INTERVAL_S", 10, minimum=1)
