@@ -95,8 +95,9 @@ def _shared_hit(key: str, duration_s: int, now: float) -> Window:
 class LocalCounters:
     """The same windows, counted in this process's memory under a lock, for while Redis is away.
 
-    At most `max_keys` identities are kept: past that, those whose window ended are dropped, then
-    (a flood of new identities) the oldest half, so an attacker cannot grow the process without bound.
+    At most `max_keys` identities are kept: past that, those whose window ended are dropped, then (a
+    flood of new identities) the least recently hit down to half, so an attacker cannot grow the
+    process without bound, nor push out the counter of an account under attack.
     """
 
     def __init__(self, max_keys: int = 100_000):
@@ -107,11 +108,12 @@ class LocalCounters:
 
     def hit(self, key: str, duration_s: int, now: float) -> Window:
         with self._lock:
-            entry = self._windows.get(key)
+            entry = self._windows.pop(key, None)  # put back last: the most recently hit
             if entry is None or now - entry[0] >= max(ANCHOR_TTL_S, 2 * duration_s) or now < entry[0]:
                 if len(self._windows) >= self.max_keys:
                     self._make_room(now)
-                entry = self._windows[key] = [now, 0, 0, duration_s]
+                entry = [now, 0, 0, duration_s]
+            self._windows[key] = entry
             anchor = entry[0]
             index = math.floor((now - anchor) / duration_s)
             if index != entry[1]:
@@ -130,9 +132,9 @@ class LocalCounters:
         for key, (anchor, index, _, duration_s) in list(self._windows.items()):
             if anchor + (index + 1) * duration_s <= now:
                 del self._windows[key]
-        if len(self._windows) >= self.max_keys:
-            for key in list(self._windows)[: len(self._windows) // 2]:
-                del self._windows[key]
+        excess = len(self._windows) - self.max_keys // 2
+        for key in list(self._windows)[: max(0, excess)]:
+            del self._windows[key]
 
 
 local_counters = LocalCounters()

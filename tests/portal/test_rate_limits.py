@@ -46,11 +46,14 @@ def test_threads_lose_no_hit():
     assert counters.hit("k", 60, now=5.0).hits == 8 * 500 + 1
 
 
-def test_a_flood_of_identities_stays_within_the_bound():
+def test_a_flood_of_identities_stays_within_the_bound_and_keeps_the_account_under_attack():
     counters = LocalCounters(max_keys=100)
 
-    for address in range(1000):
-        counters.hit(f"login:address:10.0.{address // 256}.{address % 256}", 900, now=1.0)
+    for attempt in range(1000):
+        counters.hit("login:account:target", 900, now=1.0)
+        counters.hit(f"login:address:10.0.{attempt // 256}.{attempt % 256}", 900, now=1.0)
 
     assert len(counters._windows) <= 100
+    assert counters.hit("login:account:target", 900, now=2.0).hits == 1001
     assert counters.hit("login:address:10.0.3.231", 900, now=2.0).hits == 2  # the newest are kept
+    assert counters.hit("login:address:10.0.0.1", 900, now=2.0).hits == 1  # the oldest went
