@@ -1,4 +1,5 @@
-"""The production processes as README's "Running in production" table writes them.
+"""The production processes as README's "Running in production" table writes them, and the steps
+before the first start as its `sh` block does.
 
 The production-mode test and bench.load start exactly these commands, so the README cannot
 drift from what is tested; only the address changes (loopback and a free port).
@@ -14,9 +15,19 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 def production_commands() -> dict[str, list[str]]:
     """Process name -> argv, from the README's table under "Running in production"."""
-    section = README.read_text().split("## Running in production", 1)[1]
-    rows = re.findall(r"^\| ([^|]+?) \| `([^`]+)`", section, flags=re.MULTILINE)
+    rows = re.findall(r"^\| ([^|]+?) \| `([^`]+)`", _production_section(), flags=re.MULTILINE)
     return {process: shlex.split(command) for process, command in rows}
+
+
+def first_start_steps() -> list[list[str]]:
+    """The argv of each command in the README's block "Before the first start", in order."""
+    block = re.search(r"Before the first start.*?```sh\n(.*?)```", _production_section(), flags=re.DOTALL)
+    steps = [shlex.split(line, comments=True) for line in block.group(1).splitlines()]
+    return [argv for argv in steps if argv]
+
+
+def _production_section() -> str:
+    return README.read_text().split("## Running in production", 1)[1]
 
 
 def command(process_prefix: str, port: int) -> list[str]:

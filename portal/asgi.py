@@ -1,5 +1,6 @@
-"""ASGI entry point: plain HTTP through Django's WSGI handler on threads (portal/http_threads.py),
-websockets through Channels. Served by uvicorn in production and Daphne in the embedded default."""
+"""ASGI entry point: plain HTTP through Django's WSGI handler on threads (portal/http_threads.py), the
+liveness probe on the event loop before them (portal.health.AnswersLiveness), websockets through
+Channels. Served by uvicorn in production and Daphne in the embedded default."""
 
 import os
 
@@ -13,12 +14,13 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from portal.health import AnswersLiveness  # noqa: E402
 from portal.http_threads import WsgiOnThreads  # noqa: E402
 from portal.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": WsgiOnThreads(django_wsgi_app, threads=settings.HTTP_THREADS),
+        "http": AnswersLiveness(WsgiOnThreads(django_wsgi_app, threads=settings.HTTP_THREADS)),
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -8,14 +8,23 @@ from collections.abc import Iterable
 from channels.layers import InMemoryChannelLayer
 from channels_redis.core import RedisChannelLayer as ChannelsRedisLayer
 
+from portal import redis_clients
+
 
 class RedisChannelLayer(ChannelsRedisLayer):
-    """channels_redis's layer, which can say at once which groups have members.
+    """channels_redis's layer, on connections bounded by portal.redis_clients, which can say at once
+    which groups have members.
+
+    `hosts` are Redis URLs. Every call waits on Redis at most REDIS_TIMEOUT_S (a receive's blocking
+    pop its 5 s more), and none at all for a moment after Redis did not answer.
 
     Its group_send asks Redis for a group's members (two round trips) for every message, also when
     nobody listens: the API's state changes went to two groups each, about 0.4 ms of a web process's
     CPU, and a pass's thousands of events as many times over. scheduler_app.live asks once per batch.
     """
+
+    def __init__(self, hosts: list[str], **config):
+        super().__init__(hosts=[redis_clients.async_pool_kwargs(url) for url in hosts], **config)
 
     async def groups_with_members(self, groups: Iterable[str]) -> set[str]:
         """Those of `groups` with a member, members past group_expiry dropped first as group_send

@@ -5,20 +5,17 @@ Each attempt is counted before the password is checked (atomic counters, portal.
 parallel guesses cannot slip past the limit and a locked account is never authenticated, not even
 with the right password; an attempt that signs in is taken back, as it was no failure. Earlier
 failures stay counted: were a success to reset its address's count, an attacker holding one valid
-account could keep guessing others from that address.
+account could keep guessing others from that address. While Redis is away each web process counts on
+its own, with the same limits (portal.rate_limits).
 """
 
 import hashlib
-import logging
 import math
 from dataclasses import dataclass
 
 from django.conf import settings
-from redis.exceptions import RedisError
 
 from portal import rate_limits
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -33,12 +30,8 @@ def begin(username: str, address: str) -> Attempt:
     """Count an attempt for this account and address; refused while either is over its limit."""
     window_s = settings.LOGIN_FAILURE_WINDOW_S
     account_key = hashlib.sha256(username.casefold().encode()).hexdigest()[:32]
-    try:
-        account = rate_limits.hit(f"login:account:{account_key}", window_s)
-        from_address = rate_limits.hit(f"login:address:{address}", window_s)
-    except RedisError as error:  # an outage of the counters must not lock everyone out
-        log.warning("cannot reach Redis for the sign-in counters; not throttling: %s", error)
-        return Attempt(windows=(), refusal="")
+    account = rate_limits.hit(f"login:account:{account_key}", window_s)
+    from_address = rate_limits.hit(f"login:address:{address}", window_s)
     refusal = ""
     if account.hits > settings.LOGIN_FAILURES_PER_ACCOUNT:
         refusal = f"Too many failed sign-ins for this account; try again in {_minutes(account)}."

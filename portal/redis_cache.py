@@ -1,4 +1,5 @@
-"""Django's Redis cache, building its redis client once per connection pool instead of per call.
+"""Django's Redis cache, building its redis client once per connection pool instead of per call, and
+connecting through portal.redis_clients (every call bounded; none for a moment after Redis did not answer).
 
 Django's RedisCacheClient makes a new `redis.Redis` for every cache operation; building one (its
 response callbacks and options) cost about as much CPU as the round trip itself, and an API call
@@ -6,7 +7,11 @@ makes three (token, throttle, pass queue). A client over a pool is thread-safe, 
 already keeps one cache object per thread.
 """
 
+import re
+
 from django.core.cache.backends import redis
+
+from portal import redis_clients
 
 
 class _ClientPerPool(redis.RedisCacheClient):
@@ -42,7 +47,9 @@ return {anchor, index, hits}
 
 class RedisCache(redis.RedisCache):
     def __init__(self, server, params):
-        super().__init__(server, params)
+        first = re.split("[;,]", server)[0] if isinstance(server, str) else server[0]  # as Django splits
+        options = {**redis_clients.pool_options(first), **params.get("OPTIONS", {})}
+        super().__init__(server, {**params, "OPTIONS": options})
         self._class = _ClientPerPool
         self._hit_script = None
 

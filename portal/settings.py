@@ -132,16 +132,17 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL and not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
     raise ImproperlyConfigured(f"REDIS_URL={REDIS_URL!r} must start with redis://, rediss:// or unix://.")
-# Redis that is away costs a request about a second, never a hang: every client connects with this
-# timeout and does not retry (submits stay saved; the periodic pass covers what was not sent).
-REDIS_CONNECT_TIMEOUT_S = 1
+# Redis that is away, refusing or accepting and never answering, costs a call at most this long, never
+# a hang: every client connects and reads with this bound and does not retry (portal.redis_clients;
+# Redis answers in well under a millisecond). Callers fall back: submits stay saved and the periodic
+# pass schedules them, the rate counters count in the process (README "Running in production").
+REDIS_TIMEOUT_S = 0.25
+# After Redis did not answer, a process's calls to it fail at once for this long rather than each
+# waiting REDIS_TIMEOUT_S; then it is asked again (readiness asks it every time).
+REDIS_RETRY_AFTER_S = 5
 if REDIS_URL:
     CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "portal.channel_layers.RedisChannelLayer",
-            # No socket_timeout here: receivers block up to 5 s on purpose (channels_redis brpop_timeout).
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_connect_timeout": REDIS_CONNECT_TIMEOUT_S}]},
-        }
+        "default": {"BACKEND": "portal.channel_layers.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "portal.channel_layers.ThreadSafeInMemoryChannelLayer"}}
@@ -149,13 +150,22 @@ else:
 # Celery: Redis in production; without REDIS_URL the embedded in-process worker
 # runs the same services and Celery is not used.
 CELERY_BROKER_URL = REDIS_URL or "memory://"
-# max_retries 0: a publish tries once (the worker's own reconnects follow broker_connection_retry).
-CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": REDIS_CONNECT_TIMEOUT_S, "max_retries": 0}
+# max_retries 0: a publish tries once (the worker's own reconnects follow broker_connection_retry), and
+# waits on Redis at most REDIS_TIMEOUT_S: queueing a task never holds a request.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "socket_connect_timeout": REDIS_TIMEOUT_S,
+    "socket_timeout": REDIS_TIMEOUT_S,
+    "max_retries": 0,
+}
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"
+# Beat remembers when each entry last ran in this file (a shelve: one or more files with suffixes), under
+# the var directory rather than wherever beat was started (it left celerybeat-schedule.* in the checkout).
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULER = "portal.celery:VarDirScheduler"
 
 # How often a scheduling pass runs besides the ones that submits and releases ask for.
 SCHEDULER_INTERVAL_S = env_int("SCHEDULER_INTERVAL_S", 10, minimum=1)
@@ -271,11 +281,7 @@ REST_FRAMEWORK = {
 # API throttle and sign-in counters (portal.rate_limits) must be shared by every process in production.
 if REDIS_URL:
     CACHES = {
-        "default": {
-            "BACKEND": "portal.redis_cache.RedisCache",
-            "LOCATION": REDIS_URL,
-            "OPTIONS": {"socket_connect_timeout": REDIS_CONNECT_TIMEOUT_S, "socket_timeout": 2},
-        }
+        "default": {"BACKEND": "portal.redis_cache.RedisCache", "LOCATION": REDIS_URL},
     }
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU Portal API",

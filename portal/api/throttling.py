@@ -1,20 +1,15 @@
 """API budgets: `API_THROTTLE_RATE` requests per user (all its tokens and its session together)
 and per node credential, counted atomically in the shared cache; 429 with Retry-After when spent."""
 
-import logging
-
-from redis.exceptions import RedisError
 from rest_framework.throttling import SimpleRateThrottle
 
 from portal import rate_limits
-
-log = logging.getLogger(__name__)
 
 
 class FixedWindowThrottle(SimpleRateThrottle):
     """The scope's rate as a fixed-window counter per identity (portal.rate_limits); subclasses name
     the identity. Replaces DRF's request-history list, whose read-modify-write lost hits under load.
-    When the cache (Redis in production) is away, requests go through: an outage is no lockout."""
+    While Redis is away each web process counts the same budget on its own (portal.rate_limits)."""
 
     scope = "api"
 
@@ -22,11 +17,7 @@ class FixedWindowThrottle(SimpleRateThrottle):
         key = self.get_cache_key(request, view)
         if self.rate is None or key is None:
             return True
-        try:
-            self.window = rate_limits.hit(key, self.duration, self.timer())
-        except RedisError as error:
-            log.warning("cannot reach Redis for the API rate counters; not throttling: %s", error)
-            return True
+        self.window = rate_limits.hit(key, self.duration, self.timer())
         return self.window.hits <= self.num_requests
 
     def wait(self):

@@ -1,6 +1,9 @@
 """Probes: liveness only says the process answers; readiness checks the database and Redis apart."""
 
+import asyncio
+import json
 import socket
+import threading
 
 import pytest
 from django.db import OperationalError
@@ -71,3 +74,47 @@ def test_probes_are_not_redirected_to_https(client, settings):
     assert client.get("/healthz/live").status_code == 200
     assert client.get("/healthz/ready").status_code == 200
     assert client.get("/accounts/login/").status_code == 301
+
+
+def test_live_is_answered_while_every_http_thread_is_busy(settings):
+    from portal.asgi import application
+
+    served = application.application_mapping["http"]
+    while not hasattr(served, "executor"):  # the thread pool under its wrappers
+        served = served.app
+    release = threading.Event()
+    for _ in range(settings.HTTP_THREADS):
+        served.executor.submit(release.wait)
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    async def probe():
+        await asyncio.wait_for(application(live_scope(), receive, send), timeout=1)
+
+    try:
+        asyncio.run(probe())
+    finally:
+        release.set()
+
+    assert sent[0]["status"] == 200
+    assert json.loads(sent[1]["body"]) == {"status": "ok"}
+
+
+def live_scope() -> dict:
+    return {
+        "type": "http",
+        "method": "GET",
+        "path": "/healthz/live",
+        "raw_path": b"/healthz/live",
+        "query_string": b"",
+        "http_version": "1.1",
+        "scheme": "http",
+        "server": ("10.0.0.7", 8000),  # a pod address, as a probe calls it: not an allowed host
+        "client": ("10.0.0.1", 5555),
+        "headers": [(b"host", b"10.0.0.7:8000")],
+    }

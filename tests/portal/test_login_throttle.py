@@ -6,6 +6,7 @@ import datetime as dt
 import pytest
 import time_machine
 
+from portal import rate_limits
 from tests.portal.test_health import closed_port_url
 
 LOGIN_PAGES = ["/accounts/login/", "/admin/login/"]
@@ -94,12 +95,38 @@ def test_the_lock_lifts_when_its_window_ends(client, operator, page):
         assert sign_in(client, page, "ops", "pw-ops-123")[1] is True
 
 
-@pytest.mark.parametrize("page", LOGIN_PAGES)
-def test_sign_in_still_works_while_redis_is_away(client, operator, page, settings, caplog):
-    away = closed_port_url()
-    settings.CACHES = {"default": {"BACKEND": "portal.redis_cache.RedisCache", "LOCATION": away}}
+@pytest.fixture
+def redis_away(settings, monkeypatch):
+    """The shared counters' Redis refuses connections; this test's process counts on its own."""
+    settings.CACHES = {"default": {"BACKEND": "portal.redis_cache.RedisCache", "LOCATION": closed_port_url()}}
+    monkeypatch.setattr(rate_limits, "local_counters", rate_limits.LocalCounters())
 
+
+@pytest.mark.parametrize("page", LOGIN_PAGES)
+def test_sign_in_still_works_while_redis_is_away(client, operator, page, redis_away, caplog):
     response, signed_in = sign_in(client, page, "ops", "pw-ops-123")
 
     assert signed_in is True, response.text
-    assert "cannot reach Redis for the sign-in counters" in caplog.text
+    assert "cannot reach Redis for the rate counters; counting in this process only" in caplog.text
+
+
+@pytest.mark.parametrize("page", LOGIN_PAGES)
+def test_while_redis_is_away_the_process_still_locks_an_account_after_its_failures(
+    client, operator, page, redis_away
+):
+    with time_machine.travel(T0, tick=False) as clock:
+        for _ in range(30):
+            sign_in(client, page, "ops", "wrong")
+
+        response, signed_in = sign_in(client, page, "ops", "pw-ops-123")
+
+        assert signed_in is False
+        assert ACCOUNT_LOCKED in response.text
+        clock.shift(15 * 60)
+        assert sign_in(client, page, "ops", "pw-ops-123")[1] is True
+
+
+def test_while_redis_is_away_a_success_is_still_no_failure(client, member, redis_away):
+    for _ in range(12):
+        assert sign_in(client, "/accounts/login/", "bob", "pw-bob-123")[1] is True
+        client.logout()

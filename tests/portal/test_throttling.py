@@ -14,9 +14,11 @@ from django.conf import settings
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from portal import rate_limits
 from portal.api.throttling import PerNodeRateThrottle, PerUserRateThrottle
 from scheduler_app.services.inventory import issue_agent_credential
 from teams.services import create_api_token
+from tests.portal.test_health import closed_port_url
 
 T0 = dt.datetime(2025, 3, 1, 12, 0, tzinfo=dt.UTC)
 
@@ -107,3 +109,22 @@ def test_each_node_credential_has_its_own_budget(make_node, monkeypatch):
 
     assert (first.status_code, again.status_code, other.status_code) == (400, 429, 400)
     assert 0 < int(again["Retry-After"]) <= 60
+
+
+def test_while_redis_is_away_each_process_still_holds_a_user_to_the_rate(
+    api_client, member, settings, monkeypatch
+):
+    settings.CACHES = {"default": {"BACKEND": "portal.redis_cache.RedisCache", "LOCATION": closed_port_url()}}
+    monkeypatch.setattr(rate_limits, "local_counters", rate_limits.LocalCounters())
+    rate(monkeypatch, "3/min")
+    client = api_client(member)
+
+    with time_machine.travel(T0, tick=False) as clock:
+        codes = [client.get("/api/v1/teams/").status_code for _ in range(5)]
+        refused = client.get("/api/v1/teams/")
+        clock.shift(60)
+        again = client.get("/api/v1/teams/")
+
+    assert codes == [200, 200, 200, 429, 429]
+    assert refused["Retry-After"] == "60"
+    assert again.status_code == 200
