@@ -11,6 +11,7 @@ from billing_app.quotes import DEFAULT_RESTART_OVERHEAD_S
 from portal.api.fields import (
     AwareDateTimeField,
     StrictCharField,
+    StrictChoiceField,
     StrictDecimalStringField,
     StrictIntegerField,
     StrictSlugField,
@@ -80,7 +81,7 @@ class RecommendRequestSerializer(serializers.Serializer):
     team = StrictSlugField(
         required=False, default="", help_text="Team slug; optional when you are in one team."
     )
-    task_type = serializers.ChoiceField(choices=TaskType.choices, default=TaskType.TRAINING)
+    task_type = StrictChoiceField(choices=TaskType.choices, default=TaskType.TRAINING)
     gpu_milli = StrictIntegerField(min_value=1, max_value=MILLI_PER_GPU, default=MILLI_PER_GPU)
     num_gpus = StrictIntegerField(min_value=1, max_value=MAX_GPUS_PER_REQUEST, default=1)
     gpu_model = StrictCharField(max_length=64, required=False, allow_blank=True, default="")
@@ -232,14 +233,12 @@ class SetBudgetSerializer(serializers.Serializer):
     thresholds_percent = serializers.ListField(
         child=serializers.IntegerField(min_value=1, max_value=1000), required=False, default=[50, 80, 100]
     )
-    policy = serializers.ChoiceField(
-        choices=BudgetPolicy.choices, required=False, default=BudgetPolicy.ALERT_ONLY
-    )
+    policy = StrictChoiceField(choices=BudgetPolicy.choices, required=False, default=BudgetPolicy.ALERT_ONLY)
     grace_s = StrictIntegerField(min_value=0, required=False, default=3600)
 
 
 class SwitchBillingSerializer(serializers.Serializer):
-    billing_mode = serializers.ChoiceField(choices=BillingMode.choices)
+    billing_mode = StrictChoiceField(choices=BillingMode.choices)
     checkpoint_interval_s = StrictIntegerField(min_value=1, required=False, allow_null=True, default=None)
 
 
@@ -356,7 +355,7 @@ class SetSharePremiumSerializer(serializers.Serializer):
 
 class SpotFeedSerializer(serializers.Serializer):
     pool = serializers.CharField(source="pool.name", read_only=True)
-    kind = serializers.ChoiceField(choices=FeedKind.choices)
+    kind = StrictChoiceField(choices=FeedKind.choices)
     min_fraction = StrictDecimalStringField(
         max_digits=5, decimal_places=4, required=False, help_text="Idle price / on-demand (occupancy)."
     )

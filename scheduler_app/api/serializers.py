@@ -15,6 +15,7 @@ from portal.api.fields import (
     AwareDateTimeField,
     StrictBooleanField,
     StrictCharField,
+    StrictChoiceField,
     StrictIntegerField,
     StrictSlugField,
 )
@@ -235,7 +236,7 @@ class SubmitSerializer(FieldsBuiltOnce, serializers.Serializer):
 
     team = StrictSlugField(required=False, help_text="Team slug; optional when you are in one team.")
     name = StrictCharField(min_length=1, max_length=100)
-    task_type = serializers.ChoiceField(choices=TaskType.choices, default=TaskType.TRAINING)
+    task_type = StrictChoiceField(choices=TaskType.choices, default=TaskType.TRAINING)
     gpu_milli = StrictIntegerField(min_value=1, max_value=MILLI_PER_GPU, help_text="Per card, 1..1000.")
     num_gpus = StrictIntegerField(min_value=1, max_value=MAX_GPUS_PER_REQUEST, default=1)
     pool = StrictSlugField(required=False, allow_blank=True, default="")
@@ -243,7 +244,7 @@ class SubmitSerializer(FieldsBuiltOnce, serializers.Serializer):
     gpu_memory_mib = StrictIntegerField(min_value=1, max_value=2**31 - 1, required=False, allow_null=True)
     cpu_milli = StrictIntegerField(min_value=0, max_value=2**31 - 1, default=1000)
     memory_mib = StrictIntegerField(min_value=0, max_value=2**31 - 1, default=4096)
-    billing_mode = serializers.ChoiceField(choices=BillingMode.choices, default=BillingMode.ON_DEMAND)
+    billing_mode = StrictChoiceField(choices=BillingMode.choices, default=BillingMode.ON_DEMAND)
     allow_on_demand_fallback = StrictBooleanField(default=False)
     checkpoint_interval_s = StrictIntegerField(
         min_value=1, max_value=2**31 - 1, required=False, allow_null=True
@@ -618,7 +619,7 @@ class PoolDetailSerializer(serializers.ModelSerializer):
 class PoolChangeSerializer(serializers.Serializer):
     granularity_milli = StrictIntegerField(min_value=1, max_value=MILLI_PER_GPU, required=False)
     description = StrictCharField(max_length=200, required=False, allow_blank=True)
-    mig_mode = serializers.ChoiceField(
+    mig_mode = StrictChoiceField(
         choices=MigMode.choices, required=False, help_text='"" (off), "fixed" or "dynamic".'
     )
 

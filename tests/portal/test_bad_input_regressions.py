@@ -1,0 +1,145 @@
+"""Issue 36, "500s on bad input": every place it found answers a clear 400 in the error envelope, naming
+the field at fault, and changes nothing. One test per finding, over the places it listed."""
+
+import pytest
+
+from audit.models import Event
+from billing_app.models import Budget, PoolPrice, SpotFeed
+from scheduler_app.choices import CapacityType
+from scheduler_app.models import Gpu, GpuRequest, Node, Pool, WhatIfRun
+from scheduler_app.services.inventory import create_pool
+from scheduler_app.services.requests import submit_request
+from teams.models import Membership
+from tests.scheduler_app.test_agent_api import agent_client
+
+JSON = "application/json"
+SURROGATE_MESSAGE = "A value cannot hold lone surrogates (text that is not valid Unicode)."
+
+
+@pytest.fixture
+def cluster(make_node, member, team):
+    """node-1 (on-demand pool a100), spot-1 (spot pool a100-spot) and a pending request of the member's."""
+    spot = create_pool(name="a100-spot", gpu_model="A100-80GB", capacity_type=CapacityType.SPOT)
+    return {
+        "node": make_node("node-1", gpus=1),
+        "spot_node": make_node("spot-1", gpus=1, pool=spot),
+        "request": submit_request(user=member, team=team, name="train", gpu_milli=250, command="python t.py"),
+    }
+
+
+@pytest.fixture
+def client_of(api_client, member, team_admin, operator, cluster):
+    """client_of("member" | "team_admin" | "operator" | "agent") -> an API client acting as that one."""
+    clients = {
+        "member": api_client(member),
+        "team_admin": api_client(team_admin),
+        "operator": api_client(operator),
+        "agent": agent_client(cluster["node"]),
+    }
+    return clients.__getitem__
+
+
+def footprint() -> dict:
+    """What a refused call must leave as it was."""
+    return {
+        "events": Event.objects.count(),
+        "requests": list(GpuRequest.objects.values_list("id", "task_type", "billing_mode")),
+        "members": list(Membership.objects.values_list("user_id", "role")),
+        "budgets": Budget.objects.count(),
+        "feeds": SpotFeed.objects.count(),
+        "prices": PoolPrice.objects.count(),
+        "what_ifs": WhatIfRun.objects.count(),
+        "pools": list(Pool.objects.values_list("name", "mig_mode")),
+        "nodes": list(Node.objects.values_list("name", "status", "reclaim_deadline")),
+        "gpus": list(Gpu.objects.values_list("uuid", "mig_enabled")),
+    }
+
+
+def refused(response, field: str) -> list[str]:
+    """The messages of a 400 in the error envelope for `field` (the test fails unless there are some)."""
+    assert response.status_code == 400, response.content
+    assert response["Content-Type"] == JSON
+    error = response.json()["error"]
+    assert error["code"] == "validation_error" and error["message"].startswith(f"{field}: ")
+    assert error["fields"][field]
+    return error["fields"][field]
+
+
+# Raw JSON text, VALUE standing for the value sent: "\\ud800" is the escape a client sends for half a
+# surrogate pair (json.dumps would write a Python lone surrogate the same way; a literal is plainer).
+JOB = '"name": "x", "gpu_milli": 250'
+CARD = '{"uuid": "GPU-node-1-0", "model": "A100-80GB", "memory_mib": 81920, "mig_mode": VALUE}'
+CHOICES = [
+    ("member", "post", "/api/v1/requests/", f'{{{JOB}, "task_type": VALUE}}', "task_type"),
+    ("member", "post", "/api/v1/requests/", f'{{{JOB}, "billing_mode": VALUE}}', "billing_mode"),
+    ("member", "post", "/api/v1/requests/estimate/", f'{{{JOB}, "task_type": VALUE}}', "task_type"),
+    ("member", "post", "/api/v1/requests/estimate/", f'{{{JOB}, "billing_mode": VALUE}}', "billing_mode"),
+    ("member", "post", "/api/v1/requests/recommend/", '{"task_type": VALUE}', "task_type"),
+    ("member", "post", "/api/v1/requests/{request}/billing-mode/", '{"billing_mode": VALUE}', "billing_mode"),
+    (
+        "team_admin",
+        "put",
+        "/api/v1/teams/vision/budget/",
+        '{"monthly_usd": "9.00", "policy": VALUE}',
+        "policy",
+    ),
+    ("team_admin", "post", "/api/v1/teams/vision/members/", '{"username": "ops", "role": VALUE}', "role"),
+    ("operator", "patch", "/api/v1/pools/a100/", '{"mig_mode": VALUE}', "mig_mode"),
+    ("operator", "put", "/api/v1/pools/a100-spot/spot-feed/", '{"kind": VALUE}', "kind"),
+    ("agent", "post", "/api/v1/agent/register/", f'{{"gpus": [{CARD}]}}', "gpus.0.mig_mode"),
+]
+
+
+@pytest.mark.parametrize(
+    ("who", "method", "url", "body", "field"), CHOICES, ids=[f"{c[1]} {c[2]} {c[4]}" for c in CHOICES]
+)
+@pytest.mark.parametrize("value", ['"\\ud800"', '"training\\udfff"'], ids=["alone", "trailing"])
+def test_1_a_lone_surrogate_in_a_choice_is_a_clear_400_and_changes_nothing(
+    cluster, client_of, who, method, url, body, field, value
+):
+    before = footprint()
+
+    response = getattr(client_of(who), method)(
+        url.format(request=cluster["request"].pk), body.replace("VALUE", value), content_type=JSON
+    )
+
+    assert refused(response, field) == [SURROGATE_MESSAGE]
+    assert footprint() == before
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "message"),
+    [
+        (f'{{{JOB}, "\\ud800": "training"}}', "non_field_errors", "A key cannot"),
+        (f'{{{JOB}, "environment": {{"A\\ud800": "1"}}}}', "environment", "A key cannot"),
+        (f'{{{JOB}, "environment": {{"A": "\\ud800"}}}}', "environment.A", "A value cannot"),
+    ],
+)
+def test_1_a_lone_surrogate_in_any_key_or_string_is_refused_where_it_is(client_of, body, field, message):
+    before = footprint()
+
+    response = client_of("member").post("/api/v1/requests/", body, content_type=JSON)
+
+    assert refused(response, field)[0].startswith(message)
+    assert footprint() == before
+
+
+def test_1_bytes_that_are_no_utf_8_in_a_query_or_an_upload_never_become_a_lone_surrogate(cluster, client_of):
+    """Django decodes query strings and form fields with replacement characters, and the price upload
+    refuses a file that is not UTF-8: neither can carry a lone surrogate into an answer."""
+    before = footprint()
+    boundary = "x-boundary"
+    upload = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="pool"\r\n\r\na100-spot\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="p.csv"\r\n\r\n'
+        "effective_from,usd_per_gpu_hour\n2099-01-01T00:00:00Z,1.00"
+    ).encode() + f"\xed\xa0\x80\r\n--{boundary}--\r\n".encode("latin-1")
+
+    queried = client_of("member").get("/api/v1/requests/?state=%ED%A0%80&task_type=%ED%A0%80")
+    uploaded = client_of("operator").post(
+        "/api/v1/prices/upload/", upload, content_type=f"multipart/form-data; boundary={boundary}"
+    )
+
+    assert "is not one of pending" in refused(queried, "state")[0]
+    assert refused(uploaded, "file") == ["The file is not UTF-8 text."]
+    assert footprint() == before
