@@ -143,3 +143,45 @@ def test_1_bytes_that_are_no_utf_8_in_a_query_or_an_upload_never_become_a_lone_s
     assert "is not one of pending" in refused(queried, "state")[0]
     assert refused(uploaded, "file") == ["The file is not UTF-8 text."]
     assert footprint() == before
+
+
+TELEMETRY = [
+    "/api/v1/pools/a100/telemetry/",
+    "/api/v1/teams/vision/telemetry/",
+    "/api/v1/requests/{request}/telemetry/",
+    "/api/v1/gpus/{gpu}/telemetry/",
+]
+
+
+def telemetry_url(url: str, cluster) -> str:
+    return url.format(request=cluster["request"].pk, gpu=cluster["node"].gpus.get().pk)
+
+
+@pytest.mark.parametrize("url", TELEMETRY)
+@pytest.mark.parametrize(
+    ("query", "field", "says"),
+    [
+        ("end=0001-01-01T00:00:00Z", "end", "out of range"),
+        ("end=9999-12-31T23:59:59-23:59", "end", "out of range"),
+        ("end=9999-12-31T23:59:59Z", "end", "out of range"),
+        ("start=0001-01-01T00:00:00Z&end=0001-01-01T00:30:00Z", "start", "out of range"),
+        ("start=0001-01-01T00:00:00%2B01:00", "start", "out of range"),
+        ("end=2020-13-45T00:00:00Z", "end", "no real date and time"),
+        ("end=2020-01-01T00:00:00%2B99:00", "end", "no real date and time"),
+        ("end=2020-01-01T00:00:00", "end", "has no timezone"),
+    ],
+)
+def test_3_telemetry_refuses_a_time_out_of_range_with_a_400_naming_it(
+    cluster, client_of, url, query, field, says
+):
+    response = client_of("operator").get(f"{telemetry_url(url, cluster)}?{query}")
+
+    assert says in refused(response, field)[0]
+
+
+@pytest.mark.parametrize("url", TELEMETRY)
+@pytest.mark.parametrize(
+    "query", ["start=1970-01-01T00:00:00Z&end=1970-01-01T01:00:00Z", "end=2999-12-31T23:59:59.999999Z"]
+)
+def test_3_telemetry_answers_at_the_edges_of_the_range(cluster, client_of, url, query):
+    assert client_of("operator").get(f"{telemetry_url(url, cluster)}?{query}").status_code == 200
