@@ -23,11 +23,11 @@ class BadTime(ValueError):
         return f"This time {self}."
 
 
-def parse_time(text: str) -> dt.datetime:
-    """An ISO 8601 time with a timezone, in UTC; BadTime when it is none, names no real moment (month 13,
-    an offset of 24 hours or more) or lies outside EARLIEST..LATEST."""
+def parse_time(text: object) -> dt.datetime:
+    """An ISO 8601 time with a timezone, in UTC; BadTime when it is none (or no string), names no real
+    moment (month 13, an offset of 24 hours or more) or lies outside EARLIEST..LATEST."""
     try:
-        moment = parse_datetime(text)
+        moment = parse_datetime(text) if isinstance(text, str) else None
     except ValueError:
         raise BadTime(
             "is no real date and time: check the month, the day, the hour and the offset (under 24 hours)"

@@ -66,8 +66,6 @@ class AwareDateTimeField(serializers.DateTimeField):
     within the years the portal computes with (portal.times)."""
 
     def to_internal_value(self, value):
-        if not isinstance(value, str):
-            self.fail("invalid", format="ISO 8601 with a timezone")
         try:
             return parse_time(value)
         except BadTime as problem:

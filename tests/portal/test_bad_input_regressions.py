@@ -185,3 +185,34 @@ def test_3_telemetry_refuses_a_time_out_of_range_with_a_400_naming_it(
 )
 def test_3_telemetry_answers_at_the_edges_of_the_range(cluster, client_of, url, query):
     assert client_of("operator").get(f"{telemetry_url(url, cluster)}?{query}").status_code == 200
+
+
+DAY = {"start": "2020-01-01T00:00:00Z", "end": "2020-01-02T00:00:00Z"}
+
+
+@pytest.mark.parametrize(
+    ("scenario", "field", "says"),
+    [
+        (DAY | {"policy": [1]}, "policy", "Unknown policy"),
+        (DAY | {"queue": {"a": 1}}, "queue", "Unknown queue mode"),
+        (DAY | {"quotas": [{"team": [1], "pool": "a100", "guaranteed_milli": 1000}]}, "quotas", "No team"),
+        (
+            DAY | {"quotas": [{"team": "vision", "pool": {"a": 1}, "guaranteed_milli": 1}]},
+            "quotas",
+            "No pool",
+        ),
+        (DAY | {"start": "2020-13-45T00:00:00Z"}, "start", "no real date and time"),
+        (DAY | {"start": "2020-01-01T00:00:00+99:00"}, "start", "no real date and time"),
+        (DAY | {"start": 20200101}, "start", "not an ISO 8601 date and time"),
+        (DAY | {"end": "9999-12-31T23:59:59-23:59"}, "end", "out of range"),
+        ({"start": "0001-01-01T00:00:00+01:00", "end": "0001-01-02T00:00:00Z"}, "start", "out of range"),
+    ],
+    ids=["policy", "queue", "quota-team", "quota-pool", "month-13", "offset-99h", "number", "9999", "year-1"],
+)
+def test_2_a_bad_what_if_scenario_is_a_400_naming_the_field(cluster, client_of, scenario, field, says):
+    before = footprint()
+
+    response = client_of("operator").post("/api/v1/what-if/", scenario, format="json")
+
+    assert says in refused(response, field)[0]
+    assert footprint() == before
