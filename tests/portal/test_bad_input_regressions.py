@@ -2,6 +2,7 @@
 the field at fault, and changes nothing. One test per finding, over the places it listed."""
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 
 from audit.models import Event
 from billing_app.models import Budget, PoolPrice, SpotFeed
@@ -215,4 +216,48 @@ def test_2_a_bad_what_if_scenario_is_a_400_naming_the_field(cluster, client_of, 
     response = client_of("operator").post("/api/v1/what-if/", scenario, format="json")
 
     assert says in refused(response, field)[0]
+    assert footprint() == before
+
+
+HEADER = "effective_from,usd_per_gpu_hour\n"
+LONG = "1" * 131_073  # one past csv's field limit
+
+
+@pytest.mark.parametrize(
+    ("csv_text", "says"),
+    [
+        (
+            HEADER + "2099-01-01T00:00:00Z,1.00\n9999-12-31T23:59:59-23:59,1.00\n",
+            "line 3: effective_from '9999-12-31T23:59:59-23:59' is out of range: give a time from 1970-01-01 "
+            "to 2999-12-31 (UTC).",
+        ),
+        (
+            HEADER + "0001-01-01T00:00:00+01:00,1.00\n",
+            "line 2: effective_from '0001-01-01T00:00:00+01:00' is out of range: give a time from 1970-01-01 "
+            "to 2999-12-31 (UTC).",
+        ),
+        (
+            HEADER + "2099-01-01T00:00:00+99:00,1.00\n",
+            "line 2: effective_from '2099-01-01T00:00:00+99:00' is no real date and time: check the month, "
+            "the day, the hour and the offset (under 24 hours).",
+        ),
+        (
+            HEADER + f"2099-01-01T00:00:00Z,1.00\n2099-01-02T00:00:00Z,{LONG}\n",
+            "line 3: not readable as CSV (field larger than field limit (131072)).",
+        ),
+        (f"effective_from,{LONG}\n", "line 1: not readable as CSV (field larger than field limit (131072))."),
+    ],
+    ids=["9999-offset", "year-1-offset", "offset-99h", "long-price", "long-header"],
+)
+def test_4_a_price_file_with_a_time_out_of_range_or_a_huge_field_is_a_400_naming_the_line(
+    cluster, client_of, csv_text, says
+):
+    before = footprint()
+    upload = SimpleUploadedFile("prices.csv", csv_text.encode(), content_type="text/csv")
+
+    response = client_of("operator").post(
+        "/api/v1/prices/upload/", {"file": upload, "pool": "a100-spot"}, format="multipart"
+    )
+
+    assert refused(response, "file") == [says]
     assert footprint() == before
