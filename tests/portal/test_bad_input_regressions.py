@@ -1,6 +1,11 @@
 """Issue 36, "500s on bad input": every place it found answers a clear 400 in the error envelope, naming
 the field at fault, and changes nothing. One test per finding, over the places it listed."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
@@ -13,6 +18,7 @@ from scheduler_app.services.requests import submit_request
 from teams.models import Membership
 from tests.scheduler_app.test_agent_api import agent_client
 
+ROOT = Path(__file__).resolve().parents[2]
 JSON = "application/json"
 SURROGATE_MESSAGE = "A value cannot hold lone surrogates (text that is not valid Unicode)."
 
@@ -261,3 +267,50 @@ def test_4_a_price_file_with_a_time_out_of_range_or_a_huge_field_is_a_400_naming
 
     assert refused(response, "file") == [says]
     assert footprint() == before
+
+
+# Run in a fresh process (manage.py shell): drf-spectacular loads its extensions once per process.
+SIXTEEN_FIRST_SCHEMA_CALLS = """
+import threading
+
+from django.urls import resolve
+from rest_framework.test import APIRequestFactory
+
+view = resolve("/api/v1/schema/").func
+together = threading.Barrier(16)
+answers = []
+
+
+def call():
+    request = APIRequestFactory().get("/api/v1/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    together.wait()
+    try:
+        answers.append(view(request).render().status_code)
+    except Exception as error:
+        answers.append(repr(error))
+
+
+threads = [threading.Thread(target=call) for _ in range(16)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(answers)
+"""
+
+
+def test_5_sixteen_first_schema_calls_at_once_all_answer_200():
+    services = {"DATABASE_URL", "REDIS_URL"}  # the schema needs neither
+    env = {name: value for name, value in os.environ.items() if name not in services}
+
+    done = subprocess.run(
+        [sys.executable, "manage.py", "shell", "--no-imports", "-c", SIXTEEN_FIRST_SCHEMA_CALLS],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str([200] * 16), done.stdout
