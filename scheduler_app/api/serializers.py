@@ -593,8 +593,8 @@ class ReasonSerializer(serializers.Serializer):
 
 
 class ReclaimSerializer(serializers.Serializer):
-    """An operator's reclaim of a spot node: its work checkpoints and stops by the deadline (given, or
-    `grace_s` from now; default RECLAIM_DEFAULT_GRACE_S)."""
+    """An operator's reclaim of a spot node: its work checkpoints and stops by the deadline (given, not
+    past, or `grace_s` from now; default RECLAIM_DEFAULT_GRACE_S)."""
 
     deadline = AwareDateTimeField(required=False)
     grace_s = StrictIntegerField(min_value=0, max_value=24 * 3600, required=False)
@@ -606,6 +606,13 @@ class ReclaimSerializer(serializers.Serializer):
         if "deadline" not in data:
             grace = data.pop("grace_s", settings.RECLAIM_DEFAULT_GRACE_S)
             data["deadline"] = timezone.now() + dt.timedelta(seconds=grace)
+        elif data["deadline"] < timezone.now():
+            raise serializers.ValidationError(
+                {
+                    "deadline": "This deadline has passed: give a later one, or none for "
+                    f"{settings.RECLAIM_DEFAULT_GRACE_S} s from now (grace_s: 0 reclaims at once)."
+                }
+            )
         return data
 
 

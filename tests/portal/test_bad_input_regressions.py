@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.utils import timezone
 
 from audit.models import Event
 from billing_app.models import Budget, PoolPrice, SpotFeed
@@ -314,3 +315,30 @@ def test_5_sixteen_first_schema_calls_at_once_all_answer_200():
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str([200] * 16), done.stdout
+
+
+@pytest.mark.parametrize(
+    "deadline",
+    ["0001-01-01T00:00:00Z", "2020-01-01T00:00:00Z", "1970-01-01T00:00:00Z"],
+    ids=["year-1", "2020", "1970"],
+)
+def test_6_a_reclaim_deadline_in_the_past_is_a_400_and_the_node_stays_as_it_was(cluster, client_of, deadline):
+    before = footprint()
+
+    response = client_of("operator").post(
+        f"/api/v1/nodes/{cluster['spot_node'].pk}/reclaim/", {"deadline": deadline}, format="json"
+    )
+
+    assert refused(response, "deadline")
+    assert footprint() == before
+
+
+def test_6_a_reclaim_without_a_deadline_still_gives_the_default_grace(cluster, client_of, settings):
+    response = client_of("operator").post(
+        f"/api/v1/nodes/{cluster['spot_node'].pk}/reclaim/", {}, format="json"
+    )
+
+    spot_node = Node.objects.get(pk=cluster["spot_node"].pk)
+    assert response.status_code == 200 and spot_node.status == "reclaimed"
+    left = (spot_node.reclaim_deadline - timezone.now()).total_seconds()
+    assert settings.RECLAIM_DEFAULT_GRACE_S - 10 < left <= settings.RECLAIM_DEFAULT_GRACE_S
