@@ -6,6 +6,7 @@ from rest_framework import serializers
 
 from billing_app.choices import BudgetPolicy, ResizeState
 from billing_app.constants import MAX_USD_PER_GPU_HOUR, PRICE_DECIMAL_PLACES, PRICE_QUANTUM
+from billing_app.ledger import parse_month
 from billing_app.models import FeedKind
 from billing_app.quotes import DEFAULT_RESTART_OVERHEAD_S
 from portal.api.fields import (
@@ -205,10 +206,18 @@ class StatementSerializer(serializers.Serializer):
 
 
 class StatementQuerySerializer(serializers.Serializer):
+    """?month=&user=; `month` comes out as that month's first instant (UTC)."""
+
     month = serializers.RegexField(
         r"^\d{4}-(0[1-9]|1[0-2])$", required=False, help_text="YYYY-MM; default this month."
     )
     user = serializers.CharField(required=False, help_text="A member's username: that member's statement.")
+
+    def validate(self, data):
+        try:
+            return data | {"month": parse_month(data.get("month"))}
+        except ValueError as problem:
+            raise serializers.ValidationError({"month": str(problem)}) from None
 
 
 class BudgetViewSerializer(serializers.Serializer):

@@ -342,3 +342,30 @@ def test_6_a_reclaim_without_a_deadline_still_gives_the_default_grace(cluster, c
     assert response.status_code == 200 and spot_node.status == "reclaimed"
     left = (spot_node.reclaim_deadline - timezone.now()).total_seconds()
     assert settings.RECLAIM_DEFAULT_GRACE_S - 10 < left <= settings.RECLAIM_DEFAULT_GRACE_S
+
+
+# Other places that read a time from user input, found while fixing the above.
+
+STATEMENTS = ["/api/v1/teams/vision/statement/", "/api/v1/teams/vision/statement.csv", "/api/v1/statements/"]
+
+
+@pytest.mark.parametrize("url", STATEMENTS)
+@pytest.mark.parametrize(
+    ("month", "says"),
+    [
+        ("9999-12", "'9999-12' is out of range: give a time from 1970-01-01 to 2999-12-31 (UTC)."),
+        ("0001-01", "'0001-01' is out of range: give a time from 1970-01-01 to 2999-12-31 (UTC)."),
+        ("0000-01", "'0000-01' is not a month; give it as YYYY-MM, such as 2026-03."),
+    ],
+)
+def test_a_statement_month_out_of_range_is_a_400_naming_month(cluster, client_of, url, month, says):
+    assert refused(client_of("operator").get(f"{url}?month={month}"), "month") == [says]
+
+
+@pytest.mark.parametrize("month", ["9999-12", "0001-01", "0000-01"])
+def test_the_statement_page_refuses_a_month_out_of_range(client, member, team, month):
+    client.force_login(member)
+
+    response = client.get(f"/teams/vision/statement.csv?month={month}")
+
+    assert response.status_code == 400 and f"'{month}' is" in response.text
