@@ -369,3 +369,31 @@ def test_the_statement_page_refuses_a_month_out_of_range(client, member, team, m
     response = client.get(f"/teams/vision/statement.csv?month={month}")
 
     assert response.status_code == 400 and f"'{month}' is" in response.text
+
+
+@pytest.mark.parametrize("when", ["9999-12-31 23:59:59", "3000-01-01 00:00"])
+def test_the_pool_price_page_refuses_a_start_out_of_range(client, operator, pool, when):
+    client.force_login(operator)
+    before = footprint()
+
+    response = client.post(
+        "/operator/pools/", {"pool": pool.pk, "usd_per_gpu_hour": "2.00", "effective_from": when}
+    )
+
+    assert response.status_code == 400 and "This time is out of range" in response.text
+    assert footprint() == before
+
+
+@pytest.mark.parametrize(
+    ("start", "end"), [("0001-01-01 00:00", "0001-01-02 00:00"), ("9999-12-30 00:00", "9999-12-31 23:59")]
+)
+def test_the_what_if_page_refuses_a_period_out_of_range(client, operator, pool, start, end):
+    client.force_login(operator)
+    before = footprint()
+
+    response = client.post(
+        "/operator/what-if/", {"start": start, "end": end, "policy": "pack", "queue": "fair"}
+    )
+
+    assert response.status_code == 400 and "This time is out of range" in response.text
+    assert footprint() == before
