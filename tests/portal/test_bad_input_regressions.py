@@ -51,15 +51,15 @@ def footprint() -> dict:
     """What a refused call must leave as it was."""
     return {
         "events": Event.objects.count(),
-        "requests": list(GpuRequest.objects.values_list("id", "task_type", "billing_mode")),
-        "members": list(Membership.objects.values_list("user_id", "role")),
+        "requests": list(GpuRequest.objects.order_by("pk").values_list("pk", "task_type", "billing_mode")),
+        "members": list(Membership.objects.order_by("pk").values_list("user_id", "role")),
         "budgets": Budget.objects.count(),
         "feeds": SpotFeed.objects.count(),
         "prices": PoolPrice.objects.count(),
         "what_ifs": WhatIfRun.objects.count(),
-        "pools": list(Pool.objects.values_list("name", "mig_mode")),
-        "nodes": list(Node.objects.values_list("name", "status", "reclaim_deadline")),
-        "gpus": list(Gpu.objects.values_list("uuid", "mig_enabled")),
+        "pools": list(Pool.objects.order_by("name").values_list("name", "mig_mode")),
+        "nodes": list(Node.objects.order_by("name").values_list("name", "status", "reclaim_deadline")),
+        "gpus": list(Gpu.objects.order_by("uuid").values_list("uuid", "mig_enabled")),
     }
 
 
@@ -73,8 +73,8 @@ def refused(response, field: str) -> list[str]:
     return error["fields"][field]
 
 
-# Raw JSON text, VALUE standing for the value sent: "\\ud800" is the escape a client sends for half a
-# surrogate pair (json.dumps would write a Python lone surrogate the same way; a literal is plainer).
+# Raw JSON text, VALUE standing for the value sent: \ud800 (written "\\ud800" here) is the escape a client
+# sends for half a surrogate pair; json.dumps would write a Python lone surrogate the same way.
 JOB = '"name": "x", "gpu_milli": 250'
 CARD = '{"uuid": "GPU-node-1-0", "model": "A100-80GB", "memory_mib": 81920, "mig_mode": VALUE}'
 CHOICES = [
@@ -153,6 +153,37 @@ def test_1_bytes_that_are_no_utf_8_in_a_query_or_an_upload_never_become_a_lone_s
     assert footprint() == before
 
 
+DAY = {"start": "2020-01-01T00:00:00Z", "end": "2020-01-02T00:00:00Z"}
+
+
+@pytest.mark.parametrize(
+    ("scenario", "field", "says"),
+    [
+        (DAY | {"policy": [1]}, "policy", "Unknown policy"),
+        (DAY | {"queue": {"a": 1}}, "queue", "Unknown queue mode"),
+        (DAY | {"quotas": [{"team": [1], "pool": "a100", "guaranteed_milli": 1000}]}, "quotas", "No team"),
+        (
+            DAY | {"quotas": [{"team": "vision", "pool": {"a": 1}, "guaranteed_milli": 1}]},
+            "quotas",
+            "No pool",
+        ),
+        (DAY | {"start": "2020-13-45T00:00:00Z"}, "start", "no real date and time"),
+        (DAY | {"start": "2020-01-01T00:00:00+99:00"}, "start", "no real date and time"),
+        (DAY | {"start": 20200101}, "start", "not an ISO 8601 date and time"),
+        (DAY | {"end": "9999-12-31T23:59:59-23:59"}, "end", "out of range"),
+        ({"start": "0001-01-01T00:00:00+01:00", "end": "0001-01-02T00:00:00Z"}, "start", "out of range"),
+    ],
+    ids=["policy", "queue", "quota-team", "quota-pool", "month-13", "offset-99h", "number", "9999", "year-1"],
+)
+def test_2_a_bad_what_if_scenario_is_a_400_naming_the_field(cluster, client_of, scenario, field, says):
+    before = footprint()
+
+    response = client_of("operator").post("/api/v1/what-if/", scenario, format="json")
+
+    assert says in refused(response, field)[0]
+    assert footprint() == before
+
+
 TELEMETRY = [
     "/api/v1/pools/a100/telemetry/",
     "/api/v1/teams/vision/telemetry/",
@@ -193,37 +224,6 @@ def test_3_telemetry_refuses_a_time_out_of_range_with_a_400_naming_it(
 )
 def test_3_telemetry_answers_at_the_edges_of_the_range(cluster, client_of, url, query):
     assert client_of("operator").get(f"{telemetry_url(url, cluster)}?{query}").status_code == 200
-
-
-DAY = {"start": "2020-01-01T00:00:00Z", "end": "2020-01-02T00:00:00Z"}
-
-
-@pytest.mark.parametrize(
-    ("scenario", "field", "says"),
-    [
-        (DAY | {"policy": [1]}, "policy", "Unknown policy"),
-        (DAY | {"queue": {"a": 1}}, "queue", "Unknown queue mode"),
-        (DAY | {"quotas": [{"team": [1], "pool": "a100", "guaranteed_milli": 1000}]}, "quotas", "No team"),
-        (
-            DAY | {"quotas": [{"team": "vision", "pool": {"a": 1}, "guaranteed_milli": 1}]},
-            "quotas",
-            "No pool",
-        ),
-        (DAY | {"start": "2020-13-45T00:00:00Z"}, "start", "no real date and time"),
-        (DAY | {"start": "2020-01-01T00:00:00+99:00"}, "start", "no real date and time"),
-        (DAY | {"start": 20200101}, "start", "not an ISO 8601 date and time"),
-        (DAY | {"end": "9999-12-31T23:59:59-23:59"}, "end", "out of range"),
-        ({"start": "0001-01-01T00:00:00+01:00", "end": "0001-01-02T00:00:00Z"}, "start", "out of range"),
-    ],
-    ids=["policy", "queue", "quota-team", "quota-pool", "month-13", "offset-99h", "number", "9999", "year-1"],
-)
-def test_2_a_bad_what_if_scenario_is_a_400_naming_the_field(cluster, client_of, scenario, field, says):
-    before = footprint()
-
-    response = client_of("operator").post("/api/v1/what-if/", scenario, format="json")
-
-    assert says in refused(response, field)[0]
-    assert footprint() == before
 
 
 HEADER = "effective_from,usd_per_gpu_hour\n"
