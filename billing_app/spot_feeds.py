@@ -25,6 +25,7 @@ from billing_app.models import SpotFeed
 from billing_app.public_prices import model_key
 from billing_app.services import parse_usd_per_gpu_hour
 from portal.echo import echoed
+from portal.times import BadTime, parse_time
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.models import Allocation, Gpu, Pool
 
@@ -137,7 +138,10 @@ def parse_price_upload(text: str, now: dt.datetime, pool: Pool | None = None) ->
     and pool (optional when the upload is for one pool). Every row is checked; PriceUploadError lists
     each bad row by line; spot pools only; no price may start in the past or twice at one instant."""
     reader = csv.DictReader(io.StringIO(text))
-    columns = reader.fieldnames or []
+    try:
+        columns = reader.fieldnames or []
+    except csv.Error as error:
+        raise PriceUploadError([_unreadable(reader, error)]) from None
     missing = [c for c in ("effective_from", "usd_per_gpu_hour") if c not in columns]
     if pool is None and "pool" not in columns:
         missing.append("pool")
@@ -145,7 +149,7 @@ def parse_price_upload(text: str, now: dt.datetime, pool: Pool | None = None) ->
         raise PriceUploadError([f"line 1: missing column(s) {', '.join(missing)} in the header."])
     pools = {p.name: p for p in Pool.objects.all()}
     rows, errors, seen = [], [], set()
-    for row in reader:
+    for row in _rows(reader, errors):
         line = reader.line_num
         if len(rows) + len(errors) >= MAX_UPLOAD_ROWS:
             errors.append(f"line {line}: more than {MAX_UPLOAD_ROWS} rows; split the file.")
@@ -164,13 +168,11 @@ def parse_price_upload(text: str, now: dt.datetime, pool: Pool | None = None) ->
             problems.append(f"pool {echoed(name)!r} is on-demand; feeds drive spot pools only")
         text_at = row["effective_from"].strip()
         try:
-            at = dt.datetime.fromisoformat(text_at.replace("Z", "+00:00"))
-        except ValueError:
+            at = parse_time(text_at)
+        except BadTime as problem:
             at = None
-            problems.append(f"effective_from {echoed(text_at)!r} is not an ISO 8601 time")
-        if at is not None and at.tzinfo is None:
-            problems.append(f"effective_from {echoed(text_at)!r} has no timezone (add Z for UTC)")
-        elif at is not None and at < now:
+            problems.append(f"effective_from {echoed(text_at)!r} {problem}")
+        if at is not None and at < now:
             problems.append(
                 f"effective_from {echoed(text_at)!r} is in the past: it would change what was billed"
             )
@@ -179,16 +181,30 @@ def parse_price_upload(text: str, now: dt.datetime, pool: Pool | None = None) ->
         except ValidationError as error:
             price = None
             problems.extend(error.message_dict["usd_per_gpu_hour"])
-        if target is not None and at is not None and at.tzinfo is not None:
+        if target is not None and at is not None:
             if (target.pk, at) in seen:
                 problems.append(f"a second price for {target.name} at {text_at}")
             seen.add((target.pk, at))
         if problems:
             errors.append(f"line {line}: " + "; ".join(problems) + ".")
         else:
-            rows.append(UploadRow(line, target, at.astimezone(dt.UTC), price))
+            rows.append(UploadRow(line, target, at, price))
     if errors:
         raise PriceUploadError(errors)
     if not rows:
         raise PriceUploadError(["line 2: the file has no price rows."])
     return rows
+
+
+def _rows(reader: csv.DictReader, errors: list[str]):
+    """The reader's rows, until one cannot be read (a field over csv's limit of 131,072 characters):
+    that ends the file, with its line in `errors`."""
+    try:
+        yield from reader
+    except csv.Error as error:
+        errors.append(_unreadable(reader, error))
+
+
+def _unreadable(reader: csv.DictReader, error: csv.Error) -> str:
+    # csv counts a record's lines once it has read all of it: this one starts on the next line.
+    return f"line {reader.line_num + 1}: not readable as CSV ({error})."

@@ -20,6 +20,7 @@ from billing_app.models import FeedKind
 from billing_app.spot_feeds import REPLAY_FILES
 from portal.echo import echoed
 from portal.share import Share
+from portal.times import BadTime, in_range
 from scheduler_app.choices import BillingMode, MigMode, NodeStatus, TaskType
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.core.placement import POLICIES
@@ -31,6 +32,19 @@ from teams.constants import UNIX_ACCOUNT_MAX_CHARS
 from teams.models import Team
 
 MIB_PER_GIB = 1024
+
+
+class UtcDateTimeField(forms.DateTimeField):
+    """A time typed in UTC, within the years the portal computes with (portal.times), as the API takes."""
+
+    def to_python(self, value):
+        moment = super().to_python(value)
+        if moment is None:
+            return None
+        try:
+            return in_range(moment)
+        except BadTime as problem:
+            raise ValidationError(problem.sentence(), code="invalid") from None
 
 
 class ServiceErrorsMixin:
@@ -337,7 +351,7 @@ class PoolPriceForm(ServiceErrorsMixin, forms.Form):
     usd_per_gpu_hour = forms.DecimalField(
         label="USD per GPU-hour", help_text="One whole card for an hour; at most 6 decimal places."
     )
-    effective_from = forms.DateTimeField(
+    effective_from = UtcDateTimeField(
         required=False, label="Starts (UTC)", help_text="Empty: now. Never in the past."
     )
     source = forms.CharField(
@@ -442,8 +456,8 @@ class SpotFeedForm(ServiceErrorsMixin, forms.Form):
 class WhatIfForm(ServiceErrorsMixin, forms.Form):
     """The what-if's scenario as operators type it; whatif.parse_scenario checks it (times in UTC)."""
 
-    start = forms.DateTimeField(label="From (UTC)")
-    end = forms.DateTimeField(label="To (UTC)")
+    start = UtcDateTimeField(label="From (UTC)")
+    end = UtcDateTimeField(label="To (UTC)")
     policy = forms.ChoiceField(label="Placement policy")
     queue = forms.ChoiceField(label="Queue", help_text="fair: fair share, quotas, backfill (today's).")
     quotas = forms.CharField(

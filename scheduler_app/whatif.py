@@ -26,10 +26,10 @@ from statistics import fmean
 from django.core.exceptions import ValidationError
 from django.db.models import Count, Min
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 from billing_app.prices import NoPriceInForce, price_in_force
 from portal.echo import echoed
+from portal.times import BadTime, parse_time
 from scheduler_app.cluster_state import empty_cluster, quota_specs, request_specs
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.core.cluster import NodeState
@@ -85,10 +85,10 @@ def parse_scenario(data: dict, now: dt.datetime | None = None) -> Scenario:
         elif start >= now:
             errors["start"].append("Must be in the past: the what-if replays recorded history.")
     policy = data.get("policy") or DEFAULT_POLICY
-    if policy not in POLICIES:
+    if not isinstance(policy, str) or policy not in POLICIES:
         errors["policy"].append(f"Unknown policy; one of {', '.join(sorted(POLICIES))}.")
     queue = data.get("queue") or "fair"
-    if queue not in QUEUE_MODES:
+    if not isinstance(queue, str) or queue not in QUEUE_MODES:
         errors["queue"].append(f"Unknown queue mode; one of {', '.join(QUEUE_MODES)}.")
     pools = {p.name: p for p in Pool.objects.all()}
     quotas = _quotas(data.get("quotas") or [], pools, errors)
@@ -119,13 +119,10 @@ def scenario_json(scenario: Scenario) -> dict:
 
 
 def _time(value, name: str, errors) -> dt.datetime | None:
-    moment = parse_datetime(value) if isinstance(value, str) else None
-    if moment is None:
-        errors[name].append("An ISO 8601 date and time, e.g. 2026-12-01T08:00:00Z.")
-    elif moment.tzinfo is None:
-        errors[name].append("Give the time zone, e.g. a trailing Z for UTC.")
-    else:
-        return moment.astimezone(dt.UTC)
+    try:
+        return parse_time(value)
+    except BadTime as problem:
+        errors[name].append(problem.sentence())
     return None
 
 
@@ -140,9 +137,9 @@ def _quotas(rows, pools: dict[str, Pool], errors) -> tuple[QuotaSpec, ...]:
             errors["quotas"].append("Each quota is an object {team, pool, guaranteed_milli}.")
             continue
         team, pool, milli = row.get("team"), row.get("pool"), row.get("guaranteed_milli")
-        if team not in teams:
+        if not isinstance(team, str) or team not in teams:
             errors["quotas"].append(f"No team {echoed(team)!r} (use its slug).")
-        elif pool not in pools:
+        elif not isinstance(pool, str) or pool not in pools:
             errors["quotas"].append(f"No pool {echoed(pool)!r}.")
         elif isinstance(milli, bool) or not isinstance(milli, int) or not 0 <= milli <= 10**9:
             errors["quotas"].append(

@@ -6,11 +6,13 @@ from rest_framework import serializers
 
 from billing_app.choices import BudgetPolicy, ResizeState
 from billing_app.constants import MAX_USD_PER_GPU_HOUR, PRICE_DECIMAL_PLACES, PRICE_QUANTUM
+from billing_app.ledger import parse_month
 from billing_app.models import FeedKind
 from billing_app.quotes import DEFAULT_RESTART_OVERHEAD_S
 from portal.api.fields import (
     AwareDateTimeField,
     StrictCharField,
+    StrictChoiceField,
     StrictDecimalStringField,
     StrictIntegerField,
     StrictSlugField,
@@ -80,7 +82,7 @@ class RecommendRequestSerializer(serializers.Serializer):
     team = StrictSlugField(
         required=False, default="", help_text="Team slug; optional when you are in one team."
     )
-    task_type = serializers.ChoiceField(choices=TaskType.choices, default=TaskType.TRAINING)
+    task_type = StrictChoiceField(choices=TaskType.choices, default=TaskType.TRAINING)
     gpu_milli = StrictIntegerField(min_value=1, max_value=MILLI_PER_GPU, default=MILLI_PER_GPU)
     num_gpus = StrictIntegerField(min_value=1, max_value=MAX_GPUS_PER_REQUEST, default=1)
     gpu_model = StrictCharField(max_length=64, required=False, allow_blank=True, default="")
@@ -204,10 +206,18 @@ class StatementSerializer(serializers.Serializer):
 
 
 class StatementQuerySerializer(serializers.Serializer):
+    """?month=&user=; `month` comes out as that month's first instant (UTC)."""
+
     month = serializers.RegexField(
         r"^\d{4}-(0[1-9]|1[0-2])$", required=False, help_text="YYYY-MM; default this month."
     )
     user = serializers.CharField(required=False, help_text="A member's username: that member's statement.")
+
+    def validate(self, data):
+        try:
+            return data | {"month": parse_month(data.get("month"))}
+        except ValueError as problem:
+            raise serializers.ValidationError({"month": str(problem)}) from None
 
 
 class BudgetViewSerializer(serializers.Serializer):
@@ -232,14 +242,12 @@ class SetBudgetSerializer(serializers.Serializer):
     thresholds_percent = serializers.ListField(
         child=serializers.IntegerField(min_value=1, max_value=1000), required=False, default=[50, 80, 100]
     )
-    policy = serializers.ChoiceField(
-        choices=BudgetPolicy.choices, required=False, default=BudgetPolicy.ALERT_ONLY
-    )
+    policy = StrictChoiceField(choices=BudgetPolicy.choices, required=False, default=BudgetPolicy.ALERT_ONLY)
     grace_s = StrictIntegerField(min_value=0, required=False, default=3600)
 
 
 class SwitchBillingSerializer(serializers.Serializer):
-    billing_mode = serializers.ChoiceField(choices=BillingMode.choices)
+    billing_mode = StrictChoiceField(choices=BillingMode.choices)
     checkpoint_interval_s = StrictIntegerField(min_value=1, required=False, allow_null=True, default=None)
 
 
@@ -356,7 +364,7 @@ class SetSharePremiumSerializer(serializers.Serializer):
 
 class SpotFeedSerializer(serializers.Serializer):
     pool = serializers.CharField(source="pool.name", read_only=True)
-    kind = serializers.ChoiceField(choices=FeedKind.choices)
+    kind = StrictChoiceField(choices=FeedKind.choices)
     min_fraction = StrictDecimalStringField(
         max_digits=5, decimal_places=4, required=False, help_text="Idle price / on-demand (occupancy)."
     )

@@ -1,7 +1,8 @@
 """Strict JSON field types: the API takes 5 as an integer and "5" as a string, never one for the other."""
 
-from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
+
+from portal.times import BadTime, parse_time
 
 
 class StrictCharField(serializers.CharField):
@@ -61,12 +62,11 @@ class StrictDecimalStringField(serializers.DecimalField):
 
 
 class AwareDateTimeField(serializers.DateTimeField):
-    """An ISO 8601 time that says its timezone: a node's naive clock reading is ambiguous."""
+    """An ISO 8601 time that says its timezone (a node's naive clock reading is ambiguous), in UTC and
+    within the years the portal computes with (portal.times)."""
 
     def to_internal_value(self, value):
-        if not isinstance(value, str):
-            self.fail("invalid", format="ISO 8601 with a timezone")
-        parsed = super().to_internal_value(value)
-        if (naive := parse_datetime(value)) is not None and naive.tzinfo is None:
-            raise serializers.ValidationError("Give the timezone, e.g. 2025-01-31T12:00:00Z.")
-        return parsed
+        try:
+            return parse_time(value)
+        except BadTime as problem:
+            raise serializers.ValidationError(problem.sentence()) from None

@@ -2,7 +2,7 @@ import datetime as dt
 
 from rest_framework import serializers
 
-from portal.api.fields import StrictCharField, StrictIntegerField
+from portal.api.fields import StrictCharField, StrictChoiceField, StrictIntegerField
 from teams.choices import Role
 from teams.constants import UNIX_ACCOUNT_MAX_CHARS
 from teams.models import ApiToken, Membership, Team, TeamSecret
@@ -60,11 +60,11 @@ class MemberSerializer(serializers.ModelSerializer):
 
 class NewMemberSerializer(serializers.Serializer):
     username = StrictCharField(min_length=1, max_length=150)
-    role = serializers.ChoiceField(choices=Role.choices, default=Role.MEMBER)
+    role = StrictChoiceField(choices=Role.choices, default=Role.MEMBER)
 
 
 class RoleSerializer(serializers.Serializer):
-    role = serializers.ChoiceField(choices=Role.choices)
+    role = StrictChoiceField(choices=Role.choices)
 
 
 class ApiTokenSerializer(serializers.ModelSerializer):

@@ -1,5 +1,5 @@
 from django.urls import path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
 from audit.api.views import NoticeViewSet
@@ -19,6 +19,7 @@ from billing_app.api.views import (
     StatementView,
     SwitchBillingView,
 )
+from portal.api.schema_view import SchemaView
 from portal.api.views import ApiTokenViewSet, TeamViewSet, UserUnixAccountView, not_found
 from scheduler_app.api.agent_views import (
     CheckpointedView,
@@ -94,7 +95,7 @@ urlpatterns = [
     path("teams/<slug:slug>/telemetry/", TeamTelemetryView.as_view(), name="team-telemetry"),
     path("pools/<slug:name>/telemetry/", PoolTelemetryView.as_view(), name="pool-telemetry"),
     path("gpus/<int:pk>/telemetry/", GpuTelemetryView.as_view(), name="gpu-telemetry"),
-    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("schema/", SchemaView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
     re_path(r"^", not_found),  # any other path under /api/v1/ answers in the API's error format
 ]

@@ -15,6 +15,7 @@ from portal.api.fields import (
     AwareDateTimeField,
     StrictBooleanField,
     StrictCharField,
+    StrictChoiceField,
     StrictIntegerField,
     StrictSlugField,
 )
@@ -235,7 +236,7 @@ class SubmitSerializer(FieldsBuiltOnce, serializers.Serializer):
 
     team = StrictSlugField(required=False, help_text="Team slug; optional when you are in one team.")
     name = StrictCharField(min_length=1, max_length=100)
-    task_type = serializers.ChoiceField(choices=TaskType.choices, default=TaskType.TRAINING)
+    task_type = StrictChoiceField(choices=TaskType.choices, default=TaskType.TRAINING)
     gpu_milli = StrictIntegerField(min_value=1, max_value=MILLI_PER_GPU, help_text="Per card, 1..1000.")
     num_gpus = StrictIntegerField(min_value=1, max_value=MAX_GPUS_PER_REQUEST, default=1)
     pool = StrictSlugField(required=False, allow_blank=True, default="")
@@ -243,7 +244,7 @@ class SubmitSerializer(FieldsBuiltOnce, serializers.Serializer):
     gpu_memory_mib = StrictIntegerField(min_value=1, max_value=2**31 - 1, required=False, allow_null=True)
     cpu_milli = StrictIntegerField(min_value=0, max_value=2**31 - 1, default=1000)
     memory_mib = StrictIntegerField(min_value=0, max_value=2**31 - 1, default=4096)
-    billing_mode = serializers.ChoiceField(choices=BillingMode.choices, default=BillingMode.ON_DEMAND)
+    billing_mode = StrictChoiceField(choices=BillingMode.choices, default=BillingMode.ON_DEMAND)
     allow_on_demand_fallback = StrictBooleanField(default=False)
     checkpoint_interval_s = StrictIntegerField(
         min_value=1, max_value=2**31 - 1, required=False, allow_null=True
@@ -592,8 +593,8 @@ class ReasonSerializer(serializers.Serializer):
 
 
 class ReclaimSerializer(serializers.Serializer):
-    """An operator's reclaim of a spot node: its work checkpoints and stops by the deadline (given, or
-    `grace_s` from now; default RECLAIM_DEFAULT_GRACE_S)."""
+    """An operator's reclaim of a spot node: its work checkpoints and stops by the deadline (given, not
+    past, or `grace_s` from now; default RECLAIM_DEFAULT_GRACE_S)."""
 
     deadline = AwareDateTimeField(required=False)
     grace_s = StrictIntegerField(min_value=0, max_value=24 * 3600, required=False)
@@ -605,6 +606,13 @@ class ReclaimSerializer(serializers.Serializer):
         if "deadline" not in data:
             grace = data.pop("grace_s", settings.RECLAIM_DEFAULT_GRACE_S)
             data["deadline"] = timezone.now() + dt.timedelta(seconds=grace)
+        elif data["deadline"] < timezone.now():
+            raise serializers.ValidationError(
+                {
+                    "deadline": "This deadline has passed: give a later one, or none for "
+                    f"{settings.RECLAIM_DEFAULT_GRACE_S} s from now (grace_s: 0 reclaims at once)."
+                }
+            )
         return data
 
 
@@ -618,7 +626,7 @@ class PoolDetailSerializer(serializers.ModelSerializer):
 class PoolChangeSerializer(serializers.Serializer):
     granularity_milli = StrictIntegerField(min_value=1, max_value=MILLI_PER_GPU, required=False)
     description = StrictCharField(max_length=200, required=False, allow_blank=True)
-    mig_mode = serializers.ChoiceField(
+    mig_mode = StrictChoiceField(
         choices=MigMode.choices, required=False, help_text='"" (off), "fixed" or "dynamic".'
     )
 

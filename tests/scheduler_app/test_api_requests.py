@@ -56,7 +56,7 @@ def test_member_submits_with_a_token(api_client, member, team, cluster):
         ({"pool": "h100"}, "pool", "No pool named 'h100'"),
         ({"team": "language"}, "team", "You are in no team 'language'"),
         ({"billing_mode": "spot"}, "checkpoint_interval_s", "must declare a checkpoint interval"),
-        ({"task_type": "mining"}, "task_type", "is not a valid choice"),
+        ({"task_type": "mining"}, "task_type", "Give one of: training, inference."),
         ({"name": ""}, "name", "may not be blank"),
         ({"name": 7}, "name", "Not a valid string"),
         ({"gpu_milli": "250"}, "gpu_milli", "A valid integer is required"),
