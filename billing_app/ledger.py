@@ -16,6 +16,7 @@ from billing_app.budgets import month_spend, percent_used
 from billing_app.constants import CENT
 from billing_app.metering import month_start, next_month, price_book_at
 from billing_app.models import Budget, LedgerEntry
+from portal.echo import echoed
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.models import Allocation
 from teams.models import Team
@@ -26,13 +27,16 @@ def cents(value: Decimal | None) -> Decimal:
 
 
 def parse_month(text: str | None, now: dt.datetime | None = None) -> dt.datetime:
-    """'2026-03' -> that month's first instant (UTC); empty: this month. ValueError on anything else."""
+    """'2026-03' -> that month's first instant (UTC); empty: this month. ValueError on anything else,
+    and on a month whose end the calendar cannot hold (year 0, December 9999)."""
     if not text:
         return month_start(now or timezone.now())
     try:
-        return dt.datetime.strptime(text, "%Y-%m").replace(tzinfo=dt.UTC)
-    except ValueError:
-        raise ValueError(f"{text!r} is not a month; give it as YYYY-MM, such as 2026-03.") from None
+        month = dt.datetime.strptime(text, "%Y-%m").replace(tzinfo=dt.UTC)
+        next_month(month)
+    except (ValueError, OverflowError):
+        raise ValueError(f"{echoed(text)!r} is not a month; give it as YYYY-MM, such as 2026-03.") from None
+    return month
 
 
 def month_entries(team: Team, month: dt.datetime, *, user_id: int | None = None) -> QuerySet[LedgerEntry]:

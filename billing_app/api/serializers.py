@@ -1,11 +1,13 @@
 """API shapes of the price catalog. Money is a decimal string in USD (never a JSON number)."""
 
+import datetime as dt
 from decimal import Decimal
 
 from rest_framework import serializers
 
 from billing_app.choices import BudgetPolicy, ResizeState
 from billing_app.constants import MAX_USD_PER_GPU_HOUR, PRICE_DECIMAL_PLACES, PRICE_QUANTUM
+from billing_app.ledger import parse_month
 from billing_app.models import FeedKind
 from billing_app.quotes import DEFAULT_RESTART_OVERHEAD_S
 from portal.api.fields import (
@@ -208,6 +210,17 @@ class StatementQuerySerializer(serializers.Serializer):
         r"^\d{4}-(0[1-9]|1[0-2])$", required=False, help_text="YYYY-MM; default this month."
     )
     user = serializers.CharField(required=False, help_text="A member's username: that member's statement.")
+
+    def validate_month(self, text: str) -> dt.datetime:
+        """The month's first instant (UTC)."""
+        try:
+            return parse_month(text)
+        except ValueError as error:
+            raise serializers.ValidationError(str(error)) from None
+
+    def validate(self, data):
+        data.setdefault("month", parse_month(None))  # this month
+        return data
 
 
 class BudgetViewSerializer(serializers.Serializer):

@@ -38,7 +38,7 @@ from billing_app.api.serializers import (
 from billing_app.budgets import set_budget
 from billing_app.choices import ResizeState
 from billing_app.feeds import set_spot_feed, upload_prices
-from billing_app.ledger import budget_view, parse_month, statement, statement_csv
+from billing_app.ledger import budget_view, statement, statement_csv
 from billing_app.models import ResizeOffer
 from billing_app.quotes import quote
 from billing_app.recommendation import recommend_for
@@ -198,7 +198,7 @@ def _team(request, slug: str) -> Team:
 def _month_and_user(request, team: Team):
     query = StatementQuerySerializer(data=request.query_params)
     query.is_valid(raise_exception=True)
-    month = parse_month(query.validated_data.get("month"))
+    month = query.validated_data["month"]
     return month, _member(team, query.validated_data.get("user"))
 
 
@@ -249,7 +249,7 @@ class OperatorStatementsView(APIView):
     def get(self, request):
         query = StatementQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
-        month = parse_month(query.validated_data.get("month"))
+        month = query.validated_data["month"]
         return Response(
             StatementSerializer([statement(t, month) for t in Team.objects.order_by("slug")], many=True).data
         )
@@ -301,7 +301,9 @@ class SharePremiumView(APIView):
     def get(self, request):
         return Response(SharePremiumSerializer(share_premiums_in_force(), many=True).data)
 
-    @extend_schema(request=SetSharePremiumSerializer, responses=SharePremiumSerializer, tags=["prices"])
+    @extend_schema(
+        request=SetSharePremiumSerializer, responses={201: SharePremiumSerializer}, tags=["prices"]
+    )
     @idempotent
     def post(self, request):
         form = SetSharePremiumSerializer(data=request.data)

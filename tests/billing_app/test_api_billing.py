@@ -78,6 +78,19 @@ def test_bad_month_or_user_is_a_clear_error(api_client, member, billed):
     assert "not a member" in bad_user["error"]["fields"]["user"][0]
 
 
+@pytest.mark.parametrize("month", ["0000-01", "9999-12"])
+@pytest.mark.parametrize(
+    "path", ["/api/v1/teams/vision/statement/", "/api/v1/teams/vision/statement.csv", "/api/v1/statements/"]
+)
+def test_a_month_the_calendar_cannot_end_is_a_400_naming_it(api_client, operator, billed, path, month):
+    answer = api_client(operator).get(path, {"month": month})
+
+    assert answer.status_code == 400
+    assert answer.json()["error"]["fields"] == {
+        "month": [f"'{month}' is not a month; give it as YYYY-MM, such as 2026-03."]
+    }
+
+
 def test_a_team_admin_sets_the_budget_and_a_member_cannot(api_client, team_admin, member, billed):
     answer = api_client(team_admin).put(
         "/api/v1/teams/vision/budget/",
