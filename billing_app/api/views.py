@@ -300,7 +300,9 @@ class SharePremiumView(APIView):
     def get(self, request):
         return Response(SharePremiumSerializer(share_premiums_in_force(), many=True).data)
 
-    @extend_schema(request=SetSharePremiumSerializer, responses=SharePremiumSerializer, tags=["prices"])
+    @extend_schema(
+        request=SetSharePremiumSerializer, responses={201: SharePremiumSerializer}, tags=["prices"]
+    )
     @idempotent
     def post(self, request):
         form = SetSharePremiumSerializer(data=request.data)

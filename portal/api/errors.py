@@ -86,7 +86,7 @@ def api_exception_handler(exc, context):
 
 def _body(exc, data) -> dict:
     if isinstance(exc, exceptions.ValidationError):
-        fields = data if isinstance(data, dict) else {"non_field_errors": data}
+        fields = flat_fields(data if isinstance(data, dict) else {"non_field_errors": data})
         first = next(iter(fields.items()))
         message = f"{first[0]}: {_first_text(first[1])}"
         return {"code": "validation_error", "message": message, "fields": fields}
@@ -95,6 +95,21 @@ def _body(exc, data) -> dict:
     detail = data.get("detail", "") if isinstance(data, dict) else str(data)
     code = getattr(exc, "default_code", "error")
     return {"code": code, "message": str(detail), "fields": {}}
+
+
+def flat_fields(errors: dict, prefix: str = "") -> dict[str, list[str]]:
+    """DRF's errors with those of nested items under dotted names ("gpus.0.mig_mode",
+    "thresholds_percent.2"), as the parser names a NUL's place: each field a list of messages."""
+    flat: dict[str, list[str]] = {}
+    for key, value in errors.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat |= flat_fields(value, f"{name}.")
+        elif isinstance(value, list) and any(isinstance(item, dict | list) for item in value):
+            flat |= flat_fields({str(index): item for index, item in enumerate(value) if item}, f"{name}.")
+        else:
+            flat[name] = [str(item) for item in value] if isinstance(value, list) else [str(value)]
+    return flat
 
 
 def error_response(status: int, code: str, message: str, fields: dict) -> JsonResponse:

@@ -113,7 +113,9 @@ class AuditEventSerializer(serializers.ModelSerializer):
 
     what = serializers.CharField(source="content_type.model", help_text="The kind of subject: node, pool...")
     subject = serializers.SerializerMethodField(help_text="The subject as people name it (empty: deleted).")
-    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    team = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True, allow_null=True, help_text="null: no team's (a node, a pool...)."
+    )
     change = serializers.CharField(
         help_text='E.g. "ready → draining" or "guaranteed_milli: 0 → 500 milli-GPU".'
     )

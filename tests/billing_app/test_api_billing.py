@@ -167,3 +167,17 @@ def test_an_operator_reads_any_teams_statement_and_budget(api_client, operator, 
     client = api_client(operator)
     assert client.get(f"/api/v1/teams/vision/statement/?month={month()}").json()["total_usd"] == "8.00"
     assert client.get("/api/v1/teams/vision/budget/").status_code == 200
+
+
+def test_errors_of_list_items_are_named_by_their_place_as_the_schema_says(api_client, team_admin, billed):
+    answer = api_client(team_admin).put(
+        "/api/v1/teams/vision/budget/",
+        {"monthly_usd": "100.00", "thresholds_percent": [50, 5000, -1]},
+        format="json",
+    )
+
+    assert answer.status_code == 400
+    fields = answer.json()["error"]["fields"]
+    assert set(fields) == {"thresholds_percent.1", "thresholds_percent.2"}
+    assert all(isinstance(m, str) for messages in fields.values() for m in messages)
+    assert answer.json()["error"]["message"].startswith("thresholds_percent.1: ")

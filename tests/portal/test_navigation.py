@@ -203,6 +203,16 @@ def test_the_audit_api_takes_the_same_filter_and_pages(api_client, operator, mem
     assert api_client(member).get("/api/v1/audit/").status_code == 403
 
 
+def test_an_audit_event_of_no_team_reads_null_as_the_schema_allows(api_client, operator, audited):
+    from drf_spectacular.generators import SchemaGenerator
+
+    answer = api_client(operator).get("/api/v1/audit/", {"what": "node"})
+
+    assert answer.json()["results"][0]["team"] is None
+    schemas = SchemaGenerator().get_schema(public=True)["components"]["schemas"]
+    assert schemas["AuditEvent"]["properties"]["team"].get("nullable") is True
+
+
 # --- an operator's home page ----------------------------------------------------------------------------
 
 
