@@ -32,9 +32,7 @@ class Clock:
 
 @pytest.fixture
 def calls(monkeypatch):
-    """Every beat task replaced by one that records its entry's name (thread-safe: list.append). They
-    touch no database, so neither does the worker's connection upkeep between them."""
-    monkeypatch.setattr("scheduler_app.dispatch.close_old_connections", lambda: None)
+    """Every beat task replaced by one that records its entry's name (thread-safe: list.append)."""
     made: list[str] = []
     for entry, spec in settings.CELERY_BEAT_SCHEDULE.items():
         monkeypatch.setitem(_registered_tasks(), spec["task"], lambda entry=entry: made.append(entry))
