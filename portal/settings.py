@@ -184,8 +184,7 @@ CHECKPOINT_ROOT = env_str("CHECKPOINT_ROOT", str(VAR_DIR / "checkpoints"))
 # Telemetry (scheduler_app.rollups, scheduler_app.derived_metrics): how long raw samples, 1-minute and
 # 1-hour rollups are kept, and how often the rollup-and-checks task runs.
 TELEMETRY_INTERVAL_S = env_int("TELEMETRY_INTERVAL_S", 60, minimum=10)
-# How often the occupancy and replay spot feeds move their pools' prices (Celery beat; the embedded
-# worker advances them on each of its runs).
+# How often the occupancy and replay spot feeds move their pools' prices (CELERY_BEAT_SCHEDULE's spot-feeds).
 SPOT_FEED_INTERVAL_S = env_int("SPOT_FEED_INTERVAL_S", 10, minimum=1)
 TELEMETRY_RAW_RETENTION_S = env_int("TELEMETRY_RAW_RETENTION_S", 3 * 3600, minimum=3600)
 TELEMETRY_MINUTE_RETENTION_S = env_int("TELEMETRY_MINUTE_RETENTION_S", 14 * 86400, minimum=86400)
@@ -199,8 +198,11 @@ TELEMETRY_NETWORK_FLOOR_BYTES_PER_S = env_int("TELEMETRY_NETWORK_FLOOR_BYTES_PER
 # GET /metrics (Prometheus, DCGM exporter names): this bearer token, or a signed-in staff user.
 METRICS_BEARER_TOKEN = env_secret("METRICS_BEARER_TOKEN")
 
+# The periodic work, in production (Celery beat) and in the embedded default (scheduler_app.dispatch's
+# EmbeddedWorker runs the same tasks in-process, each at its "schedule" in seconds). The embedded worker
+# runs the entries due together in this order: the watchdogs before the pass, so it sees the nodes they
+# lost and the work they requeued; the telemetry upkeep before the resize offers that read its rollups.
 CELERY_BEAT_SCHEDULE = {
-    "scheduling-pass": {"task": "scheduler_app.scheduling_pass", "schedule": float(SCHEDULER_INTERVAL_S)},
     "heartbeat-watchdog": {
         "task": "scheduler_app.heartbeat_watchdog",
         "schedule": float(NODE_SUSPECT_AFTER_S) / 2,
@@ -210,6 +212,7 @@ CELERY_BEAT_SCHEDULE = {
         "task": "scheduler_app.migration_watchdog",
         "schedule": float(SCHEDULER_INTERVAL_S),
     },
+    "scheduling-pass": {"task": "scheduler_app.scheduling_pass", "schedule": float(SCHEDULER_INTERVAL_S)},
     # The live streams' 1 Hz deltas; a tick not started within its second is dropped, not queued.
     "live-tick": {"task": "scheduler_app.live_tick", "schedule": 1.0, "options": {"expires": 1.0}},
     "telemetry-upkeep": {"task": "scheduler_app.telemetry_upkeep", "schedule": float(TELEMETRY_INTERVAL_S)},
@@ -219,8 +222,8 @@ CELERY_BEAT_SCHEDULE = {
     "queued-what-ifs": {"task": "scheduler_app.queued_what_ifs", "schedule": 60.0},
 }
 
-# An API write's Idempotency-Key (portal.idempotency) answers repeats for at least this long; the
-# telemetry upkeep's schedule forgets older keys (Celery beat's idempotency-keys, the embedded worker).
+# An API write's Idempotency-Key (portal.idempotency) answers repeats for at least this long; every
+# TELEMETRY_INTERVAL_S, CELERY_BEAT_SCHEDULE's idempotency-keys forgets older keys.
 IDEMPOTENCY_KEY_TTL_S = env_int("IDEMPOTENCY_KEY_TTL_S", 24 * 3600, minimum=3600)
 CELERY_BEAT_SCHEDULE["idempotency-keys"] = {
     "task": "portal.forget_idempotency_keys",

@@ -1,9 +1,12 @@
-"""Asking for a scheduling pass soon: a Celery task in production, the in-process worker otherwise."""
+"""Asking for a scheduling pass soon (a Celery task in production, the in-process worker otherwise),
+and the embedded default's threads that run Celery beat's schedule in-process."""
 
+import functools
 import logging
+import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import suppress
 
 from django.conf import settings
@@ -104,107 +107,117 @@ def pass_ended(seconds: float) -> None:
         cache.set(NEXT_PASS_AT_KEY, time.time() + seconds, timeout=PASS_QUEUED_TTL_S)
 
 
+# Celery beat's entries (settings.CELERY_BEAT_SCHEDULE) that the embedded default runs on threads of
+# their own rather than on the embedded worker's, and why. Every other entry runs on the embedded worker.
+OWN_THREADS = {
+    "live-tick": "the live streams' 1 Hz deltas: a pass or an upkeep running for seconds must not stall them",
+    "queued-what-ifs": "a what-if replay may run for minutes and must never hold back a pass",
+}
+# The entry a wake (schedule_soon: a submit, a cancel, a release) runs at once on the embedded worker.
+PASS_ENTRY = "scheduling-pass"
+
+
+@functools.cache
+def _registered_tasks() -> dict[str, Callable[[], object]]:
+    from portal.celery import app
+
+    app.loader.import_default_modules()  # the tasks modules register their tasks when imported
+    return app.tasks
+
+
 class EmbeddedWorker:
-    """The embedded default's background worker: a thread that runs `work` when woken and every
-    interval (what Celery beat and workers do in production). By default the heartbeat watchdog and
-    a scheduling pass, the spot feeds, and the telemetry upkeep and the metering once each is due."""
+    """The embedded default's stand-in for Celery beat and workers: a thread that runs the named entries
+    of settings.CELERY_BEAT_SCHEDULE, each every "schedule" seconds (all at once when it starts), as plain
+    calls of the tasks Celery runs, in the schedule's order; and `on_wake`'s entry as soon as woken.
+
+    `clock` is monotonic seconds; the intervals count on it. A failing entry is logged and retried at
+    its next interval; it holds back neither the others nor the thread.
+    """
 
     def __init__(
         self,
-        interval_s: float,
-        work: Callable[[], object] | None = None,
+        entries: Iterable[str],
+        on_wake: str | None = None,
         name: str = "embedded-worker",
-        upkeep_interval_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
-        self.interval_s = interval_s
-        self.work = work or self._watchdog_pass_and_upkeep
+        schedule, wanted = settings.CELERY_BEAT_SCHEDULE, set(entries)
+        self.entries = tuple(entry for entry in schedule if entry in wanted)
+        unknown = wanted - set(self.entries) | ({on_wake} - {None} - wanted)
+        if unknown:
+            raise ValueError(f"not in CELERY_BEAT_SCHEDULE or not among the entries: {sorted(unknown)}")
+        self.intervals_s = {entry: float(schedule[entry]["schedule"]) for entry in self.entries}
+        self.on_wake = on_wake
         self.name = name
-        self.upkeep_interval_s = upkeep_interval_s or settings.TELEMETRY_INTERVAL_S
-        self._upkeep_due = 0.0
-        self._metering_due = 0.0
-        self._wake = threading.Event()
+        self.clock = clock
+        self._due = dict.fromkeys(self.entries, -math.inf)
+        self._woken = False
+        self._lock = threading.Lock()
+        self._event = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        for entry in self.entries:  # an entry whose task is not registered fails here, not in the thread
+            self._task(entry)
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
 
     def wake(self) -> None:
-        self._wake.set()
+        """Run `on_wake`'s entry as soon as the thread can (at once, unless an entry is running)."""
+        with self._lock:
+            self._woken = True
+        self._event.set()
 
     def stop(self) -> None:
         self._stop.set()
-        self._wake.set()
+        self._event.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
 
+    def run_due(self, woken: bool = False) -> list[str]:
+        """Run the entries that are due on `clock` (and `on_wake`'s if woken); returns the ones it ran.
+
+        On the worker's own thread, each entry starts and ends by closing the thread's broken or expired
+        database connections; another caller's connections (a test's transaction) are left to it."""
+        now = self.clock()
+        ran = [e for e in self.entries if now >= self._due[e] or (woken and e == self.on_wake)]
+        own_thread = threading.current_thread() is self._thread
+        for entry in ran:
+            self._due[entry] = now + self.intervals_s[entry]
+            if own_thread:
+                close_old_connections()
+            try:
+                self._task(entry)()
+            except Exception:  # the others still run, and this one again at its next interval
+                log.exception("%s: %s failed", self.name, entry)
+            finally:
+                if own_thread:
+                    close_old_connections()
+        return ran
+
+    def seconds_to_next(self) -> float:
+        return max(0.0, min(self._due.values()) - self.clock())
+
+    def _task(self, entry: str) -> Callable[[], object]:
+        return _registered_tasks()[settings.CELERY_BEAT_SCHEDULE[entry]["task"]]
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(self.interval_s)
-            self._wake.clear()
+            self._event.wait(self.seconds_to_next())
+            self._event.clear()
+            # wake() sets the flag before the event: a wake after this read sets the event after the
+            # clear above, so the next round runs it; none is lost.
+            with self._lock:
+                woken, self._woken = self._woken, False
             if self._stop.is_set():
                 break
-            close_old_connections()
-            try:
-                self.work()
-            except Exception:  # a failed run must not kill the worker; the next one retries
-                log.exception("%s failed", self.name)
-            finally:
-                close_old_connections()
+            self.run_due(woken)
         connections.close_all()
 
-    def _watchdog_pass_and_upkeep(self) -> None:
-        from scheduler_app.node_health import check_heartbeats
-        from scheduler_app.scheduling import run_scheduling_pass
-        from scheduler_app.services.migration import watch_migrations
 
-        try:
-            check_heartbeats()
-            watch_migrations()
-            run_scheduling_pass()
-        finally:  # a failed pass does not hold back the spot feeds or the upkeeps
-            self._feeds_and_upkeeps()
-
-    def _feeds_and_upkeeps(self) -> None:
-        """Every run: the spot feeds move their pools' prices (Celery beat's spot-feeds); once due:
-        the telemetry upkeep (then the resize offers, on the rollups it wrote), the expired idempotency
-        keys, and the metering."""
-        from billing_app.feeds import advance_spot_feeds
-        from billing_app.resizing import offer_resizes
-        from billing_app.upkeep import metering_upkeep
-        from portal.idempotency import forget_expired_keys
-        from scheduler_app.upkeep import telemetry_upkeep
-
-        try:
-            advance_spot_feeds()
-        finally:  # a failed feed does not hold back the upkeeps
-            try:
-                if time.monotonic() >= self._upkeep_due:
-                    self._upkeep_due = time.monotonic() + self.upkeep_interval_s
-                    telemetry_upkeep()
-                    offer_resizes()
-                    forget_expired_keys()
-            finally:
-                if time.monotonic() >= self._metering_due:
-                    self._metering_due = time.monotonic() + settings.METERING_INTERVAL_S
-                    metering_upkeep()
-
-
-def _live_tick() -> None:
-    from scheduler_app.live_ticker import tick
-
-    tick()
-
-
-def _queued_what_ifs() -> None:
-    from scheduler_app.services.whatif import run_queued_what_ifs
-
-    run_queued_what_ifs()
-
-
-embedded_worker = EmbeddedWorker(interval_s=settings.SCHEDULER_INTERVAL_S)
-# The live streams' 1 Hz ticker (Celery beat's live-tick in production).
-embedded_ticker = EmbeddedWorker(interval_s=1.0, work=_live_tick, name="live-ticker")
-# What-if replays (scheduler_app.whatif): a thread of their own, so a long replay never holds back a pass.
-embedded_what_if = EmbeddedWorker(interval_s=60.0, work=_queued_what_ifs, name="what-if")
+embedded_worker = EmbeddedWorker(
+    [entry for entry in settings.CELERY_BEAT_SCHEDULE if entry not in OWN_THREADS], on_wake=PASS_ENTRY
+)
+embedded_ticker = EmbeddedWorker(["live-tick"], name="live-ticker")
+embedded_what_if = EmbeddedWorker(["queued-what-ifs"], on_wake="queued-what-ifs", name="what-if")

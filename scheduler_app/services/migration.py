@@ -229,6 +229,6 @@ def check_checkpoints(now: dt.datetime | None = None) -> dict[str, int]:
 
 
 def watch_migrations(now: dt.datetime | None = None) -> dict[str, int]:
-    """The periodic watch (Celery beat's migration-watchdog; the embedded worker each run)."""
+    """The periodic watch (Celery beat's migration-watchdog; the embedded worker likewise)."""
     now = now or timezone.now()
     return {"expired": expire_stops(now), **check_checkpoints(now)}

@@ -9,7 +9,7 @@ from django.conf import settings
 
 from billing_app.models import LedgerEntry
 from billing_app.tasks import meter_usage
-from scheduler_app.dispatch import EmbeddedWorker
+from scheduler_app.dispatch import PASS_ENTRY, EmbeddedWorker, embedded_worker
 from tests.billing_app.conftest import finish
 
 H = dt.timedelta(hours=1)
@@ -39,11 +39,10 @@ def test_the_embedded_worker_meters_when_due(pool, price_history, start_running,
     price_history(pool, (now - 3 * H, "2.00"))
     finish(start_running(milli=500, at=now - 2 * H), now - H)
     settings.REDIS_URL = ""
-    worker = EmbeddedWorker(interval_s=3600, upkeep_interval_s=3600)
+    worker = EmbeddedWorker(embedded_worker.entries, on_wake=PASS_ENTRY)
     monkeypatch.setattr("scheduler_app.dispatch.embedded_worker", worker)
-    worker.start()
+    worker.start()  # its first round meters: every entry is due from the start
     try:
-        worker.wake()  # the first round meters: it is due from the start
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and not LedgerEntry.objects.exists():
             time.sleep(0.05)

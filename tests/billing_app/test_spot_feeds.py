@@ -195,7 +195,7 @@ def test_the_embedded_worker_and_celery_beat_advance_the_feeds(spot_pool, on_dem
     from scheduler_app.dispatch import EmbeddedWorker
 
     set_spot_feed(spot_pool, actor=None, kind=FeedKind.OCCUPANCY, min_fraction="0.5", max_fraction="0.5")
-    EmbeddedWorker(interval_s=60)._watchdog_pass_and_upkeep()
+    assert EmbeddedWorker(["spot-feeds"]).run_due() == ["spot-feeds"]
     assert price_in_force(spot_pool, SPOT, timezone.now()) == Decimal("2.0000")
     assert settings.CELERY_BEAT_SCHEDULE["spot-feeds"]["task"] == task.name
     assert "unchanged at 2.0000" in task.run()[spot_pool.name]  # the task is the same service

@@ -1,10 +1,11 @@
-"""The embedded default's in-process worker: a submit wakes it and the request gets scheduled."""
+"""The embedded default's in-process worker with the real tasks: a submit wakes it and the request gets
+scheduled; its first round runs every entry of the schedule, the upkeeps among them."""
 
 import time
 
 import pytest
 
-from scheduler_app.dispatch import EmbeddedWorker
+from scheduler_app.dispatch import PASS_ENTRY, EmbeddedWorker, embedded_worker
 from scheduler_app.models import GpuRequest
 from scheduler_app.services.requests import submit_request
 
@@ -17,8 +18,10 @@ pytestmark = [
 def test_submit_wakes_the_worker_which_schedules_the_request(team, member, make_node, monkeypatch, settings):
     settings.REDIS_URL = ""
     make_node()
-    worker = EmbeddedWorker(interval_s=3600)  # only a wake-up can make it run in time
+    # A clock that never moves: after the first round, only a wake-up can make it run a pass.
+    worker = EmbeddedWorker(embedded_worker.entries, on_wake=PASS_ENTRY, clock=lambda: 0.0)
     monkeypatch.setattr("scheduler_app.dispatch.embedded_worker", worker)
+    worker.run_due()  # the first round, here and before the submit
     worker.start()
     try:
         request = submit_request(user=member, team=team, name="woken", task_type="training", gpu_milli=250)
@@ -69,12 +72,12 @@ def test_the_worker_forgets_expired_idempotency_keys_with_its_upkeep(member, mon
 
 
 def _first_round_until(done, monkeypatch) -> None:
-    """Start a worker whose upkeep is due at once, wake it and wait (10 s at most) until `done()`."""
-    worker = EmbeddedWorker(interval_s=3600, upkeep_interval_s=3600)
+    """Start a worker (its first round runs every entry: all are due from the start) and wait (10 s at
+    most) until `done()`."""
+    worker = EmbeddedWorker(embedded_worker.entries, on_wake=PASS_ENTRY)
     monkeypatch.setattr("scheduler_app.dispatch.embedded_worker", worker)
     worker.start()
     try:
-        worker.wake()  # the first round runs the upkeep: it is due from the start
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and not done():
             time.sleep(0.05)

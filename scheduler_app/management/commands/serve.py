@@ -36,8 +36,7 @@ class Command(BaseCommand):
             daphne += ["--access-log", str(access_log)]
             self.stdout.write(f"HTTP access log: {access_log}")
         if not settings.REDIS_URL:
-            embedded_worker.start()
-            embedded_worker.wake()
+            embedded_worker.start()  # its first round runs every entry of the schedule, a pass among them
             embedded_ticker.start()
             embedded_what_if.start()
         try:
