@@ -30,7 +30,8 @@ from decimal import ROUND_HALF_UP, Decimal
 
 import numpy as np
 
-MILLI_PER_GPU = 1000
+from scheduler_app.constants import MILLI_PER_GPU
+
 CENT = Decimal("0.01")
 
 # Grid of the fit: a in steps of 0.01, s in steps of 0.01 (from 0.05: a job needs some GPU).

@@ -4,8 +4,6 @@ import datetime as dt
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import F, Value
-from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from audit.events import log_event
@@ -14,6 +12,7 @@ from scheduler_app.choices import BillingMode, CapacityType
 from scheduler_app.lifecycle import ACTIVE_STATES, StateConflict
 from scheduler_app.models import Allocation, Gpu, GpuRequest
 from scheduler_app.permissions import can_act_on
+from scheduler_app.services.segments import reopen_segments
 from teams.permissions import require
 
 
@@ -56,23 +55,7 @@ def switch_billing_mode(
             .order_by("pk")
         )
         # A slice placed at a pass's clock a moment ahead of `now` switches at its own start.
-        Allocation.objects.filter(pk__in=[a.pk for a in open_slices]).update(
-            ended_at=Greatest(Value(now), F("started_at"))
-        )
-        Allocation.objects.bulk_create(
-            Allocation(
-                request=locked,
-                gpu_id=a.gpu_id,
-                milli=a.milli,
-                gpu_memory_mib=a.gpu_memory_mib,
-                mig_instance=a.mig_instance,
-                mig_slots=a.mig_slots,
-                billing_mode=mode,
-                borrowed=a.borrowed,
-                started_at=max(now, a.started_at),
-            )
-            for a in open_slices
-        )
+        reopen_segments(locked, open_slices, billing_mode=mode, at=now)
         before = locked.billing_mode
         locked.billing_mode = mode
         locked.checkpoint_interval_s = interval

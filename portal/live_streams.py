@@ -1,5 +1,7 @@
 """Which live streams a page follows: the pages name them; the consumers decide who may connect."""
 
+from scheduler_app.permissions import can_operate
+
 CLUSTER_STREAM = "/ws/cluster/"
 
 
@@ -13,6 +15,6 @@ def stream_paths(user, team=None) -> list[str]:
     slugs = list(user.memberships.order_by("team__name").values_list("team__slug", flat=True))
     if team is not None and team.slug in slugs:
         slugs = [team.slug]
-    elif user.is_staff:
+    elif can_operate(user):
         return [CLUSTER_STREAM]
     return [team_stream(slug) for slug in slugs]

@@ -1,4 +1,5 @@
-MILLI_PER_GPU = 1000
+# Plain Python, no Django: the pure core (scheduler_app/core/) imports this module too.
+MILLI_PER_GPU = 1000  # the one definition; the SDK, a separate distribution, keeps its own copy
 DEFAULT_GRANULARITY_MILLI = 125  # eighths of a card
 MAX_GPUS_PER_REQUEST = 8
 

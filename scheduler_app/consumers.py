@@ -16,6 +16,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from scheduler_app.live import operator_group, team_group
 from scheduler_app.live_ticker import latest_frame, snapshot_for
+from scheduler_app.permissions import can_operate
 from teams.selectors import team_for_member
 
 UNAUTHENTICATED = 4401
@@ -114,7 +115,7 @@ class ClusterConsumer(LiveStreamConsumer):
     """Every team's allocations and every state change, for operators (staff) only."""
 
     async def authorize(self, user):
-        if not user.is_staff:
+        if not can_operate(user):
             return FORBIDDEN
         self.team_ids = None
         self.groups_joined = [operator_group()]

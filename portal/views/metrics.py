@@ -6,6 +6,7 @@ from django.conf import settings
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 
+from scheduler_app.permissions import can_operate
 from scheduler_app.prometheus import CONTENT_TYPE, exposition, latest_readings
 
 
@@ -19,7 +20,7 @@ def metrics(request):
 
 
 def _allowed(request) -> bool:
-    if request.user.is_authenticated and request.user.is_staff:
+    if can_operate(request.user):
         return True
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     expected = settings.METRICS_BEARER_TOKEN

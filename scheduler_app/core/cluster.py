@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from scheduler_app.constants import MILLI_PER_GPU  # plain Python, no Django: the core may import it
+
 if TYPE_CHECKING:
     from .mig import Instance, MigCard
-
-MILLI_PER_GPU = 1000
 
 
 @dataclass(slots=True)

@@ -23,6 +23,7 @@ from scheduler_app.invariants import first_peak_over
 from scheduler_app.lifecycle import TERMINAL_STATES
 from scheduler_app.models import Allocation, Gpu, GpuRequest
 from scheduler_app.services.agents import AGENT, exit_reason
+from scheduler_app.services.segments import add_segments
 
 
 @dataclass(frozen=True)
@@ -70,8 +71,7 @@ def record_past_requests(past: Sequence[PastRequest]) -> list[GpuRequest]:
         _check_capacity(past, cards)
         requests = [_stamped(item) for item in past]
         insert_rows(GpuRequest, requests)
-        insert_rows(
-            Allocation,
+        add_segments(
             [
                 Allocation(
                     request_id=request.pk,

@@ -23,6 +23,7 @@ from scheduler_app.choices import NodeStatus, RequestState
 from scheduler_app.lifecycle import ACTIVE_STATES, StateConflict
 from scheduler_app.models import Allocation, GpuRequest, Node
 from scheduler_app.services.inventory import set_node_status
+from scheduler_app.services.segments import resize_next_run
 from scheduler_app.services.transitions import requeue, stop_gracefully
 
 WATCHDOG = "migration watchdog"
@@ -90,7 +91,7 @@ def requeue_from_checkpoint(
                 resume = "no checkpoint reported: restarts from the beginning"
             reasons[request.pk] = f"{why}; {resume} ({lost} s of work lost)"
             if offer := resizes.get(request.pk):
-                GpuRequest.objects.filter(pk=request.pk).update(gpu_milli=offer.to_milli)
+                resize_next_run(request.pk, offer.to_milli)
                 reasons[request.pk] += (
                     f"; resized from {offer.from_milli} to {offer.to_milli} milli-GPU, as accepted"
                 )

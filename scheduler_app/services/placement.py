@@ -1,4 +1,5 @@
-"""Giving pending requests their slices: the one writer of allocations, under the cards' row locks."""
+"""Giving pending requests their slices, under the cards' row locks: the one place new work starts
+(services.segments writes the slices)."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -7,13 +8,13 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from portal.bulk_insert import insert_rows
 from scheduler_app.choices import MigMode, RequestState
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.core.mig import LayoutError, parse_layout
 from scheduler_app.lifecycle import StateConflict
 from scheduler_app.models import Allocation, Gpu, GpuRequest, Node
-from scheduler_app.services.transitions import _move
+from scheduler_app.services.segments import add_segments
+from scheduler_app.services.transitions import mark_scheduled
 
 
 class OverCommitError(Exception):
@@ -51,7 +52,7 @@ class Placed:
 
 
 def place(starts: Sequence[PlannedStart], *, actor_name: str = "scheduler", now=None) -> Placed:
-    """Give pending requests their slices and mark them scheduled: the one writer of allocations.
+    """Give pending requests their slices and mark them scheduled: the one way work starts.
 
     Takes a share lock on the cards' nodes (a node being marked lost waits, or is waited for,
     so no slice lands on it unseen), then locks the cards and the requests (each in id order)
@@ -117,9 +118,9 @@ def place(starts: Sequence[PlannedStart], *, actor_name: str = "scheduler", now=
             reasons[request.pk] = f"placed on {where}{start.note}"
             result.started.append(request.pk)
         moving = [pending[pk] for pk in sorted(result.started)]
-        _move(moving, RequestState.SCHEDULED, actor_name=actor_name, reasons=reasons, now=now)
+        mark_scheduled(moving, actor_name=actor_name, reasons=reasons, now=now)
         mig.save_layouts()
-        insert_rows(Allocation, allocations)
+        add_segments(allocations)
     return result
 
 

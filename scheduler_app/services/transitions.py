@@ -5,15 +5,14 @@ import datetime as dt
 from collections.abc import Iterable
 
 from django.db import transaction
-from django.db.models import F, Value
-from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from audit.events import build_event, record_events
 from scheduler_app.choices import RequestState
 from scheduler_app.dispatch import schedule_soon
 from scheduler_app.lifecycle import ACTIVE_STATES, StateConflict, check_transition
-from scheduler_app.models import Allocation, GpuRequest
+from scheduler_app.models import GpuRequest
+from scheduler_app.services.segments import close_segments
 
 # What a move writes on the request row.
 MOVED_FIELDS = [
@@ -100,6 +99,19 @@ def transition_requests(
         why = {r.pk: (reasons or {}).get(r.pk, reason) for r in locked}
         _move(locked, to_state, actor=actor, actor_name=actor_name, reasons=why, data=data, now=now)
     return locked
+
+
+def mark_scheduled(
+    locked: list[GpuRequest],
+    *,
+    reasons: dict[int, str],
+    actor_name: str = "",
+    now: dt.datetime | None = None,
+) -> None:
+    """Pending requests that services.placement.place locked and gave slices become scheduled, with
+    every consequence of a move (stamps, events, live updates). Only place calls it: a request is
+    scheduled only by placing it on cards."""
+    _move(locked, RequestState.SCHEDULED, actor_name=actor_name, reasons=reasons, now=now)
 
 
 def _lock_requests(request_ids: Iterable[int], states) -> list[GpuRequest]:
@@ -210,10 +222,7 @@ def _move(
     now = now or timezone.now()
     leaving = [r.pk for r in locked if r.state in ACTIVE_STATES and to_state not in ACTIVE_STATES]
     if leaving:
-        # A slice placed after `now` was taken (a pass's clock) still ends no earlier than it began.
-        Allocation.objects.committed().filter(request_id__in=leaving).update(
-            ended_at=Greatest(Value(now), F("started_at"))
-        )
+        close_segments(leaving, now)
     stamp = {RequestState.SCHEDULED: "scheduled_at", RequestState.RUNNING: "started_at"}.get(to_state)
     events = []
     for request in locked:

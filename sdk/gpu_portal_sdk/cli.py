@@ -404,7 +404,9 @@ def _parser() -> argparse.ArgumentParser:
         "quote", _quote, "on-demand against spot for a shape: per hour, over a duration, with reclaims"
     )
     quote.add_argument("--gpu-model", required=True, metavar="MODEL")
-    quote.add_argument("--gpu", type=float, default=1.0, metavar="SHARE", help="share of each card (1)")
+    quote.add_argument(
+        "--gpu", type=float, default=1.0, metavar="SHARE", help="share of a card (1), or cards if >1"
+    )
     quote.add_argument("--gpus", type=int, default=1, metavar="N", help="cards (1)")
     quote.add_argument("--max-duration", type=int, metavar="S", help="price the whole run of S seconds")
     quote.add_argument(

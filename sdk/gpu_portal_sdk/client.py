@@ -43,6 +43,8 @@ from gpu_portal_sdk.models import (
 from gpu_portal_sdk.retry import RetryPolicy, parse_retry_after
 from gpu_portal_sdk.version import __version__
 
+# The one source is the portal's scheduler_app.constants.MILLI_PER_GPU; the SDK is its own distribution,
+# installed without the portal, so it keeps this copy.
 MILLI_PER_GPU = 1000
 DEFAULT_CHECKPOINT_INTERVAL_S = 900
 DEFAULT_WAIT_S = 60.0  # request_allocation: how long a script waits for capacity before ResourceBusyError
@@ -339,15 +341,12 @@ class ResourceManager:
     ) -> Quote:
         """On-demand against spot for this shape on gpu_model: per hour, over max_duration_s, and spot's
         effective cost once the pool's expected reclaims are counted (each loses half the checkpoint
-        interval plus the restart overhead). Money is Decimal."""
-        if not 0 < min_gpu <= 1:
-            raise _invalid(
-                "min_gpu",
-                "must be above 0 and at most 1 (the share of each card; more cards: the number of GPUs)",
-            )
+        interval plus the restart overhead). Money is Decimal. `min_gpu` and `num_gpus` mean what they
+        mean to request_allocation: above 1, `min_gpu` counts whole cards."""
+        gpu_milli, num_gpus = _shape(min_gpu, num_gpus)
         params = {
             "gpu_model": gpu_model,
-            "gpu_milli": round(min_gpu * MILLI_PER_GPU),
+            "gpu_milli": gpu_milli,
             "num_gpus": num_gpus,
             "max_duration_s": max_duration_s,
             "checkpoint_interval_s": checkpoint_interval_s,
@@ -357,17 +356,7 @@ class ResourceManager:
         return Quote.from_api(self._call("GET", "prices/quote/", params=query))
 
     def _request_body(self, args: dict) -> dict:
-        min_gpu, num_gpus = args["min_gpu"], args["num_gpus"]
-        if not min_gpu * MILLI_PER_GPU >= 1:  # also refuses NaN
-            raise _invalid("min_gpu", "must be more than 0 (a share of a card, at least 0.001)")
-        if min_gpu > 1:
-            if num_gpus != 1:
-                raise _invalid(
-                    "min_gpu", "above 1 counts whole cards: give it or the number of GPUs, not both"
-                )
-            gpu_milli, num_gpus = MILLI_PER_GPU, math.ceil(min_gpu)
-        else:
-            gpu_milli = round(min_gpu * MILLI_PER_GPU)
+        gpu_milli, num_gpus = _shape(args["min_gpu"], args["num_gpus"])
         spot = args["prefer_spot"]
         checkpoint = args["checkpoint_interval_s"]
         body = {
@@ -458,6 +447,18 @@ def _error(response: requests.Response) -> PortalError:
     if cls is RateLimitedError:
         kwargs["retry_after"] = parse_retry_after(response.headers.get("Retry-After"), _server_time(response))
     return cls(body.get("message") or response.reason, **kwargs)
+
+
+def _shape(min_gpu: float, num_gpus: int) -> tuple[int, int]:
+    """(gpu_milli, num_gpus) for a `min_gpu` share: at most 1 is a share of each card, above 1 whole cards
+    rounded up (then `num_gpus` must stay 1). Every call that takes min_gpu reads it here."""
+    if not min_gpu * MILLI_PER_GPU >= 1:  # also refuses NaN
+        raise _invalid("min_gpu", "must be more than 0 (a share of a card, at least 0.001)")
+    if min_gpu > 1:
+        if num_gpus != 1:
+            raise _invalid("min_gpu", "above 1 counts whole cards: give it or the number of GPUs, not both")
+        return MILLI_PER_GPU, math.ceil(min_gpu)
+    return round(min_gpu * MILLI_PER_GPU), num_gpus
 
 
 def _invalid(field: str, problem: str) -> ValidationError:

@@ -43,5 +43,22 @@ def test_bad_shapes_are_refused(connect, member, priced):
     with pytest.raises(ValidationError) as error:
         manager.quote("Z80", min_gpu=0.5)
     assert "gpu_model" in error.value.fields
-    with pytest.raises(ValidationError):
-        manager.quote("A100-80GB", min_gpu=2)
+    with pytest.raises(ValidationError) as error:
+        manager.quote("A100-80GB", min_gpu=0)
+    assert "min_gpu" in error.value.fields
+    with pytest.raises(ValidationError) as error:
+        manager.quote("A100-80GB", min_gpu=2, num_gpus=2)
+    assert "min_gpu" in error.value.fields
+
+
+def test_quote_takes_min_gpu_above_one_as_whole_cards_like_request_allocation(connect, member, priced):
+    # given a member who would ask request_allocation(min_gpu=1.5): two whole cards
+    manager = connect(member)
+
+    # when the same shape is quoted
+    q = manager.quote("A100-80GB", min_gpu=1.5, max_duration_s=3600)
+
+    # then it is priced as two whole cards, as min_gpu=1 with num_gpus=2 is
+    assert (q.gpu_milli, q.num_gpus) == (1000, 2)
+    assert q == manager.quote("A100-80GB", min_gpu=1, num_gpus=2, max_duration_s=3600)
+    assert q.on_demand.usd_per_hour == Decimal("8.00")
