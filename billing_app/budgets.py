@@ -20,6 +20,7 @@ from billing_app.choices import BudgetPolicy
 from billing_app.constants import CENT, DEFAULT_BUDGET_THRESHOLDS_PERCENT
 from billing_app.metering import month_start, next_month
 from billing_app.models import Budget, BudgetCrossing, LedgerEntry
+from billing_app.prices import period_usd
 from scheduler_app.choices import BillingMode, RequestState
 from scheduler_app.lifecycle import ACTIVE_STATES
 from scheduler_app.live import publish_after_commit
@@ -176,7 +177,7 @@ def budget_warning(team_id: int, user_id: int, usd_per_hour: Decimal | None, max
     if usd_per_hour is None or not max_duration_s:
         return ""
     at = at or timezone.now()
-    cost = (usd_per_hour * max_duration_s / 3600).quantize(CENT, rounding=ROUND_HALF_UP)
+    cost = period_usd(usd_per_hour, max_duration_s).quantize(CENT, rounding=ROUND_HALF_UP)
     for budget in Budget.objects.filter(team_id=team_id).order_by("user_id"):
         if budget.user_id is not None and budget.user_id != user_id:
             continue

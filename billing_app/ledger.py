@@ -14,8 +14,9 @@ from django.utils import timezone
 
 from billing_app.budgets import month_spend, percent_used
 from billing_app.constants import CENT
-from billing_app.metering import month_start, next_month, price_book_at
+from billing_app.metering import month_start, next_month
 from billing_app.models import Budget, LedgerEntry
+from billing_app.prices import price_book_at
 from portal.echo import echoed
 from portal.times import BadTime, in_range
 from scheduler_app.constants import MILLI_PER_GPU
@@ -123,13 +124,13 @@ class BudgetView:
 
 
 def burn_usd_per_hour(team: Team, now: dt.datetime) -> Decimal:
-    """What the team's open slices cost an hour at the prices in force now."""
+    """What the team's open slices cost an hour at the prices in force now, as metering would bill them
+    (unrounded)."""
     total = Decimal(0)
     running = Allocation.objects.committed().filter(request__team=team).select_related("gpu__node__pool")
     book = price_book_at(now)
     for allocation in running:
-        price = book.price_now(allocation.gpu.node.pool, allocation.billing_mode, allocation.milli, now)
-        total += price * allocation.milli / MILLI_PER_GPU
+        total += book.hourly_usd(allocation.gpu.node.pool, allocation.billing_mode, allocation.milli, now)
     return total
 
 

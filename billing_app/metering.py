@@ -11,7 +11,6 @@ the next run carries on from their watermarks.
 
 import datetime as dt
 import itertools
-from collections import defaultdict
 from decimal import Decimal
 
 from django.conf import settings
@@ -19,97 +18,15 @@ from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q, Subquery
 from django.utils import timezone
 
-from billing_app.constants import AMOUNT_QUANTUM, PRICE_QUANTUM
-from billing_app.models import LedgerEntry, PoolPrice, SharePremium
+from billing_app.constants import AMOUNT_QUANTUM
+from billing_app.models import LedgerEntry
+from billing_app.prices import PriceBook, hourly_usd, period_usd
 from portal.bulk_insert import insert_rows, update_rows
-from scheduler_app.constants import MILLI_PER_GPU
-from scheduler_app.models import Allocation, GpuRequest, Pool
+from scheduler_app.models import Allocation, GpuRequest
 
-SECONDS_PER_HOUR = 3600
 # Allocations billed in one transaction: a chunk costs the same eight queries whatever its size, and
 # holds its requests' row locks only for as long as it takes (a few milliseconds).
 METERING_CHUNK = 200
-
-
-class PriceBook:
-    """THE seam to the price catalog: the pools' prices and the share premiums over [start, end), read
-    once (three queries) for any number of slices, as a metering chunk or a team's burn rate asks."""
-
-    def __init__(self, start: dt.datetime, end: dt.datetime):
-        self.start, self.end = start, end
-        self._priced = defaultdict(list)  # (GPU model, capacity type) -> pools with any price
-        for pk, model, kind in (
-            Pool.objects.filter(prices__isnull=False)
-            .values_list("pk", "gpu_model", "capacity_type")
-            .distinct()
-        ):
-            self._priced[(model, kind)].append(pk)
-        # Per pool, the row in force at `start` and every later one before `end`: no earlier row can
-        # be in force or split any time in the range.
-        in_force = PoolPrice.objects.filter(pool=OuterRef("pk"), effective_from__lte=start).order_by(
-            "-effective_from", "-id"
-        )
-        at_start = Pool.objects.annotate(price=Subquery(in_force.values("pk")[:1])).values("price")
-        self._prices = defaultdict(list)  # pool id -> [(effective_from, USD per GPU-hour)] in order
-        for pool_id, effective_from, usd in (
-            PoolPrice.objects.filter(Q(pk__in=at_start) | Q(effective_from__gt=start, effective_from__lt=end))
-            .order_by("pool_id", "effective_from", "id")
-            .values_list("pool_id", "effective_from", "usd_per_gpu_hour")
-        ):
-            self._prices[pool_id].append((effective_from, usd))
-        self._premiums = defaultdict(list)  # slice size -> [(effective_from, multiplier)] in order
-        for milli, effective_from, multiplier in (
-            SharePremium.objects.filter(effective_from__lt=end)
-            .order_by("gpu_milli", "effective_from", "id")
-            .values_list("gpu_milli", "effective_from", "multiplier")
-        ):
-            self._premiums[milli].append((effective_from, multiplier))
-
-    def pieces(self, pool: Pool, capacity_type: str, gpu_milli: int, start: dt.datetime, end: dt.datetime):
-        """[(from, to, USD per GPU-hour)] covering [start, end) (within the book's range) for slices of
-        gpu_milli.
-
-        The price of `capacity_type` capacity of the pool's GPU model: the pool's own price when the
-        pool is of that type, else the cheapest pool of that model and type (spot billing on on-demand
-        capacity pays the spot price); the pool's own price when no such pool is priced, 0 while
-        nothing is. Times the operator's premium or discount on slices of that size (a SharePremium),
-        as the catalog's slice_usd_per_hour prices them, rounded to the catalog's PRICE_QUANTUM; a
-        premium that changes also splits the time."""
-        if not (self.start <= start < end <= self.end):
-            raise ValueError(f"[{start}, {end}) is not within the price book's [{self.start}, {self.end})")
-        pools = [pool.pk]
-        if pool.capacity_type != capacity_type:
-            pools = self._priced.get((pool.gpu_model, capacity_type)) or pools
-        rows = [(pk, at, usd) for pk in pools for at, usd in self._prices.get(pk, ()) if at < end]
-        premiums = [(at, m) for at, m in self._premiums.get(gpu_milli, ()) if at < end]
-
-        def price_at(at: dt.datetime) -> Decimal:
-            in_force = {pk: usd for pk, since, usd in rows if since <= at}  # the last in order wins
-            multiplier = Decimal(1)
-            for since, value in premiums:
-                if since <= at:
-                    multiplier = value
-            return (min(in_force.values(), default=Decimal(0)) * multiplier).quantize(PRICE_QUANTUM)
-
-        changes = {at for _, at, _ in rows} | {at for at, _ in premiums}
-        instants = sorted({start} | {at for at in changes if start < at < end})
-        pieces = []
-        for begin, finish in zip(instants, [*instants[1:], end], strict=True):
-            price = price_at(begin)
-            if pieces and pieces[-1][2] == price:
-                pieces[-1] = (pieces[-1][0], finish, price)
-            else:
-                pieces.append((begin, finish, price))
-        return pieces
-
-    def price_now(self, pool: Pool, capacity_type: str, gpu_milli: int, at: dt.datetime) -> Decimal:
-        """USD per GPU-hour in force at `at` for a slice of gpu_milli (what a running slice burns)."""
-        return self.pieces(pool, capacity_type, gpu_milli, at, at + dt.timedelta(seconds=1))[0][2]
-
-
-def price_book_at(at: dt.datetime) -> PriceBook:
-    """The prices in force at `at` (for `PriceBook.price_now(..., at)`)."""
-    return PriceBook(at, at + dt.timedelta(seconds=1))
 
 
 def segment_costs_usd(allocations, now: dt.datetime) -> list[Decimal]:
@@ -139,9 +56,9 @@ def segment_costs_usd(allocations, now: dt.datetime) -> list[Decimal]:
 
 
 def amount_usd(usd_per_gpu_hour: Decimal, milli: int, seconds: Decimal) -> Decimal:
-    """USD for `milli` of a card for `seconds` at a per-GPU-hour price, to 10 decimal places."""
-    exact = usd_per_gpu_hour * milli * seconds / (MILLI_PER_GPU * SECONDS_PER_HOUR)
-    return exact.quantize(AMOUNT_QUANTUM)
+    """USD for `milli` of a card for `seconds` at a per-GPU-hour price (the premium already in it, as a
+    ledger entry records it), to 10 decimal places; metering rounds each entry, never the hourly price."""
+    return period_usd(hourly_usd(usd_per_gpu_hour, milli), seconds).quantize(AMOUNT_QUANTUM)
 
 
 def exact_seconds(start: dt.datetime, end: dt.datetime) -> Decimal:

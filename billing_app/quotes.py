@@ -23,10 +23,9 @@ from django.utils import timezone
 from audit.models import Event
 from billing_app.constants import CENT
 from billing_app.models import PoolPrice
-from billing_app.prices import share_multiplier
+from billing_app.prices import hourly_usd, share_multiplier
 from portal.money import usd
 from scheduler_app.choices import CapacityType, RequestState
-from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.lifecycle import ACTIVE_STATES
 from scheduler_app.models import Allocation, GpuRequest, Pool
 
@@ -149,20 +148,20 @@ def quote(
     at = at or timezone.now()
     hours = Decimal(max_duration_s) / HOUR_S if max_duration_s else None
     cheapest = _cheapest_pools(gpu_model, at)
-    factor = Decimal(gpu_milli * num_gpus) / MILLI_PER_GPU * share_multiplier(gpu_milli, at)
+    premium = share_multiplier(gpu_milli, at)
 
     def side(kind: str) -> Side | None:
         row = cheapest.get(kind)
         if row is None:
             return None
-        per_hour = row.usd_per_gpu_hour * factor
+        per_hour = hourly_usd(row.usd_per_gpu_hour, gpu_milli, num_gpus, premium)
         total = _cents(per_hour * hours) if hours is not None else None
         return Side(row.pool.name, row.usd_per_gpu_hour, _cents(per_hour), total)
 
     spot = side(CapacityType.SPOT)
     spot_cost = None
     if spot is not None:
-        per_hour = cheapest[CapacityType.SPOT].usd_per_gpu_hour * factor
+        per_hour = hourly_usd(cheapest[CapacityType.SPOT].usd_per_gpu_hour, gpu_milli, num_gpus, premium)
         rate = cached_reclaim_rate(cheapest[CapacityType.SPOT].pool, at)
         spot_cost = effective_spot_cost(per_hour, rate, hours, checkpoint_interval_s, restart_overhead_s)
     return Quote(gpu_model, gpu_milli, num_gpus, hours, side(CapacityType.ON_DEMAND), spot, spot_cost)

@@ -9,9 +9,8 @@ from django.utils import timezone
 
 from billing_app.constants import CENT
 from billing_app.models import PoolPrice, SharePremium
-from billing_app.prices import price_changes, share_multiplier
+from billing_app.prices import hourly_usd, price_changes, share_multiplier
 from scheduler_app.choices import CapacityType
-from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.models import Pool
 
 
@@ -85,8 +84,8 @@ def price_per_hour(
     at: dt.datetime | None = None,
     placed_pool: str = "",
 ) -> PlacementPrices:
-    """USD per hour for gpu_milli (per card) * num_gpus: usd_per_gpu_hour * gpu_milli/1000 * num_gpus
-    * the premium or discount on that slice size, rounded half-up to cents; in `placed_pool` (where the
+    """USD per hour for gpu_milli (per card) * num_gpus as prices.hourly_usd prices it (the premium or
+    discount on that slice size in it), rounded half-up to cents; in `placed_pool` (where the
     request would run), and on-demand against spot per GPU model, in the cheapest priced pool of each
     kind that the request's pool or model allows."""
     at = at or timezone.now()
@@ -94,7 +93,7 @@ def price_per_hour(
     premium = share_multiplier(gpu_milli, at)
 
     def quote(row: PoolPrice) -> HourlyPrice:
-        usd = row.usd_per_gpu_hour * gpu_milli * num_gpus / MILLI_PER_GPU * premium
+        usd = hourly_usd(row.usd_per_gpu_hour, gpu_milli, num_gpus, premium)
         return HourlyPrice(
             usd.quantize(CENT, rounding=ROUND_HALF_UP),
             row.pool.name,

@@ -27,7 +27,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count, Min
 from django.utils import timezone
 
-from billing_app.prices import NoPriceInForce, price_in_force
+from billing_app.prices import NoPriceInForce, hourly_usd, price_in_force
 from portal.echo import echoed
 from portal.times import BadTime, parse_time
 from scheduler_app.cluster_state import empty_cluster, quota_specs, request_specs
@@ -358,7 +358,9 @@ def _cost(history: History, nodes: Sequence[NodeState]) -> Decimal:
     nothing)."""
     lo, hi = history.window
     hours = Decimal(round(hi - lo)) / 3600
-    total = sum((history.prices[n.pool] * len(n.gpus) for n in nodes if n.pool in history.prices), Decimal(0))
+    priced = [n for n in nodes if n.pool in history.prices]
+    # Whole cards of capacity, not a slice: no share premium applies.
+    total = sum((hourly_usd(history.prices[n.pool], MILLI_PER_GPU, len(n.gpus)) for n in priced), Decimal(0))
     return (total * hours).quantize(CENT)
 
 
