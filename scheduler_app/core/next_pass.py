@@ -31,6 +31,8 @@ import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from .actions import backfill, estimate, reserve, start
+from .actions.work import PassWork
 from .cluster import GpuState, NodeState, OfflineNode, Placement, RequestSpec
 from .fragmentation import Shape, WorkloadMix
 from .placement import apply_placement, release_placement
@@ -38,7 +40,7 @@ from .queue_estimates import FluidEstimator
 from .queue_ledger import TeamQuota
 from .queue_order import queue_key, reorder_at
 from .queue_reservations import Reservation, copy_node
-from .queueing import PassPlan, QueueMode, RunningAllocation, Start, Waiting, _Pass
+from .queueing import PassPlan, QueueMode, RunningAllocation, Start, Waiting
 
 MODE = QueueMode()  # the database pass's rules
 
@@ -155,8 +157,8 @@ def after_pass(
         victim = preemption.allocation
         release_placement(by_name[victim.placement.node], victim.request, victim.placement)
     started = {s.request.id for s in plan.starts}
-    for start in plan.starts:
-        apply_placement(by_name[start.placement.node], start.request, start.placement)
+    for s in plan.starts:
+        apply_placement(by_name[s.placement.node], s.request, s.placement)
     kept = [a for a in running if a.request.id not in evicted and a.placement.node in by_name]
     new = [RunningAllocation(s.request, s.placement, now, s.borrowed) for s in plan.starts]
     waiting = [r for r in pending if r.id not in started] + [p.allocation.request for p in plan.preemptions]
@@ -224,9 +226,9 @@ class CandidatePlan:
 
 def candidate_plan(plan: PassPlan, candidate_id: int | str) -> CandidatePlan:
     """Pick the candidate's part out of a whole pass's plan (the dry run's answer)."""
-    for start in plan.starts:
-        if start.request.id == candidate_id:
-            return CandidatePlan(start, None, start.placement.node)
+    for s in plan.starts:
+        if s.request.id == candidate_id:
+            return CandidatePlan(s, None, s.placement.node)
     waiting = next(w for w in plan.waiting if w.request_id == candidate_id)
     node = next((r.node for r in plan.reservations if r.request_id == candidate_id), "")
     return CandidatePlan(None, waiting, node)
@@ -274,7 +276,7 @@ class _Ahead:
 
     def __init__(self, state: PassState, at: float) -> None:
         self.state, self.at = state, at
-        self.work = _Pass(
+        self.work = PassWork(
             state.nodes,
             state.waiting,
             state.running,
@@ -304,10 +306,10 @@ class _Ahead:
         """Run the candidate-free pass; False as soon as it would start or preempt anything."""
         first_blocked: RequestSpec | None = None
         while (request := self.work.queue.pop()) is not None:
-            may_start = request.id not in self.state.tried and (first_blocked is None or MODE.backfill)
-            if may_start and self.work.try_start(request):
+            may_start = request.id not in self.state.tried and backfill.may_start(self.work, first_blocked)
+            if may_start and start.try_start(self.work, request):
                 return False
-            reservation = self.work.wait(request, first_blocked, explain=False)
+            reservation = reserve.wait(self.work, request, first_blocked, explain=False)
             self.turns.append(_Turn(request, self.work.queue.rank(request), reservation))
             first_blocked = first_blocked or request
         return True
@@ -331,19 +333,19 @@ class _Ahead:
                 turn = i
                 break
         fork = self.work.fork(now, self._workload(candidate), bisect.bisect_left(self.reserved, turn))
-        choice = fork.choose_start(candidate)
+        choice = start.choose_start(fork, candidate)
         if choice is not None:
             placement = choice[0]
-            start = Start(candidate, placement, fork.ledger.is_borrowed(candidate, placement.node))
-            return CandidatePlan(start, None, placement.node)
-        reservation = fork.reserve_for(candidate)
+            started = Start(candidate, placement, fork.ledger.is_borrowed(candidate, placement.node))
+            return CandidatePlan(started, None, placement.node)
+        reservation = reserve.reserve_for(fork, candidate)
         first_ahead = 0 if first else next((i for i in range(turn) if turns[i].request.team != team), turn)
-        cause = fork.cause(candidate, turns[first_ahead].request if first_ahead < turn else None)
+        cause = reserve.cause(fork, candidate, turns[first_ahead].request if first_ahead < turn else None)
         fold = self.fold
         if fold is None or not fold.serves(now):
             fold = self.fold = _Fold(self, now)
-        estimate = fork.estimate_start(fold.before(first, turn, team, now), candidate, reservation)
-        start_at = estimate[0] if estimate is not None and estimate[1] else None
+        estimated = estimate.estimate_start(fork, fold.before(first, turn, team, now), candidate, reservation)
+        start_at = estimated[0] if estimated is not None and estimated[1] else None
         waiting = Waiting(candidate.id, cause, turn - skipped, start_at)
         return CandidatePlan(None, waiting, reservation.node if reservation else "")
 
@@ -371,12 +373,12 @@ class _Fold:
             if (r := ahead.turns[i].reservation) is not None
         }
         self.checkpoints: list[FluidEstimator] = []
-        fluid, now_counted = ahead.work.estimator().at(at), False
+        fluid, now_counted = estimate.estimator(ahead.work).at(at), False
         for i, turn in enumerate(ahead.turns):
             if i % CHECKPOINT_EVERY == 0:
                 self.checkpoints.append(fluid.at(at))
-            estimate = ahead.work.estimate_start(fluid, turn.request, self.reservations.get(i))
-            now_counted = now_counted or (estimate is not None and estimate[0] <= at)
+            estimated = estimate.estimate_start(ahead.work, fluid, turn.request, self.reservations.get(i))
+            now_counted = now_counted or (estimated is not None and estimated[0] <= at)
         if len(ahead.turns) % CHECKPOINT_EVERY == 0:
             self.checkpoints.append(fluid)
         if not now_counted:
@@ -389,19 +391,19 @@ class _Fold:
     def before(self, first: int, turn: int, team: str, now: float) -> FluidEstimator:
         """The estimator at `now` with everything ahead of a candidate of `team` counted: every turn
         before `first`, then other teams' turns until the candidate's `turn`."""
-        start = first // CHECKPOINT_EVERY * CHECKPOINT_EVERY
-        fluid = self.checkpoints[start // CHECKPOINT_EVERY].at(self.at)
-        for i in range(start, turn):
+        begin = first // CHECKPOINT_EVERY * CHECKPOINT_EVERY
+        fluid = self.checkpoints[begin // CHECKPOINT_EVERY].at(self.at)
+        for i in range(begin, turn):
             ahead = self.ahead.turns[i]
             if i < first or ahead.request.team != team:
-                self.ahead.work.estimate_start(fluid, ahead.request, self.reservations.get(i))
+                estimate.estimate_start(self.ahead.work, fluid, ahead.request, self.reservations.get(i))
         return fluid.at(now)
 
 
 def _run_to_turn(state: PassState, candidate: RequestSpec, now: float) -> CandidatePlan:
     """The pass's own loop with the candidate added, on fresh copies, stopped at the candidate's turn."""
     recent = [candidate, *state.recent][: state.window]
-    work = _Pass(
+    work = PassWork(
         state.nodes,
         [*state.waiting, candidate],
         state.running,
@@ -415,19 +417,19 @@ def _run_to_turn(state: PassState, candidate: RequestSpec, now: float) -> Candid
     first_blocked: RequestSpec | None = None
     while (request := work.queue.pop()) is not None:
         if request.id in state.tried:
-            work.wait(request, first_blocked, explain=False)
-        elif (first_blocked is None or MODE.backfill) and work.try_start(request):
+            reserve.wait(work, request, first_blocked, explain=False)
+        elif backfill.may_start(work, first_blocked) and start.try_start(work, request):
             work.queue.touch(request.team)
             if request.id == candidate.id:
-                start = work.plan.starts[-1]
-                return CandidatePlan(start, None, start.placement.node)
+                started = work.plan.starts[-1]
+                return CandidatePlan(started, None, started.placement.node)
             continue
         else:
-            work.wait(request, first_blocked)
+            reserve.wait(work, request, first_blocked)
         if request.id == candidate.id:
             break
         first_blocked = first_blocked or request
-    return candidate_plan(work.finish(), candidate.id)
+    return candidate_plan(estimate.finish(work), candidate.id)
 
 
 def _id_order(request_id: int | str) -> tuple:

@@ -1,0 +1,44 @@
+"""What a placement policy is, and the array helpers the policies share."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..cluster import RequestSpec
+from ..fragmentation import WorkloadMix
+from .index import ClusterIndex
+
+
+def first_cards(cards: np.ndarray, num: int) -> np.ndarray:
+    """Per row, the lowest-index `num` usable cards (boolean mask)."""
+    return cards & (np.cumsum(cards, axis=1) <= num)
+
+
+def first_of_each(values: np.ndarray) -> np.ndarray:
+    """Indices of the first occurrence of each distinct value (in the order of the values)."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    return order[np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))]
+
+
+def lexmin(mask: np.ndarray, *keys: np.ndarray) -> int | None:
+    """Index of the masked row with the smallest keys (first key most significant), earliest on ties."""
+    rows = np.flatnonzero(mask)
+    if not len(rows):
+        return None
+    for key in keys:
+        values = key[rows]
+        rows = rows[values == values.min()]
+        if len(rows) == 1:
+            break
+    return int(rows[0])
+
+
+class Policy:
+    """Chooses (node row, card indices) for a request on a ClusterIndex, or None."""
+
+    def __init__(self, index: ClusterIndex, workload: WorkloadMix | None = None) -> None:
+        self.index = index
+
+    def choose(self, request: RequestSpec) -> tuple[int, tuple[int, ...]] | None:
+        raise NotImplementedError
