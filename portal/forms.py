@@ -27,7 +27,6 @@ from scheduler_app.core.placement import POLICIES
 from scheduler_app.core.queueing import DEFAULT_POLICY
 from scheduler_app.models import Gpu, Pool
 from scheduler_app.whatif import QUEUE_MODES
-from teams.choices import Role
 from teams.constants import UNIX_ACCOUNT_MAX_CHARS
 from teams.models import Team
 
@@ -210,37 +209,6 @@ class BillingSwitchForm(ServiceErrorsMixin, forms.Form):
             "mode": self.cleaned_data["billing_mode"],
             "checkpoint_interval_s": None if minutes is None else minutes * 60,
         }
-
-
-class ApiTokenForm(ServiceErrorsMixin, forms.Form):
-    service_fields = {"expires_at": "days"}
-
-    name = forms.CharField(max_length=100, required=False, help_text="Where it is used, e.g. “laptop CLI”.")
-    days = forms.IntegerField(initial=30, label="Expires in (days)", help_text="At most 365.")
-
-    def service_kwargs(self) -> dict:
-        expires_at = timezone.now() + dt.timedelta(days=self.cleaned_data["days"])
-        return {"name": self.cleaned_data["name"], "expires_at": expires_at}
-
-
-class AddMemberForm(ServiceErrorsMixin, forms.Form):
-    username = forms.CharField(max_length=150)
-    role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
-
-
-class TeamSecretForm(ServiceErrorsMixin, forms.Form):
-    """A secret to add or replace; the value is never rendered back, not even after an error."""
-
-    name = forms.CharField(max_length=128, help_text="The variable the team's jobs get, e.g. WANDB_API_KEY.")
-    value = forms.CharField(
-        strip=False,
-        widget=forms.PasswordInput(attrs={"autocomplete": "off"}),
-        help_text="4 to 4,096 characters; stored encrypted, never shown again, masked in job logs.",
-    )
-
-
-class RoleForm(ServiceErrorsMixin, forms.Form):
-    role = forms.ChoiceField(choices=Role.choices)
 
 
 def unix_account_field(help_text: str) -> forms.CharField:

@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from portal.auth_forms import SignInForm
-from portal.views import billing, cluster, general, metrics, operator, prices, requests, teams, tokens
+from portal.views import billing, cluster, general, metrics, operator, prices, requests
 
 urlpatterns = [
     # First: the API (clients and node agents) serves most calls, and Django tries the patterns in order.
@@ -16,8 +16,6 @@ urlpatterns = [
     path("healthz/live", general.health_live, name="health_live"),
     path("healthz/ready", general.health_ready, name="health_ready"),
     path("metrics", metrics.metrics, name="metrics"),
-    path("accounts/tokens/", tokens.token_index, name="tokens"),
-    path("accounts/tokens/<int:pk>/revoke/", tokens.token_revoke, name="token_revoke"),
     path("requests/", requests.request_index, name="requests"),
     path("requests/new/", requests.request_new, name="request_new"),
     path("requests/new/prices/", requests.request_new_prices, name="request_new_prices"),
@@ -34,21 +32,11 @@ urlpatterns = [
     path("prices/upload/", prices.pricing_upload, name="prices_upload"),
     path("prices/feed/", prices.pricing_feed, name="prices_feed"),
     path("cluster/nodes/", cluster.cluster_nodes, name="cluster_nodes"),
-    path("teams/", teams.team_index, name="teams"),
-    path("teams/<slug:slug>/", teams.team_detail, name="team_detail"),
-    path("teams/<slug:slug>/members/", teams.member_add, name="member_add"),
-    path("teams/<slug:slug>/members/<int:membership_id>/role/", teams.member_role, name="member_role"),
-    path("teams/<slug:slug>/members/<int:membership_id>/remove/", teams.member_remove, name="member_remove"),
     path("budgets/", billing.budget_index, name="budgets"),
     path("teams/<slug:slug>/budget/", billing.team_budget, name="team_budget"),
     path("teams/<slug:slug>/budget/set/", billing.team_budget_set, name="team_budget_set"),
     path("teams/<slug:slug>/statement.csv", billing.team_statement_csv, name="team_statement_csv"),
     path("requests/<int:pk>/billing/", billing.request_billing, name="request_billing"),
-    path("teams/<slug:slug>/idle-policy/", teams.idle_policy, name="team_idle_policy"),
-    path("teams/<slug:slug>/secrets/", teams.secret_set, name="team_secret_set"),
-    path("teams/<slug:slug>/secrets/<str:name>/delete/", teams.secret_delete, name="team_secret_delete"),
-    path("notices/<int:pk>/dismiss/", teams.notice_dismiss, name="notice_dismiss"),
-    path("notices/<int:pk>/acknowledge/", teams.notice_acknowledge, name="notice_acknowledge"),
     path("operator/", operator.overview, name="operator"),
     path("operator/nodes/", operator.node_index, name="operator_nodes"),
     path("operator/nodes/<int:pk>/", operator.node_status, name="operator_node"),
@@ -62,6 +50,7 @@ urlpatterns = [
     path("operator/identities/users/", operator.identity_user, name="operator_identity_user"),
     path("operator/what-if/", operator.what_if, name="operator_what_if"),
     path("operator/what-if/<int:pk>/", operator.what_if_run, name="operator_what_if_run"),
+    path("", include("teams.urls")),
     path("admin/", admin.site.urls),
 ]
 

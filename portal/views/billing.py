@@ -17,9 +17,9 @@ from billing_app.switching import switch_billing_mode
 from portal.forms import BillingSwitchForm, BudgetForm
 from portal.live_streams import stream_paths
 from portal.views.requests import REFUSALS, _say, _visible_request
-from portal.views.teams import _visible_team
 from teams.permissions import can_manage_team
 from teams.selectors import teams_visible_to
+from teams.views import _visible_team
 
 
 def _render_budget(request, team, form=None, status=200):
