@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from portal.auth_forms import SignInForm
-from portal.views import billing, cluster, general, metrics, operator, prices, requests
+from portal.views import cluster, general, metrics, operator, requests
 
 urlpatterns = [
     # First: the API (clients and node agents) serves most calls, and Django tries the patterns in order.
@@ -28,15 +28,7 @@ urlpatterns = [
         name="request_resize_accept",
     ),
     path("cluster/", cluster.cluster, name="cluster"),
-    path("prices/", prices.pricing, name="prices"),
-    path("prices/upload/", prices.pricing_upload, name="prices_upload"),
-    path("prices/feed/", prices.pricing_feed, name="prices_feed"),
     path("cluster/nodes/", cluster.cluster_nodes, name="cluster_nodes"),
-    path("budgets/", billing.budget_index, name="budgets"),
-    path("teams/<slug:slug>/budget/", billing.team_budget, name="team_budget"),
-    path("teams/<slug:slug>/budget/set/", billing.team_budget_set, name="team_budget_set"),
-    path("teams/<slug:slug>/statement.csv", billing.team_statement_csv, name="team_statement_csv"),
-    path("requests/<int:pk>/billing/", billing.request_billing, name="request_billing"),
     path("operator/", operator.overview, name="operator"),
     path("operator/nodes/", operator.node_index, name="operator_nodes"),
     path("operator/nodes/<int:pk>/", operator.node_status, name="operator_node"),
@@ -51,6 +43,7 @@ urlpatterns = [
     path("operator/what-if/", operator.what_if, name="operator_what_if"),
     path("operator/what-if/<int:pk>/", operator.what_if_run, name="operator_what_if_run"),
     path("", include("teams.urls")),
+    path("", include("billing_app.urls")),
     path("admin/", admin.site.urls),
 ]
 
