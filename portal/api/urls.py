@@ -20,7 +20,7 @@ from billing_app.api.views import (
     SwitchBillingView,
 )
 from portal.api.schema_view import SchemaView
-from portal.api.views import ApiTokenViewSet, TeamViewSet, UserUnixAccountView, not_found
+from portal.api.views import not_found
 from scheduler_app.api.agent_views import (
     CheckpointedView,
     FinishedView,
@@ -48,6 +48,7 @@ from scheduler_app.api.views import (
     PoolViewSet,
 )
 from scheduler_app.api.whatif_views import WhatIfRunView, WhatIfView
+from teams.api.views import ApiTokenViewSet, TeamViewSet, UserUnixAccountView
 
 router = SimpleRouter(use_regex_path=False)
 router.register("requests", GpuRequestViewSet, basename="request")

@@ -6,7 +6,6 @@ import pytest
 from django.urls import reverse
 
 from audit.models import Event
-from portal.views import requests as requests_views
 from scheduler_app.choices import CapacityType, RequestState
 from scheduler_app.models import GpuRequest
 from scheduler_app.scheduling import run_scheduling_pass
@@ -14,6 +13,7 @@ from scheduler_app.services.inventory import create_pool
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import release_request, submit_request
 from scheduler_app.services.transitions import transition_request
+from scheduler_app.views import requests as requests_views
 
 FORM = {
     "name": "resnet",

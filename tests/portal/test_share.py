@@ -2,8 +2,8 @@
 
 import pytest
 
-from portal.forms import RequestForm
 from portal.share import Share
+from scheduler_app.forms import RequestForm
 
 
 def test_choices_are_the_eighths_then_whole_cards_with_their_labels():

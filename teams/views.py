@@ -1,24 +1,28 @@
-"""A team's quota and use per pool, its members, secrets and notices; team admins manage the members
-and the secrets."""
+"""The teams' pages: a team's quota and use per pool, its members, secrets and notices (team admins
+manage the members and the secrets), and personal API tokens (create: the secret is shown once, in the
+answer to the POST; list; revoke)."""
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from audit.notices import acknowledge_notice, dismiss_notice, notices_for, visible_notices
-from portal.forms import AddMemberForm, RoleForm, TeamSecretForm
 from scheduler_app.selectors import quota_usage
+from teams.forms import AddMemberForm, ApiTokenForm, RoleForm, TeamSecretForm
 from teams.permissions import can_manage_secrets, can_manage_team
 from teams.selectors import team_members, team_secrets, teams_visible_to
 from teams.services import (
     add_member,
     change_role,
+    create_api_token,
     delete_team_secret,
     remove_member,
+    revoke_api_token,
     set_idle_release,
     set_team_secret,
 )
@@ -169,3 +173,33 @@ def idle_policy(request, slug):
     set_idle_release(team, release=release, actor=request.user)
     messages.success(request, "Idle work will be released." if release else "Idle work will only be noticed.")
     return redirect("team_detail", slug=slug)
+
+
+@login_required
+def token_index(request):
+    form = ApiTokenForm(request.POST or None)
+    token = secret = None
+    if request.method == "POST" and form.is_valid():
+        try:
+            token, secret = create_api_token(request.user, **form.service_kwargs())
+        except ValidationError as error:
+            form.add_service_errors(error)
+        else:
+            form = ApiTokenForm()
+    context = {
+        "form": form,
+        "created": token,
+        "secret": secret,
+        "tokens": request.user.api_tokens.all(),
+        "now": timezone.now(),
+    }
+    return render(request, "portal/tokens.html", context, status=400 if form.errors else 200)
+
+
+@login_required
+@require_POST
+def token_revoke(request, pk):
+    token = get_object_or_404(request.user.api_tokens, pk=pk)
+    revoke_api_token(token, user=request.user)
+    messages.success(request, f"Token {token.name} revoked; it no longer works.")
+    return redirect("tokens")

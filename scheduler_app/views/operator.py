@@ -16,7 +16,8 @@ from django.views.decorators.http import require_POST
 
 from billing_app.selectors import prices_in_force
 from billing_app.services import set_pool_price
-from portal.forms import (
+from scheduler_app.filters import AuditEventFilter
+from scheduler_app.forms import (
     MigLayoutForm,
     NodeStatusForm,
     PoolForm,
@@ -27,7 +28,6 @@ from portal.forms import (
     UserUnixAccountForm,
     WhatIfForm,
 )
-from scheduler_app.filters import AuditEventFilter
 from scheduler_app.models import Node, Pool, TeamQuota, WhatIfRun
 from scheduler_app.permissions import can_operate
 from scheduler_app.selectors import (

@@ -1,3 +1,5 @@
+"""The project's own pages: the home page (each kind of user's starting point) and the health checks."""
+
 from django.contrib.auth.decorators import login_required
 from django.http import JsonResponse
 from django.shortcuts import render

@@ -1,0 +1,214 @@
+"""The billing pages: a team's budget (spend, forecast, burn-down, breakdowns; the admins set the budget),
+its statement as CSV, switching a request's billing mode from its page, and the pricing page (the price in
+force per pool with its feed, the price history as a chart, the on-demand/spot comparison for a request
+shape, and, for operators, a price file upload)."""
+
+import datetime as dt
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.http import HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from audit.choices import NoticeKind
+from audit.notices import notices_for
+from billing_app.budgets import set_budget
+from billing_app.feeds import set_spot_feed, upload_prices
+from billing_app.forms import BillingSwitchForm, BudgetForm, PriceUploadForm, QuoteForm, SpotFeedForm
+from billing_app.ledger import budget_view, parse_month, statement_csv, team_spend_at_a_glance
+from billing_app.models import Budget
+from billing_app.permissions import can_set_prices
+from billing_app.quotes import quote, quote_lines
+from billing_app.selectors import price_histories
+from billing_app.spot_feeds import PriceUploadError
+from billing_app.switching import switch_billing_mode
+from portal.live_streams import stream_paths
+from scheduler_app.views.requests import REFUSALS, _say, _visible_request
+from teams.permissions import can_manage_team
+from teams.selectors import teams_visible_to
+from teams.views import _visible_team
+
+
+def _render_budget(request, team, form=None, status=200):
+    budget = Budget.objects.filter(team=team, user__isnull=True).first()
+    initial = {}
+    if budget is not None:
+        thresholds = ", ".join(str(t) for t in budget.thresholds_percent)
+        initial = {"monthly_usd": budget.monthly_usd, "policy": budget.policy, "grace_s": budget.grace_s}
+        initial["thresholds"] = thresholds
+    view = budget_view(team)
+    context = {
+        "team": team,
+        "view": view,
+        "chart": {
+            "days": [d["day"] for d in view.days],
+            "spend": [str(d["spend_usd"]) for d in view.days],
+            "budget": str(view.monthly_usd) if view.monthly_usd is not None else None,
+            "forecast": str(view.forecast_usd),
+            "month_end": view.month,
+        },
+        "can_manage": can_manage_team(request.user, team),
+        "form": form or BudgetForm(initial=initial),
+        "notices": notices_for(request.user, team=team, kind=NoticeKind.BUDGET),
+        "streams": stream_paths(request.user, team),
+    }
+    return render(request, "portal/teams/budget.html", context, status=status)
+
+
+@login_required
+def budget_index(request):
+    """Each team's spend this month against its budget (operators: every team's); a member of one team
+    goes straight to its budget page."""
+    teams = list(teams_visible_to(request.user))
+    if len(teams) == 1 and not request.user.is_staff:
+        return redirect("team_budget", slug=teams[0].slug)
+    return render(request, "portal/teams/budgets.html", {"spend": team_spend_at_a_glance(teams)})
+
+
+@login_required
+def team_budget(request, slug):
+    return _render_budget(request, _visible_team(request, slug))
+
+
+@login_required
+@require_POST
+def team_budget_set(request, slug):
+    team = _visible_team(request, slug)
+    form = BudgetForm(request.POST)
+    if form.is_valid():
+        try:
+            set_budget(team, actor=request.user, **form.cleaned_data)
+        except ValidationError as error:
+            form.add_service_errors(error)
+        else:
+            messages.success(request, "Budget saved.")
+            return redirect("team_budget", slug=slug)
+    return _render_budget(request, team, form=form, status=400)
+
+
+@login_required
+def team_statement_csv(request, slug):
+    team = _visible_team(request, slug)
+    try:
+        month = parse_month(request.GET.get("month"))
+    except ValueError as error:
+        return HttpResponse(str(error), status=400, content_type="text/plain")
+    response = HttpResponse(statement_csv(team, month), content_type="text/csv")
+    response["Content-Disposition"] = f'attachment; filename="{team.slug}-{month:%Y-%m}.csv"'
+    return response
+
+
+@login_required
+@require_POST
+def request_billing(request, pk):
+    gpu_request = _visible_request(request, pk)
+    form = BillingSwitchForm(request.POST)
+    if not form.is_valid():
+        problems = (f"{form[name].label}: {' '.join(errors)}" for name, errors in form.errors.items())
+        messages.error(request, f"Billing not switched: {' '.join(problems)}")
+        return redirect("request_detail", pk=pk)
+    try:
+        switch_billing_mode(gpu_request, user=request.user, **form.service_kwargs())
+    except REFUSALS as refusal:
+        messages.error(request, f"Billing not switched: {_say(refusal)}")
+    else:
+        messages.success(
+            request, f"{gpu_request.name} is billed {form.cleaned_data['billing_mode']} from now."
+        )
+    return redirect("request_detail", pk=pk)
+
+
+HISTORY_HOURS = (1, 6, 24, 24 * 7)
+
+
+@login_required
+def pricing(request):
+    hours = _hours(request.GET.get("hours"))
+    now = timezone.now()
+    histories = price_histories(now - dt.timedelta(hours=hours), now)
+    form = QuoteForm(request.GET if "gpu_model" in request.GET else None)
+    compared = quote(**form.shape()) if form.is_bound and form.is_valid() else None
+    upload = PriceUploadForm() if can_set_prices(request.user) else None
+    return render(request, "portal/prices.html", _context(histories, hours, now, form, compared, upload))
+
+
+@login_required
+def pricing_upload(request):
+    """POST only: write the file (all rows or none), or show the page again with one error per bad row."""
+    if request.method != "POST" or not can_set_prices(request.user):
+        return redirect("prices")
+    upload = PriceUploadForm(request.POST, request.FILES)
+    errors: list[str] = []
+    if upload.is_valid():
+        try:
+            text = upload.cleaned_data["file"].read().decode("utf-8")
+            rows = upload_prices(text, actor=request.user, pool=upload.cleaned_data["pool"])
+        except UnicodeDecodeError:
+            errors = ["The file is not UTF-8 text."]
+        except PriceUploadError as error:
+            errors = error.errors
+        else:
+            messages.success(request, f"{len(rows)} price(s) uploaded; nothing else changed.")
+            return redirect("prices")
+    return _page_again(request, upload, upload_errors=errors)
+
+
+@login_required
+def pricing_feed(request):
+    """POST only (operators): set a spot pool's feed, or show the page again with the errors."""
+    if request.method != "POST" or not can_set_prices(request.user):
+        return redirect("prices")
+    form = SpotFeedForm(request.POST)
+    if form.is_valid():
+        values = dict(form.cleaned_data)
+        pool = values.pop("pool")
+        try:
+            set_spot_feed(pool, actor=request.user, **values)
+        except ValidationError as error:
+            form.add_service_errors(error)
+        else:
+            messages.success(request, f"{pool.name} now follows the {values['kind']} feed.")
+            return redirect("prices")
+    return _page_again(request, PriceUploadForm(), feed_form=form)
+
+
+def _page_again(request, upload, **errors):
+    """The page as it opens, with an operator form's errors (400): nothing was changed."""
+    now = timezone.now()
+    histories = price_histories(now - dt.timedelta(hours=24), now)
+    context = _context(histories, 24, now, QuoteForm(), None, upload) | errors
+    return render(request, "portal/prices.html", context, status=400)
+
+
+def _context(histories, hours, now, form, compared, upload) -> dict:
+    chart = [
+        {
+            "pool": h.pool,
+            "kind": h.capacity_type,
+            "x": [p[0] for p in h.points] + [now.isoformat()],
+            "y": [p[1] for p in h.points] + ([h.points[-1][1]] if h.points else []),
+        }
+        for h in histories
+    ]
+    return {
+        "histories": histories,
+        "chart": chart,
+        "hours": hours,
+        "hour_choices": HISTORY_HOURS,
+        "form": form,
+        "quote": compared,
+        "quote_lines": quote_lines(compared) if compared else [],
+        "upload": upload,
+        "feed_form": SpotFeedForm() if upload is not None else None,
+    }
+
+
+def _hours(text: str | None) -> int:
+    try:
+        hours = int(text or 24)
+    except ValueError:
+        return 24
+    return hours if hours in HISTORY_HOURS else 24
