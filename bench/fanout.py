@@ -159,7 +159,7 @@ def _play_agents(cards: list[int], stop) -> None:
     from django.db import connection
     from django.utils import timezone
 
-    from scheduler_app.models import GpuSample
+    from telemetry.models import GpuSample
 
     rng = random.Random(7)
     while not stop.is_set():

@@ -6,7 +6,7 @@
 Builds a scratch database (recreated each run) with `--nodes` nodes of
 `--gpus-per-node` cards (10,000 GPUs by default), then starts `--agents` processes. Each simulates
 its share of the nodes at 1 Hz and sends each node's readings `--moments` seconds at a time, through
-the ingest service the API calls (`scheduler_app.telemetry.record_sample_moments`: every reading
+the ingest service the API calls (`telemetry.services.record_sample_moments`: every reading
 validated, one row per card and time, the batch is the node's heartbeat), as fast as it can for
 `--seconds`. Readings carry noisy utilization, memory, power, temperature and the node's network
 throughput. Prints samples stored per second (counted in the database afterwards), each agent's
@@ -58,7 +58,7 @@ def main() -> None:
         agent.join()
     wall = max(r["finished"] for r in reports) - min(r["started"] for r in reports)
 
-    from scheduler_app.models import GpuSample
+    from telemetry.models import GpuSample
 
     stored = GpuSample.objects.count()
     sent = sum(r["readings"] for r in reports)
@@ -79,8 +79,8 @@ def _time_rollup(stored: int) -> None:
     """The upkeep's rollup over everything just stored: what one run costs per raw sample it reads."""
     from django.db.models import Max, Min
 
-    from scheduler_app.models import GpuSample
-    from scheduler_app.rollups import roll_up
+    from telemetry.models import GpuSample
+    from telemetry.rollups import roll_up
 
     span = GpuSample.objects.aggregate(first=Min("sampled_at"), last=Max("sampled_at"))
     from django.conf import settings
@@ -132,8 +132,8 @@ def _agent(args, node_ids: list[int], start: dt.datetime, seed: int, results) ->
     from django.conf import settings
 
     settings.DEBUG = False  # DEBUG keeps the last 9,000 queries' SQL: megabytes with these arrays
-    from scheduler_app import telemetry
     from scheduler_app.models import Node
+    from telemetry import services as telemetry
 
     rng = random.Random(seed)
     nodes = list(Node.objects.filter(pk__in=node_ids).order_by("pk"))

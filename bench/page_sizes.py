@@ -92,10 +92,11 @@ def _seed(gpus: int, rng: random.Random) -> None:
 
     from scheduler_app.choices import CapacityType, RequestState
     from scheduler_app.live_ticker import tick
-    from scheduler_app.models import Allocation, Gpu, GpuRequest, GpuSample
+    from scheduler_app.models import Allocation, Gpu, GpuRequest
     from scheduler_app.services.inventory import create_pool
     from teams.choices import Role
     from teams.models import Membership, Team
+    from telemetry.models import GpuSample
 
     with connection.cursor() as cursor:
         cursor.execute(

@@ -13,7 +13,7 @@ from billing_app.performance import Curve, Recommendation, Run, Utilization, cho
 from billing_app.selectors import price_per_hour
 from scheduler_app.choices import CapacityType, RequestState
 from scheduler_app.models import GpuRequest
-from scheduler_app.telemetry_series import request_series
+from telemetry.selectors import request_series
 
 HISTORY_RUNS = 50  # the newest finished runs of a workload that the fit reads
 UTILIZATION_RUNS = 3  # the newest runs of a workload whose readings are looked for

@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "teams",
     "audit",
     "scheduler_app",
+    "telemetry",
     "billing_app",
 ]
 
@@ -181,7 +182,7 @@ NODE_RETURN_TO_SERVICE = env_bool("NODE_RETURN_TO_SERVICE", False)
 # Where node agents keep each job's checkpoints: storage every node mounts at this path, so requeued
 # work resumes from its checkpoint wherever it lands next.
 CHECKPOINT_ROOT = env_str("CHECKPOINT_ROOT", str(VAR_DIR / "checkpoints"))
-# Telemetry (scheduler_app.rollups, scheduler_app.derived_metrics): how long raw samples, 1-minute and
+# Telemetry (telemetry.rollups, telemetry.derived_metrics): how long raw samples, 1-minute and
 # 1-hour rollups are kept, and how often the rollup-and-checks task runs.
 TELEMETRY_INTERVAL_S = env_int("TELEMETRY_INTERVAL_S", 60, minimum=10)
 # How often the occupancy and replay spot feeds move their pools' prices (CELERY_BEAT_SCHEDULE's spot-feeds).

@@ -3,7 +3,7 @@ from django.contrib import admin, messages
 from portal.admin_base import RecordAdmin
 from scheduler_app.choices import NodeStatus, RequestState
 from scheduler_app.lifecycle import TERMINAL_STATES, TRANSITIONS
-from scheduler_app.models import Allocation, Gpu, GpuRequest, GpuSample, Node, Pool, TeamQuota
+from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, Pool, TeamQuota
 from scheduler_app.services.inventory import set_node_status
 from scheduler_app.services.transitions import transition_requests
 
@@ -139,22 +139,3 @@ class AllocationAdmin(RecordAdmin):
     list_filter = ["billing_mode", "borrowed", "gpu__node__pool", ("ended_at", admin.EmptyFieldListFilter)]
     search_fields = ["request__name", "gpu__uuid", "gpu__node__name"]
     list_select_related = ["request", "gpu__node"]
-
-
-@admin.register(GpuSample)
-class GpuSampleAdmin(RecordAdmin):
-    """Agent readings, read-only: they are what the node measured."""
-
-    list_display = [
-        "gpu",
-        "sampled_at",
-        "gpu_util_percent",
-        "memory_used_mib",
-        "power_mw",
-        "temperature_c",
-        "received_at",
-    ]
-    list_filter = ["gpu__node__pool", "gpu__node"]
-    search_fields = ["gpu__uuid", "gpu__node__name"]
-    date_hierarchy = "sampled_at"
-    list_select_related = ["gpu__node"]

@@ -21,7 +21,7 @@ from scheduler_app.selectors import lost_for_silence
 from scheduler_app.services.agents import AGENT, reconcile_gpus, record_isolation
 from scheduler_app.services.inventory import set_node_status
 from scheduler_app.services.migration import requeue_from_checkpoint
-from scheduler_app.telemetry import record_heartbeat
+from telemetry.services import record_heartbeat
 
 
 def handle_node_loss(node: Node, *, status: str = NodeStatus.LOST, reason: str, actor=None) -> int:

@@ -211,7 +211,7 @@ def _changes_since(
     notices = frozenset(NoticeKind.values)  # (built again on each access: not in the loop)
     for pk, kind, object_id, before, after, created_at, _ in rows:
         if after in notices:
-            continue  # a telemetry finding (scheduler_app.derived_metrics) changes no state
+            continue  # a telemetry finding (telemetry.derived_metrics) changes no state
         if kind in scheduler_types:
             if pk > record.last_event_id or created_at >= record.ran_at:
                 return None  # a node, pool or quota changed: what the pass saw no longer holds

@@ -10,7 +10,6 @@ from scheduler_app.node_health import check_heartbeats
 from scheduler_app.scheduling import run_scheduling_pass
 from scheduler_app.services.migration import watch_migrations
 from scheduler_app.services.whatif import run_queued_what_ifs, run_what_if
-from scheduler_app.upkeep import telemetry_upkeep as run_telemetry_upkeep
 
 
 @shared_task(name="scheduler_app.scheduling_pass", ignore_result=True)
@@ -35,11 +34,6 @@ def migration_watchdog() -> dict:
 @shared_task(name="scheduler_app.live_tick", ignore_result=True)
 def live_tick() -> dict:
     return tick()
-
-
-@shared_task(name="scheduler_app.telemetry_upkeep", ignore_result=True)
-def telemetry_upkeep() -> dict:
-    return run_telemetry_upkeep()
 
 
 @shared_task(name="scheduler_app.what_if", ignore_result=True)

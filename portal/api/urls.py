@@ -33,22 +33,22 @@ from scheduler_app.api.agent_views import (
     UsageView,
     WorkView,
 )
-from scheduler_app.api.telemetry_views import (
-    GpuTelemetryView,
-    PoolTelemetryView,
-    RequestTelemetryView,
-    TeamTelemetryView,
-)
 from scheduler_app.api.views import (
     AuditEventViewSet,
     ClusterView,
     GpuRequestViewSet,
-    GpuSampleIngestView,
     NodeViewSet,
     PoolViewSet,
 )
 from scheduler_app.api.whatif_views import WhatIfRunView, WhatIfView
 from teams.api.views import ApiTokenViewSet, TeamViewSet, UserUnixAccountView
+from telemetry.api.views import (
+    GpuSampleIngestView,
+    GpuTelemetryView,
+    PoolTelemetryView,
+    RequestTelemetryView,
+    TeamTelemetryView,
+)
 
 router = SimpleRouter(use_regex_path=False)
 router.register("requests", GpuRequestViewSet, basename="request")

@@ -37,7 +37,7 @@ from scheduler_app.services.agents import (
     report_started,
 )
 from scheduler_app.services.migration import reclaim_node
-from scheduler_app.telemetry import record_heartbeat
+from telemetry.services import record_heartbeat
 
 
 class AgentView(APIView):

@@ -1,23 +1,20 @@
-"""Requests, estimates, the cluster and agent telemetry over REST: parse, authorize, call one service,
+"""Requests, estimates and the cluster over REST: parse, authorize, call one service,
 serialize."""
 
 from django.db import transaction
 from django.db.models import Prefetch, prefetch_related_objects
 from django.shortcuts import get_object_or_404
 from django_filters.rest_framework import DjangoFilterBackend
-from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from audit.models import Event
-from portal.api.authentication import NodeCredentialAuthentication
 from portal.api.idempotency import idempotent
-from portal.api.permissions import IsNodeAgent, IsOperator
-from portal.api.throttling import PerNodeRateThrottle
+from portal.api.permissions import IsOperator
 from scheduler_app.api.agent_serializers import LogQuerySerializer, LogTailSerializer
 from scheduler_app.api.serializers import (
     AuditEventSerializer,
@@ -32,11 +29,7 @@ from scheduler_app.api.serializers import (
     PoolDetailSerializer,
     ReasonSerializer,
     ReclaimSerializer,
-    SampleBatchAcceptedSerializer,
-    SampleBatchSerializer,
-    SampleMomentsSerializer,
     SubmitSerializer,
-    UtilizationSerializer,
 )
 from scheduler_app.choices import NodeStatus
 from scheduler_app.estimates import estimate_request
@@ -47,15 +40,15 @@ from scheduler_app.selectors import (
     cluster_picture,
     nodes_for_operators,
     request_log,
-    request_utilization,
     requests_visible_to,
 )
 from scheduler_app.services.inventory import set_mig_layout, set_node_status, update_pool
 from scheduler_app.services.migration import reclaim_node
 from scheduler_app.services.requests import cancel_request, release_request, submit_request
-from scheduler_app.telemetry import SampleMoment, record_sample_moments
 from teams.permissions import note_membership
 from teams.selectors import team_for_submit
+from telemetry.api.serializers import UtilizationSerializer
+from telemetry.selectors import request_utilization
 
 
 class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -211,37 +204,6 @@ class ClusterView(GenericAPIView):
             "results": picture.nodes,
         }
         return Response(ClusterSerializer(body).data)
-
-
-class GpuSampleIngestView(APIView):
-    """A node agent posts its cards' readings taken at one moment; the batch is also its heartbeat.
-    Takes only the node's agent credential (Bearer node_…), never a personal API token."""
-
-    authentication_classes = [NodeCredentialAuthentication]
-    permission_classes = [IsNodeAgent]
-    throttle_classes = [PerNodeRateThrottle]
-
-    @extend_schema(
-        request=PolymorphicProxySerializer(
-            "SampleBatchOrMoments",
-            [SampleBatchSerializer, SampleMomentsSerializer],
-            resource_type_field_name=None,
-        ),
-        responses=SampleBatchAcceptedSerializer,
-        tags=["agent"],
-    )
-    def post(self, request):
-        several = isinstance(request.data, dict) and "moments" in request.data
-        batch = (SampleMomentsSerializer if several else SampleBatchSerializer)(data=request.data)
-        batch.is_valid(raise_exception=True)
-        node = request.auth
-        moments = batch.validated_data["moments"] if several else [batch.validated_data]
-        accepted = record_sample_moments(
-            node,
-            [SampleMoment(m["sampled_at"], m["gpus"], m.get("network_bytes_per_s")) for m in moments],
-        )
-        body = {"accepted": accepted, "node": node.name, "node_status": node.status}
-        return Response(SampleBatchAcceptedSerializer(body).data)
 
 
 class NodeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):

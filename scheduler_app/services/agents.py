@@ -30,11 +30,12 @@ from scheduler_app.constants import (
 )
 from scheduler_app.lifecycle import ACTIVE_STATES
 from scheduler_app.log_masking import mask_secrets
-from scheduler_app.models import Allocation, AllocationSample, Gpu, GpuRequest, LogChunk, Node, NodeSample
+from scheduler_app.models import Allocation, Gpu, GpuRequest, LogChunk, Node
 from scheduler_app.services.migration import move_reasons, requeue_from_checkpoint
 from scheduler_app.services.transitions import stop_gracefully, transition_request
-from scheduler_app.telemetry import record_heartbeat, sampled_at_error
 from teams.selectors import secret_values
+from telemetry.models import AllocationSample, NodeSample
+from telemetry.services import record_heartbeat, sampled_at_error
 
 AGENT = "node agent"
 MAX_CLOCK_SKEW_S = 60  # a report's time further ahead of the portal's clock is refused

@@ -7,7 +7,7 @@ from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 
 from scheduler_app.permissions import can_operate
-from scheduler_app.prometheus import CONTENT_TYPE, exposition, latest_readings
+from telemetry.prometheus import CONTENT_TYPE, exposition, latest_readings
 
 
 @require_GET

@@ -29,8 +29,8 @@ from scheduler_app.selectors import (
     requests_visible_to,
 )
 from scheduler_app.services.requests import cancel_request, release_request, submit_request
-from scheduler_app.telemetry_series import request_time_range
 from teams.permissions import NotAllowed
+from telemetry.selectors import request_time_range
 
 PAGE_SIZE = 25
 REFUSALS = (NotAllowed, ValidationError, IllegalTransition)

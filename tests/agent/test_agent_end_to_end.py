@@ -8,9 +8,10 @@ import time
 from django.utils import timezone
 
 from audit.models import Event
-from scheduler_app.models import AllocationSample, Gpu, GpuSample, NodeSample
+from scheduler_app.models import Gpu
 from scheduler_app.selectors import request_log
 from scheduler_app.services.requests import release_request
+from telemetry.models import AllocationSample, GpuSample, NodeSample
 from tests.agent_fixtures import DEMO_JOB, rounds_until
 
 

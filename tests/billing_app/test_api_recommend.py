@@ -10,12 +10,12 @@ from django.utils import timezone
 from billing_app.services import set_pool_price
 from scheduler_app.choices import CapacityType, RequestState
 from scheduler_app.models import Allocation, GpuRequest
-from scheduler_app.rollups import roll_up
 from scheduler_app.services.inventory import create_pool
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import submit_request
 from scheduler_app.services.transitions import transition_request
-from tests.scheduler_app.telemetry_helpers import plant
+from telemetry.rollups import roll_up
+from tests.telemetry.telemetry_helpers import plant
 
 URL = "/api/v1/requests/recommend/"
 COMMAND = "python train.py --epochs 3"

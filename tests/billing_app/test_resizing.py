@@ -15,9 +15,9 @@ from scheduler_app.models import Allocation, GpuRequest
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import submit_request
 from scheduler_app.services.transitions import transition_request
-from scheduler_app.upkeep import telemetry_upkeep as roll_up_and_check
 from teams.permissions import NotAllowed
-from tests.scheduler_app.telemetry_helpers import plant
+from telemetry.upkeep import telemetry_upkeep as roll_up_and_check
+from tests.telemetry.telemetry_helpers import plant
 
 NOW = dt.datetime(2025, 3, 1, 12, 0, 30, tzinfo=dt.UTC)
 

@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import release_request, submit_request
 from scheduler_app.services.transitions import transition_request
-from tests.scheduler_app.telemetry_helpers import plant
+from tests.telemetry.telemetry_helpers import plant
 
 pytestmark = pytest.mark.e2e
 

@@ -149,7 +149,7 @@ def test_heatmap_shows_the_live_tickers_latest_util(client, member, cluster):
     from django.utils import timezone
 
     from scheduler_app.live_ticker import tick
-    from scheduler_app.models import GpuSample
+    from telemetry.models import GpuSample
 
     card = cluster.gpus.get(index=1)
     GpuSample.objects.create(

@@ -12,7 +12,7 @@ from django.utils import timezone
 from scheduler_app.models import Gpu
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import submit_request
-from tests.scheduler_app.telemetry_helpers import plant
+from tests.telemetry.telemetry_helpers import plant
 
 TOKEN = "metrics-secret-123"
 METRIC_NAMES = [

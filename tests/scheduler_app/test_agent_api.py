@@ -9,10 +9,11 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from audit.models import Event
-from scheduler_app.models import AllocationSample, Gpu, LogChunk, NodeSample
+from scheduler_app.models import Gpu, LogChunk
 from scheduler_app.services.inventory import issue_agent_credential
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import release_request, submit_request
+from telemetry.models import AllocationSample, NodeSample
 
 AGENT = "/api/v1/agent/"
 

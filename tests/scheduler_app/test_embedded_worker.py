@@ -39,8 +39,8 @@ def test_the_worker_runs_the_telemetry_upkeep_when_due(make_node, monkeypatch, s
 
     from django.utils import timezone
 
-    from scheduler_app.models import GpuRollup
-    from tests.scheduler_app.telemetry_helpers import plant
+    from telemetry.models import GpuRollup
+    from tests.telemetry.telemetry_helpers import plant
 
     settings.REDIS_URL = ""
     gpu = make_node().gpus.first()

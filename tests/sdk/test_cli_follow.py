@@ -16,7 +16,7 @@ from scheduler_app.services.agents import append_log, report_finished, report_st
 from scheduler_app.services.inventory import create_pool
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import release_request, submit_request
-from scheduler_app.telemetry import record_gpu_samples
+from telemetry.services import record_gpu_samples
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from scheduler_app.models import GpuRollup, GpuSample, NodeSample
+from telemetry.models import GpuRollup, GpuSample, NodeSample
 
 MINUTE_S = 60
 HOUR_S = 3600

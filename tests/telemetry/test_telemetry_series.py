@@ -8,12 +8,12 @@ import time_machine
 from django.utils import timezone
 
 from scheduler_app.models import Allocation
-from scheduler_app.rollups import HOUR_S, MINUTE_S, roll_up
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import submit_request
 from scheduler_app.services.transitions import transition_requests
-from scheduler_app.telemetry_series import RAW, pool_series, request_series, resolution_for, team_series
-from tests.scheduler_app.telemetry_helpers import plant
+from telemetry.rollups import HOUR_S, MINUTE_S, roll_up
+from telemetry.selectors import RAW, pool_series, request_series, resolution_for, team_series
+from tests.telemetry.telemetry_helpers import plant
 
 NOW = dt.datetime(2025, 3, 1, 12, 0, 30, tzinfo=dt.UTC)
 

@@ -25,8 +25,9 @@ from scheduler_app.constants import (
     SAMPLE_MAX_FUTURE_SKEW_S,
     UTIL_STDDEV_TARGET_PERCENT,
 )
-from scheduler_app.models import Gpu, GpuSample, Node, NodeSample
+from scheduler_app.models import Gpu, Node
 from scheduler_app.services.inventory import set_node_status
+from telemetry.models import GpuSample, NodeSample
 
 AGENT = "node agent"
 READING_FIELDS = ("uuid", "gpu_util_percent", "memory_used_mib", "power_mw", "temperature_c")

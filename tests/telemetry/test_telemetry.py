@@ -11,9 +11,10 @@ from django.urls import reverse
 
 from audit.models import Event
 from scheduler_app.choices import NodeStatus
-from scheduler_app.models import GpuSample, Node
+from scheduler_app.models import Node
 from scheduler_app.services.inventory import set_node_status
-from scheduler_app.telemetry import current_load, downsample, record_gpu_samples, summarize
+from telemetry.models import GpuSample
+from telemetry.services import current_load, downsample, record_gpu_samples, summarize
 
 NOW = dt.datetime(2025, 3, 1, 12, 0, tzinfo=dt.UTC)
 
@@ -240,11 +241,11 @@ def test_admin_lists_samples_read_only(client, operator, node):
     sample = GpuSample.objects.get()
 
     listing = client.get(
-        reverse("admin:scheduler_app_gpusample_changelist"),
+        reverse("admin:telemetry_gpusample_changelist"),
         {"q": "GPU-node-1-0", "gpu__node__pool": node.pool_id},
     )
-    detail = client.get(reverse("admin:scheduler_app_gpusample_change", args=[sample.pk]))
-    add = client.get(reverse("admin:scheduler_app_gpusample_add"))
+    detail = client.get(reverse("admin:telemetry_gpusample_change", args=[sample.pk]))
+    add = client.get(reverse("admin:telemetry_gpusample_add"))
 
     assert listing.status_code == 200 and "node-1/gpu0" in listing.text
     assert detail.status_code == 200 and 'name="gpu_util_percent"' not in detail.text

@@ -6,9 +6,9 @@ import datetime as dt
 from django.conf import settings
 from django.utils import timezone
 
-from scheduler_app.models import GpuRollup, GpuSample
-from scheduler_app.tasks import telemetry_upkeep
-from tests.scheduler_app.telemetry_helpers import plant
+from telemetry.models import GpuRollup, GpuSample
+from telemetry.tasks import telemetry_upkeep
+from tests.telemetry.telemetry_helpers import plant
 
 
 def test_beat_schedules_the_upkeep_every_interval():

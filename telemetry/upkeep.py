@@ -4,8 +4,8 @@ import datetime as dt
 
 from django.utils import timezone
 
-from scheduler_app.derived_metrics import check_running_work
-from scheduler_app.rollups import prune, roll_up
+from telemetry.derived_metrics import check_running_work
+from telemetry.rollups import prune, roll_up
 
 
 def telemetry_upkeep(now: dt.datetime | None = None) -> dict[str, dict[str, int]]:

@@ -11,12 +11,13 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from portal.api.permissions import IsNodeAgent
-from scheduler_app.models import GpuSample, Node
+from scheduler_app.models import Node
 from scheduler_app.services.inventory import issue_agent_credential
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import release_request, submit_request
 from scheduler_app.services.transitions import transition_request
-from scheduler_app.telemetry import record_gpu_samples
+from telemetry.models import GpuSample
+from telemetry.services import record_gpu_samples
 
 INGEST = "/api/v1/agent/samples/"
 

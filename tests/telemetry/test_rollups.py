@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from scheduler_app.models import GpuRollup, GpuSample, NodeSample
-from scheduler_app.rollups import HOUR_S, MINUTE_S, floor_to, prune, roll_up
-from tests.scheduler_app.telemetry_helpers import plant, plant_network
+from telemetry.models import GpuRollup, GpuSample, NodeSample
+from telemetry.rollups import HOUR_S, MINUTE_S, floor_to, prune, roll_up
+from tests.telemetry.telemetry_helpers import plant, plant_network
 
 NOW = dt.datetime(2025, 3, 1, 12, 30, 20, tzinfo=dt.UTC)
 

@@ -9,9 +9,9 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from scheduler_app.constants import MAX_MOMENTS_PER_SAMPLE_BATCH, MAX_NETWORK_BYTES_PER_S
-from scheduler_app.models import GpuSample, NodeSample
-from scheduler_app.telemetry import SampleMoment, record_gpu_samples, record_sample_moments
-from tests.scheduler_app.test_api_telemetry import agent, node  # noqa: F401 (fixtures)
+from telemetry.models import GpuSample, NodeSample
+from telemetry.services import SampleMoment, record_gpu_samples, record_sample_moments
+from tests.telemetry.test_api_telemetry import agent, node  # noqa: F401 (fixtures)
 
 INGEST = "/api/v1/agent/samples/"
 

@@ -7,6 +7,8 @@ readings while it held them. A team's and a pool's are shares: each card's mean 
 count towards a team in proportion to the share (milli-GPU) the team held on it in that bucket, so a
 team holding half of a card that runs at 80 % is "0.4 GPU busy of 0.5 held"; summed over its cards,
 that is the team's `busy_gpus` of `held_gpus`. It is an estimate when tenants of one card differ.
+
+`request_utilization` is a request's recent readings, per segment, raw (the request's utilization API).
 """
 
 import datetime as dt
@@ -15,12 +17,16 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db.models import Count, Max, Min, Q, Sum
+from django.db.models import Count, Max, Min, OuterRef, Q, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from scheduler_app.constants import MILLI_PER_GPU
-from scheduler_app.models import Allocation, GpuRequest, GpuRollup, GpuSample, Pool
-from scheduler_app.rollups import HOUR_S, MINUTE_S
+from scheduler_app.constants import MILLI_PER_GPU, UTILIZATION_MAX_POINTS, UTILIZATION_WINDOW_S
+from scheduler_app.models import Allocation, GpuRequest, Pool
+from telemetry.models import GpuRollup, GpuSample
+from telemetry.rollups import HOUR_S, MINUTE_S
+from telemetry.services import Load, Summary, current_load, downsample, summarize
+from telemetry.services import Point as SamplePoint
 
 RAW = 1  # a raw sample is its own bucket
 RAW_MAX_SPAN_S = 1800  # longer ranges read rollups: at most 1,800 raw points per card
@@ -217,3 +223,114 @@ def gpu_series(gpu_id: int, start: dt.datetime, end: dt.datetime, *, now: dt.dat
     """(resolution, the card's points in the range)."""
     resolution = resolution_for(start, end, now)
     return resolution, card_points([gpu_id], start, end, resolution)[gpu_id]
+
+
+@dataclass
+class CardUtilization:
+    """One segment of the request (its slice on one card) and that card's readings within the segment's
+    own time range, its last `window_s` seconds at most: from `window_start` to its end (now while open)."""
+
+    segment: Allocation
+    window_start: dt.datetime
+    window_s: int
+    latest: GpuSample | None
+    series: list[SamplePoint]
+    summary: Summary
+
+
+@dataclass
+class RequestUtilization:
+    """The request's segments' readings; `window_start` and `window_s` span their windows together (no
+    segment yet: an empty window at `generated_at`)."""
+
+    request: GpuRequest
+    generated_at: dt.datetime
+    window_start: dt.datetime
+    window_s: int
+    cards: list[CardUtilization]
+    current: Load
+
+
+def request_utilization(
+    request: GpuRequest,
+    *,
+    now: dt.datetime | None = None,
+    window_s: int = UTILIZATION_WINDOW_S,
+    max_points: int = UTILIZATION_MAX_POINTS,
+) -> RequestUtilization:
+    """Per segment of the request (oldest first; a finished request keeps its own): the card's readings in
+    the segment's own time range, its last `window_s` seconds at most (never a reading from before the
+    slice started or after it ended): the latest, the range downsampled to `max_points`, util mean and
+    std-dev; and over the cards it holds now, the current load (the last minute).
+
+    Readings are the whole card's (NVML reads cards, not slices). Three queries whatever the number of
+    segments or samples.
+    """
+    now = now or timezone.now()
+    # Open: no upper bound, so a node whose clock runs a little ahead still lands in the last bucket.
+    until = Coalesce(OuterRef("ended_at"), Value(now + dt.timedelta(days=1)))
+    latest_id = (
+        GpuSample.objects.filter(
+            gpu=OuterRef("gpu"), sampled_at__gte=OuterRef("started_at"), sampled_at__lte=until
+        )
+        .order_by("-sampled_at")
+        .values("pk")[:1]
+    )
+    segments = list(
+        Allocation.objects.filter(request=request)
+        .select_related("gpu__node")
+        .annotate(latest_sample_id=Subquery(latest_id))
+        .order_by("started_at", "gpu__node__name", "gpu__index", "id")
+    )
+    windows = {s.pk: _segment_window(s, now, window_s) for s in segments}
+    in_window: dict[int, list[GpuSample]] = defaultdict(list)
+    if segments:
+        ranges = Q()
+        for segment in segments:
+            begin, end = windows[segment.pk]
+            ranges |= Q(gpu_id=segment.gpu_id, sampled_at__gte=begin, **_up_to(segment, end))
+        by_card = defaultdict(list)
+        for sample in GpuSample.objects.filter(ranges).order_by("gpu_id", "sampled_at"):
+            by_card[sample.gpu_id].append(sample)
+        for segment in segments:  # a card may hold two segments of one request (a billing switch)
+            begin, end = windows[segment.pk]
+            in_window[segment.pk] = [
+                x
+                for x in by_card[segment.gpu_id]
+                if x.sampled_at >= begin and (segment.is_open() or x.sampled_at <= end)
+            ]
+    latest = GpuSample.objects.in_bulk([s.latest_sample_id for s in segments if s.latest_sample_id])
+    cards = []
+    for segment in segments:
+        begin, end = windows[segment.pk]
+        span = max(1, round((end - begin).total_seconds()))
+        samples = in_window[segment.pk]
+        cards.append(
+            CardUtilization(
+                segment=segment,
+                window_start=begin,
+                window_s=span,
+                latest=latest.get(segment.latest_sample_id),
+                series=downsample(samples, start=begin, window_s=span, max_points=max_points),
+                summary=summarize(samples),
+            )
+        )
+    held = [(in_window[s.pk], s.gpu.memory_mib) for s in segments if s.is_open()]
+    current = current_load(held, now=now)
+    if not cards:
+        return RequestUtilization(request, now, now, 0, cards, current)
+    first = min(c.window_start for c in cards)
+    last = max(windows[c.segment.pk][1] for c in cards)
+    return RequestUtilization(request, now, first, round((last - first).total_seconds()), cards, current)
+
+
+def _segment_window(segment: Allocation, now: dt.datetime, window_s: int) -> tuple[dt.datetime, dt.datetime]:
+    """(start, end) of what a segment's utilization covers: its last `window_s` seconds, from no earlier
+    than its own start, to its end (now while it is open)."""
+    end = segment.ended_at or now
+    return max(segment.started_at, end - dt.timedelta(seconds=window_s)), end
+
+
+def _up_to(segment: Allocation, end: dt.datetime) -> dict:
+    """The upper bound of a segment's readings: its end; none while open (a clock a little ahead)."""
+    return {} if segment.is_open() else {"sampled_at__lte": end}

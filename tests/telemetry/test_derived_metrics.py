@@ -12,8 +12,8 @@ from scheduler_app.models import Allocation, GpuRequest, Node
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import submit_request
 from scheduler_app.services.transitions import transition_request
-from scheduler_app.upkeep import telemetry_upkeep
-from tests.scheduler_app.telemetry_helpers import plant, plant_network
+from telemetry.upkeep import telemetry_upkeep
+from tests.telemetry.telemetry_helpers import plant, plant_network
 
 NOW = dt.datetime(2025, 3, 1, 12, 0, 30, tzinfo=dt.UTC)
 

@@ -1,30 +1,42 @@
-"""Telemetry over a time range (?start=&end=) for a request and a team (their members), a pool
-(anyone signed in: a cluster aggregate) and a card (operators: a card may hold several teams' work)."""
+"""Telemetry over REST: the node agents' sample batches in; series over a time range (?start=&end=)
+for a request and a team (their members), a pool (anyone signed in: a cluster aggregate) and a card
+(operators: a card may hold several teams' work)."""
 
 import datetime as dt
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    PolymorphicProxySerializer,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.api.permissions import IsOperator
-from scheduler_app.api.serializers import (
+from portal.api.authentication import NodeCredentialAuthentication
+from portal.api.permissions import IsNodeAgent, IsOperator
+from portal.api.throttling import PerNodeRateThrottle
+from scheduler_app.models import Gpu, Pool
+from scheduler_app.selectors import requests_visible_to
+from teams.selectors import teams_visible_to
+from telemetry.api.serializers import (
     GpuTelemetrySerializer,
     RequestTelemetrySerializer,
+    SampleBatchAcceptedSerializer,
+    SampleBatchSerializer,
+    SampleMomentsSerializer,
     ShareTelemetrySerializer,
     TelemetryRangeSerializer,
 )
-from scheduler_app.models import Gpu, Pool
-from scheduler_app.selectors import requests_visible_to
-from scheduler_app.telemetry_series import (
+from telemetry.selectors import (
     gpu_series,
     pool_series,
     request_series,
     request_time_range,
     team_series,
 )
-from teams.selectors import teams_visible_to
+from telemetry.services import SampleMoment, record_sample_moments
 
 RANGE = [
     OpenApiParameter("start", str, description="ISO 8601 with a timezone; default an hour before end."),
@@ -125,3 +137,34 @@ class GpuTelemetryView(_TelemetryView):
 
     def series(self, subject, start, end):
         return gpu_series(subject.pk, start, end)
+
+
+class GpuSampleIngestView(APIView):
+    """A node agent posts its cards' readings taken at one moment; the batch is also its heartbeat.
+    Takes only the node's agent credential (Bearer node_…), never a personal API token."""
+
+    authentication_classes = [NodeCredentialAuthentication]
+    permission_classes = [IsNodeAgent]
+    throttle_classes = [PerNodeRateThrottle]
+
+    @extend_schema(
+        request=PolymorphicProxySerializer(
+            "SampleBatchOrMoments",
+            [SampleBatchSerializer, SampleMomentsSerializer],
+            resource_type_field_name=None,
+        ),
+        responses=SampleBatchAcceptedSerializer,
+        tags=["agent"],
+    )
+    def post(self, request):
+        several = isinstance(request.data, dict) and "moments" in request.data
+        batch = (SampleMomentsSerializer if several else SampleBatchSerializer)(data=request.data)
+        batch.is_valid(raise_exception=True)
+        node = request.auth
+        moments = batch.validated_data["moments"] if several else [batch.validated_data]
+        accepted = record_sample_moments(
+            node,
+            [SampleMoment(m["sampled_at"], m["gpus"], m.get("network_bytes_per_s")) for m in moments],
+        )
+        body = {"accepted": accepted, "node": node.name, "node_status": node.status}
+        return Response(SampleBatchAcceptedSerializer(body).data)

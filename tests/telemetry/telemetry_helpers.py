@@ -3,7 +3,8 @@ tables (times under the test's control, outside the ingest's one-hour acceptance
 
 import datetime as dt
 
-from scheduler_app.models import Gpu, GpuSample, NodeSample
+from scheduler_app.models import Gpu
+from telemetry.models import GpuSample, NodeSample
 
 
 def plant(gpu: Gpu, start: dt.datetime, utils, *, every_s=60, memory=1000, power_mw=200_000, temperature=60):

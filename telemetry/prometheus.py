@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
-from scheduler_app.models import Allocation, Gpu, GpuSample
+from scheduler_app.models import Allocation, Gpu
+from telemetry.models import GpuSample
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PROMETHEUS_STALE_S = 300
