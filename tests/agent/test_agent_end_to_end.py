@@ -13,6 +13,7 @@ from scheduler_app.selectors import request_log
 from scheduler_app.services.requests import release_request
 from telemetry.models import AllocationSample, GpuSample, NodeSample
 from tests.agent_fixtures import DEMO_JOB, rounds_until
+from tests.waiting import wait_until
 
 
 def state_of(request) -> str:
@@ -222,7 +223,9 @@ def test_the_cards_are_read_every_second_and_several_moments_go_in_one_request(s
     agent.client.sample_moments = lambda moments: requests.append(len(moments)) or send(moments)
     rounds = threading.Thread(target=agent.run, daemon=True)
     rounds.start()
-    time.sleep(5.2)  # rounds at 0 (it registers), 2 and 4 s; a reading every half second
+    # Rounds at 0 (it registers), 2 and 4 s; a reading every half second. Stopped at the second
+    # request, before a round at 6 s: rounds any more often would send fewer moments a request.
+    wait_until(lambda: len(requests) >= 2, timeout_s=30, what="two requests of readings")
     agent.stop()
     rounds.join(timeout=10)
 

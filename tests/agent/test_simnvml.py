@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pynvml
 import pytest
 
@@ -14,6 +15,7 @@ from agent.host import HostMeter, host_meter
 from agent.nvml import read_cards, read_processes, read_samples
 from agent.simnvml import SimCard, SimulatedHost, SimulatedNvml
 from tests.agent_fixtures import REPO
+from tests.waiting import wait_until
 
 CALLS = [
     "nvmlInit",
@@ -83,7 +85,8 @@ def test_an_idle_card_reads_zero_and_a_process_on_it_moves_util_memory_power(tmp
         stdout=subprocess.DEVNULL,
     )
     try:
-        time.sleep(5)  # past the training profile's ramp-up
+        _, _, ramp_s = simnvml.PROFILES["training"]
+        wait_until(lambda: job_age(job) >= ramp_s, what="the job past the training profile's ramp-up")
         meter = host_meter(nvml)
         while True:  # all reads within one second: the simulator's noise changes each second
             second = int(time.time())
@@ -106,8 +109,13 @@ def test_an_idle_card_reads_zero_and_a_process_on_it_moves_util_memory_power(tmp
     assert 1_000_000_000 <= moved <= 1_700_000_000  # 600 MB/s for a busy node + half a card's 1.5 GB/s
     assert host["net_rx_bytes_per_s"] + host["net_tx_bytes_per_s"] >= moved
     assert host["net_rx_bytes_per_s"] > host["net_tx_bytes_per_s"] > 0
-    time.sleep(simnvml.PROC_SCAN_TTL_S + 0.1)  # the simulator's next look at the processes
-    assert nvml.network_bytes_per_s() == 0  # the job has ended: only the host's own traffic is left
+    # The job has ended: from the simulator's next look at the processes, only the host's own traffic.
+    wait_until(lambda: nvml.network_bytes_per_s() == 0, timeout_s=10, what="no job traffic")
+
+
+def job_age(job: subprocess.Popen) -> float:
+    """Seconds since the job started, as the simulator's ramp-up counts them."""
+    return time.time() - psutil.Process(job.pid).create_time()
 
 
 def test_the_host_meter_is_psutils_on_real_nvml_and_adds_the_jobs_traffic_on_simulated_cards():

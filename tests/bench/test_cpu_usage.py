@@ -2,21 +2,25 @@
 
 import subprocess
 import sys
-import time
 
 from bench.cpu_usage import CpuMeter, cpu_seconds, tree_cpu
 
-BURN = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\ntime.sleep(30)"
+BURN = (
+    "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\n"
+    "print('burned', flush=True)\ntime.sleep(30)"
+)
 
 
 def test_a_tree_counts_its_children_and_the_meter_what_they_burned_meanwhile():
     meter = CpuMeter({"tree": lambda: tree_cpu(parent.pid)})
     parent = subprocess.Popen(
-        [sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {BURN!r}])"]
+        [sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {BURN!r}])"],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         meter.start()
-        time.sleep(1.5)  # the child is born, burns 0.3 s of CPU and sleeps
+        assert parent.stdout.readline() == "burned\n"  # the child was born, burned 0.3 s of CPU, sleeps
         used = meter.stop()
         assert len(tree_cpu(parent.pid)) == 2
     finally:

@@ -37,15 +37,6 @@ def settle_and_check(*, accepted=()) -> None:
     assert not broken, "after the fault:\n" + "\n".join(broken)
 
 
-def wait_until(condition, timeout_s=30.0, what="the condition", step_s=0.1) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(step_s)
-    pytest.fail(f"{what} not reached within {timeout_s} s")
-
-
 def killed_mid(code: str, *, timeout_s: float = 60) -> str:
     """Run `code` (Django set up, on this test's database) in a process of its own until it prints
     MID, then SIGKILL it: a real kill, its open transaction left for PostgreSQL to roll back. Returns

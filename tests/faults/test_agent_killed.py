@@ -5,7 +5,6 @@ that comes back must not leave the old job running next to the moved one."""
 import datetime as dt
 import os
 import signal
-import time
 
 from django.conf import settings
 from django.utils import timezone
@@ -13,7 +12,8 @@ from django.utils import timezone
 from scheduler_app.choices import NodeStatus, RequestState
 from scheduler_app.node_health import check_heartbeats
 from scheduler_app.scheduling import run_scheduling_pass
-from tests.faults.conftest import running_here, settle_and_check, wait_until
+from tests.faults.conftest import running_here, settle_and_check
+from tests.waiting import wait_until, wait_until_steady
 
 
 def test_a_sigkilled_agent_comes_back_without_running_the_moved_work_twice(
@@ -29,9 +29,7 @@ def test_a_sigkilled_agent_comes_back_without_running_the_moved_work_twice(
     assert request.pk in running_here()  # the job outlives its agent
     # A report the agent sent just before it died may still be in the live server's hands (it marks
     # the node heard, ready again): the watchdog is to judge the silence after it.
-    wait_until(
-        lambda: _heard_at(node) == (time.sleep(0.5) or _heard_at(node)), what="the last report handled"
-    )
+    wait_until_steady(lambda: _heard_at(node), quiet_s=0.5, what="the last report handled")
     silent_since = timezone.now() + dt.timedelta(seconds=settings.NODE_SUSPECT_AFTER_S + 1)
     assert check_heartbeats(silent_since) == {"suspect": 1, "lost": 0}
     later = silent_since + dt.timedelta(seconds=settings.NODE_LOST_AFTER_S + 1)

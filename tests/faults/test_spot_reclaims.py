@@ -22,8 +22,9 @@ from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import submit_request
 from teams.services import create_api_token
 from tests.agent_fixtures import DEMO_JOB
-from tests.faults.conftest import settle_and_check, wait_until
+from tests.faults.conftest import settle_and_check
 from tests.portal.test_production_mode import call
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.postgres
 

@@ -108,7 +108,10 @@ def test_a_channel_layer_receive_waits_for_a_message_longer_than_the_bound(setti
     async def late_message():
         channel = await layer.new_channel()
         receiving = asyncio.ensure_future(layer.receive(channel))
-        await asyncio.sleep(3 * BOUND_S)  # the message comes later than one reply may take
+        # A deliberate bounded wait: the message comes later than one reply may take, and the
+        # receive must still be waiting then.
+        await asyncio.sleep(3 * BOUND_S)
+        assert not receiving.done(), receiving
         await layer.send(channel, {"type": "late"})
         return await asyncio.wait_for(receiving, timeout=10)
 
