@@ -10,8 +10,8 @@ from django.utils import timezone
 
 from scheduler_app import whatif
 from scheduler_app.choices import WhatIfStatus
-from scheduler_app.dispatch import run_what_if_soon
 from scheduler_app.models import WhatIfRun
+from scheduler_app.passes.dispatch import run_what_if_soon
 from scheduler_app.permissions import can_operate
 from teams.permissions import require
 

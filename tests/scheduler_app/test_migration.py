@@ -16,7 +16,7 @@ from billing_app.switching import switch_billing_mode
 from scheduler_app.choices import BillingMode, CapacityType, NodeStatus, RequestState
 from scheduler_app.models import Allocation, GpuRequest, TeamQuota
 from scheduler_app.node_health import handle_node_loss
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.agents import record_checkpoint, report_finished, report_started
 from scheduler_app.services.inventory import create_pool, issue_agent_credential, set_node_status
 from scheduler_app.services.migration import check_checkpoints, expire_stops, reclaim_node

@@ -7,9 +7,9 @@ import pytest
 from django.utils import timezone
 
 from scheduler_app.choices import CapacityType, NodeStatus, RequestState
-from scheduler_app.estimates import estimate_request
 from scheduler_app.node_health import handle_node_loss
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes.estimates import estimate_request
+from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.inventory import create_pool, set_node_status
 from scheduler_app.services.migration import reclaim_node
 from scheduler_app.services.requests import submit_request

@@ -9,10 +9,11 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from billing_app.models import PoolPrice
-from scheduler_app import dispatch, tasks, whatif
+from scheduler_app import tasks, whatif
 from scheduler_app.choices import CapacityType, WhatIfStatus
 from scheduler_app.demo import seed_demo
 from scheduler_app.models import WhatIfRun
+from scheduler_app.passes import dispatch
 from scheduler_app.services.inventory import create_pool
 from scheduler_app.services.whatif import STALE_AFTER, run_queued_what_ifs, run_what_if, start_what_if
 from teams.permissions import NotAllowed

@@ -3,7 +3,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from twisted.internet import reactor, threads
 
-from scheduler_app.dispatch import embedded_ticker, embedded_what_if, embedded_worker
+from scheduler_app.passes.dispatch import embedded_ticker, embedded_what_if, embedded_worker
 
 
 class Command(BaseCommand):
