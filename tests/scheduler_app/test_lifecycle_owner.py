@@ -11,7 +11,7 @@ from django.db.models import F
 from django.urls import reverse
 
 from scheduler_app.choices import BillingMode, RequestState
-from scheduler_app.demo import seed_demo
+from scheduler_app.demo.seed import seed_demo
 from scheduler_app.invariants import violations
 from scheduler_app.lifecycle import ACTIVE_STATES
 from scheduler_app.models import Allocation, GpuRequest

@@ -11,7 +11,7 @@ from django.utils import timezone
 from billing_app.models import PoolPrice
 from scheduler_app import tasks, whatif
 from scheduler_app.choices import CapacityType, WhatIfStatus
-from scheduler_app.demo import seed_demo
+from scheduler_app.demo.seed import seed_demo
 from scheduler_app.models import WhatIfRun
 from scheduler_app.passes import dispatch
 from scheduler_app.services.inventory import create_pool
