@@ -4,7 +4,7 @@ import time
 
 from celery import shared_task
 
-from scheduler_app.live_ticker import tick
+from scheduler_app.live.ticker import tick
 from scheduler_app.node_health import check_heartbeats
 from scheduler_app.passes.dispatch import pass_ended, pass_started
 from scheduler_app.passes.run import run_scheduling_pass
