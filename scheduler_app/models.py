@@ -579,9 +579,9 @@ class PassRecord(models.Model):
 
 
 class WhatIfRun(models.Model):
-    """An operator's what-if replay of the cluster's history (scheduler_app.whatif), run in the background.
+    """An operator's what-if replay of the cluster's history (whatif/replay.py), run in the background.
 
-    scenario: the parsed request (JSON, times ISO); progress 0..100; result: whatif.run's answer.
+    scenario: the parsed request (JSON, times ISO); progress 0..100; result: replay.run's answer.
     Claimed once (queued -> running, a conditional update), so a repeated task does not run it twice.
     """
 
