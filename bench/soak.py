@@ -192,9 +192,9 @@ class Soak:
 
     def run(self) -> None:
         from billing_app.metering import meter_usage
-        from scheduler_app.node_health import check_heartbeats
         from scheduler_app.passes.run import run_scheduling_pass
         from scheduler_app.services.migration import watch_migrations
+        from scheduler_app.services.node_health import check_heartbeats
 
         start = time.monotonic()
         end = start + self.real_s(self.args.hours)

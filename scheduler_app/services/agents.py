@@ -29,8 +29,8 @@ from scheduler_app.constants import (
     MAX_GPUS_PER_NODE,
 )
 from scheduler_app.lifecycle import ACTIVE_STATES
-from scheduler_app.log_masking import mask_secrets
 from scheduler_app.models import Allocation, Gpu, GpuRequest, LogChunk, Node
+from scheduler_app.services.log_masking import mask_secrets
 from scheduler_app.services.migration import move_reasons, requeue_from_checkpoint
 from scheduler_app.services.transitions import stop_gracefully, transition_request
 from teams.selectors import secret_values

@@ -15,9 +15,9 @@ from scheduler_app.demo.seed import seed_demo
 from scheduler_app.invariants import violations
 from scheduler_app.lifecycle import ACTIVE_STATES
 from scheduler_app.models import Allocation, GpuRequest
-from scheduler_app.node_health import handle_node_loss
 from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.selectors import request_events
+from scheduler_app.services.node_health import handle_node_loss
 from scheduler_app.services.placement import PlannedStart, Slice, allocate, place
 from scheduler_app.services.requests import cancel_request, release_request, submit_request
 from scheduler_app.services.transitions import requeue, transition_requests
