@@ -11,8 +11,8 @@ from billing_app.metering import meter_usage
 from scheduler_app.choices import RequestState
 from scheduler_app.demo import history as demo_history
 from scheduler_app.demo.seed import seed_demo
-from scheduler_app.invariants import billing_errors, over_committed_at_some_moment, violations
 from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, Pool
+from scheduler_app.rules.invariants import billing_errors, over_committed_at_some_moment, violations
 from teams.models import Team
 
 

@@ -12,10 +12,10 @@ from django.urls import reverse
 
 from scheduler_app.choices import BillingMode, RequestState
 from scheduler_app.demo.seed import seed_demo
-from scheduler_app.invariants import violations
-from scheduler_app.lifecycle import ACTIVE_STATES
 from scheduler_app.models import Allocation, GpuRequest
 from scheduler_app.passes.run import run_scheduling_pass
+from scheduler_app.rules.invariants import violations
+from scheduler_app.rules.lifecycle import ACTIVE_STATES
 from scheduler_app.selectors import request_events
 from scheduler_app.services.node_health import handle_node_loss
 from scheduler_app.services.placement import PlannedStart, Slice, allocate, place
