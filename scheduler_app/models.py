@@ -33,8 +33,8 @@ from scheduler_app.constants import (
     MILLI_PER_GPU,
 )
 from scheduler_app.core.mig import parse_layout
+from scheduler_app.core.shares import share_label
 from scheduler_app.rules.lifecycle import ACTIVE_STATES, TERMINAL_STATES
-from scheduler_app.shares import share_label
 
 
 class Pool(models.Model):
