@@ -6,7 +6,7 @@ from django.contrib.contenttypes.models import ContentType
 
 from audit.models import Event
 from portal.bulk_insert import insert_rows
-from scheduler_app.live import publish_events_after_commit
+from scheduler_app.live.publish import publish_events_after_commit
 
 
 def build_event(

@@ -157,7 +157,7 @@ def _submit_one(user, team) -> None:
 
 
 def _timed_pass(profile: cProfile.Profile | None = None) -> dict:
-    from scheduler_app.scheduling import run_scheduling_pass
+    from scheduler_app.passes.run import run_scheduling_pass
 
     begin, begin_cpu = time.perf_counter(), time.process_time()
     if profile:

@@ -44,8 +44,8 @@ def main() -> None:
     rng = random.Random(args.seed)
     user, teams = _reset_and_seed(rng)
 
-    from scheduler_app.estimates import estimate_request
-    from scheduler_app.scheduling import run_scheduling_pass
+    from scheduler_app.passes.estimates import estimate_request
+    from scheduler_app.passes.run import run_scheduling_pass
 
     begin = time.perf_counter()
     result = run_scheduling_pass()

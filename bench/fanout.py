@@ -116,7 +116,7 @@ def _seed(clients: int, gpus: int) -> tuple[list[tuple[str, str]], list[int]]:
 
     from scheduler_app.choices import CapacityType
     from scheduler_app.models import Gpu
-    from scheduler_app.scheduling import run_scheduling_pass
+    from scheduler_app.passes.run import run_scheduling_pass
     from scheduler_app.services.inventory import create_pool, register_node
     from scheduler_app.services.requests import submit_request
     from teams.models import Membership, Team

@@ -1,6 +1,6 @@
 """What bench.load reads back from the database after a run, and which of its targets failed.
 
-The capacity counts are DESIGN's invariants as scheduler_app.invariants states them (the same
+The capacity counts are DESIGN's invariants as scheduler_app.rules.invariants states them (the same
 queries the test suite runs after every test); only `open_connections` is PostgreSQL-only.
 """
 
@@ -11,8 +11,8 @@ from django.db import connection
 from django.db.models import Count
 
 from scheduler_app.choices import RequestState
-from scheduler_app.invariants import over_committed_gpus, slices_of_inactive_requests
 from scheduler_app.models import GpuRequest
+from scheduler_app.rules.invariants import over_committed_gpus, slices_of_inactive_requests
 
 # A pending request must have a reason (or be placed) within this many scheduling passes.
 PASSES_BEFORE_REASON = 2

@@ -51,7 +51,7 @@ def main() -> None:
 def _measure(runs: int):
     from django.test import Client
 
-    from scheduler_app.live_ticker import tick
+    from scheduler_app.live.ticker import tick
     from teams.models import Team
 
     slug = Team.objects.order_by("pk").first().slug
@@ -91,7 +91,7 @@ def _seed(gpus: int, rng: random.Random) -> None:
     from django.utils import timezone
 
     from scheduler_app.choices import CapacityType, RequestState
-    from scheduler_app.live_ticker import tick
+    from scheduler_app.live.ticker import tick
     from scheduler_app.models import Allocation, Gpu, GpuRequest
     from scheduler_app.services.inventory import create_pool
     from teams.choices import Role

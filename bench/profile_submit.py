@@ -78,9 +78,9 @@ def _profile(args) -> None:
     from rest_framework.test import APIClient
 
     from scheduler_app.choices import RequestState
-    from scheduler_app.demo import seed_demo
+    from scheduler_app.demo.seed import seed_demo
     from scheduler_app.models import GpuRequest
-    from scheduler_app.scheduling import run_scheduling_pass
+    from scheduler_app.passes.run import run_scheduling_pass
     from teams.models import Membership, Team
     from teams.services import create_api_token
 

@@ -1,5 +1,5 @@
 """Soak: a simulated cluster under a stream of requests for 30 simulated hours, with random node
-failures, checked all along by the after-fault rules (scheduler_app.invariants).
+failures, checked all along by the after-fault rules (scheduler_app.rules.invariants).
 
     /work/quiet-wait && python -m bench.soak [--database-url postgres://postgres@127.0.0.1:5432/gpu_portal_bench_soak]
         [--nodes 25] [--gpus-per-node 8] [--hours 30] [--speedup 400] [--failures-per-hour 2]
@@ -169,7 +169,7 @@ class Soak:
         from agent.isolation import Isolation
         from agent.node_agent import NodeAgent
         from agent.nvml import load_nvml
-        from scheduler_app.demo_agents import simulated_cards
+        from scheduler_app.demo.agents import simulated_cards
         from scheduler_app.services.inventory import issue_agent_credential
 
         client = NodeClient(PORTAL, issue_agent_credential(node), max_retries=0)
@@ -192,9 +192,9 @@ class Soak:
 
     def run(self) -> None:
         from billing_app.metering import meter_usage
-        from scheduler_app.node_health import check_heartbeats
-        from scheduler_app.scheduling import run_scheduling_pass
+        from scheduler_app.passes.run import run_scheduling_pass
         from scheduler_app.services.migration import watch_migrations
+        from scheduler_app.services.node_health import check_heartbeats
 
         start = time.monotonic()
         end = start + self.real_s(self.args.hours)
@@ -342,7 +342,7 @@ class Soak:
         """Over-committed cards, and requests running twice: on two reachable nodes (a double run), or
         also on a partitioned one (a stale run only the node itself could stop)."""
         from agent.jobs import running_requests
-        from scheduler_app.invariants import over_committed_gpus
+        from scheduler_app.rules.invariants import over_committed_gpus
 
         self.samples += 1
         self.over_commits = max(self.over_commits, len(over_committed_gpus()))
@@ -366,8 +366,13 @@ class Soak:
         from audit.models import Event
         from billing_app.metering import meter_usage
         from scheduler_app.choices import RequestState
-        from scheduler_app.invariants import after_fault, billing_error_seconds, settled_by, unresumed_moves
         from scheduler_app.models import GpuRequest
+        from scheduler_app.rules.invariants import (
+            after_fault,
+            billing_error_seconds,
+            settled_by,
+            unresumed_moves,
+        )
 
         for agent in self.agents.values():
             agent.grace_s = 0.2

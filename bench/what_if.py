@@ -7,7 +7,7 @@ Builds a scratch PostgreSQL database (emptied first): --nodes nodes of 8 A100s i
 8 teams, and --requests finished requests over the last --days days (submit times uniform, waits
 exponential with a 5-minute mean, runs of 10 minutes to 4 hours, shapes from an eighth of a card to
 4 cards). The history is bulk-inserted in its final states (a seed, not state changes); nodes go
-through register_node. Then runs `scheduler_app.whatif.run` on the whole period in this process, as
+through register_node. Then runs `scheduler_app.whatif.replay.run` on the whole period in this process, as
 the background task does, and prints the time to read the history, the progress every 10 %, the
 total, and the result's headline figures.
 """
@@ -49,13 +49,13 @@ def main() -> None:
     seconds = time.perf_counter() - started
     print(f"seeded {args.nodes:,} nodes and {args.requests:,} past requests in {seconds:.0f} s")
 
-    from scheduler_app import whatif
+    from scheduler_app.whatif import replay
 
-    scenario = whatif.parse_scenario(
+    scenario = replay.parse_scenario(
         {"start": start.isoformat(), "end": end.isoformat(), "target_p95_s": args.target_p95}
     )
     started = time.perf_counter()
-    history = whatif.load_history(scenario)
+    history = replay.load_history(scenario)
     print(f"history read: {len(history.jobs):,} requests in {time.perf_counter() - started:.1f} s")
     started, shown = time.perf_counter(), [0]
 
@@ -65,7 +65,7 @@ def main() -> None:
             shown[0] = tenth
             print(f"  {tenth * 10} % at {time.perf_counter() - started:.0f} s", flush=True)
 
-    result = whatif.run(scenario, progress=progress)
+    result = replay.run(scenario, progress=progress)
     print(f"what-if run: {time.perf_counter() - started:.0f} s")
     for side in ("actual", "scenario"):
         figures = result[side]

@@ -26,8 +26,8 @@ from billing_app.models import PoolPrice
 from billing_app.prices import hourly_usd, share_multiplier
 from portal.money import usd
 from scheduler_app.choices import CapacityType, RequestState
-from scheduler_app.lifecycle import ACTIVE_STATES
 from scheduler_app.models import Allocation, GpuRequest, Pool
+from scheduler_app.rules.lifecycle import ACTIVE_STATES
 
 RECLAIM_WINDOW = dt.timedelta(days=30)
 # The prior: one reclaim per 24 hours of running (public clouds quote spot interruption rates from

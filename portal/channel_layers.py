@@ -20,7 +20,7 @@ class RedisChannelLayer(ChannelsRedisLayer):
 
     Its group_send asks Redis for a group's members (two round trips) for every message, also when
     nobody listens: the API's state changes went to two groups each, about 0.4 ms of a web process's
-    CPU, and a pass's thousands of events as many times over. scheduler_app.live asks once per batch.
+    CPU, and a pass's thousands of events as many times over. scheduler_app.live.publish asks once per batch.
     """
 
     def __init__(self, hosts: list[str], **config):

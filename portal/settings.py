@@ -199,7 +199,7 @@ TELEMETRY_NETWORK_FLOOR_BYTES_PER_S = env_int("TELEMETRY_NETWORK_FLOOR_BYTES_PER
 # GET /metrics (Prometheus, DCGM exporter names): this bearer token, or a signed-in staff user.
 METRICS_BEARER_TOKEN = env_secret("METRICS_BEARER_TOKEN")
 
-# The periodic work, in production (Celery beat) and in the embedded default (scheduler_app.dispatch's
+# The periodic work, in production (Celery beat) and in the embedded default (scheduler_app.passes.dispatch's
 # EmbeddedWorker runs the same tasks in-process, each at its "schedule" in seconds). The embedded worker
 # runs the entries due together in this order: the watchdogs before the pass, so it sees the nodes they
 # lost and the work they requeued; the telemetry upkeep before the resize offers that read its rollups.

@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 
 from scheduler_app.constants import MILLI_PER_GPU
-from scheduler_app.shares import share_label
+from scheduler_app.core.shares import share_label
 
 EIGHTH_MILLI = MILLI_PER_GPU // 8
 GANG_SIZES = (2, 4, 8)

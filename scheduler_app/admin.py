@@ -2,8 +2,8 @@ from django.contrib import admin, messages
 
 from portal.admin_base import RecordAdmin
 from scheduler_app.choices import NodeStatus, RequestState
-from scheduler_app.lifecycle import TERMINAL_STATES, TRANSITIONS
 from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, Pool, TeamQuota
+from scheduler_app.rules.lifecycle import TERMINAL_STATES, TRANSITIONS
 from scheduler_app.services.inventory import set_node_status
 from scheduler_app.services.transitions import transition_requests
 

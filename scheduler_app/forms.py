@@ -19,7 +19,7 @@ from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.core.placement import POLICIES
 from scheduler_app.core.queueing import DEFAULT_POLICY
 from scheduler_app.models import Gpu, Pool
-from scheduler_app.whatif import QUEUE_MODES
+from scheduler_app.whatif.replay import QUEUE_MODES
 from teams.constants import UNIX_ACCOUNT_MAX_CHARS
 from teams.models import Team
 
@@ -271,7 +271,7 @@ class PoolPriceForm(ServiceErrorsMixin, forms.Form):
 
 
 class WhatIfForm(ServiceErrorsMixin, forms.Form):
-    """The what-if's scenario as operators type it; whatif.parse_scenario checks it (times in UTC)."""
+    """The what-if's scenario as operators type it; whatif.replay.parse_scenario checks it (times in UTC)."""
 
     start = UtcDateTimeField(label="From (UTC)")
     end = UtcDateTimeField(label="To (UTC)")

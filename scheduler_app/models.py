@@ -33,8 +33,8 @@ from scheduler_app.constants import (
     MILLI_PER_GPU,
 )
 from scheduler_app.core.mig import parse_layout
-from scheduler_app.lifecycle import ACTIVE_STATES, TERMINAL_STATES
-from scheduler_app.shares import share_label
+from scheduler_app.core.shares import share_label
+from scheduler_app.rules.lifecycle import ACTIVE_STATES, TERMINAL_STATES
 
 
 class Pool(models.Model):
@@ -579,9 +579,9 @@ class PassRecord(models.Model):
 
 
 class WhatIfRun(models.Model):
-    """An operator's what-if replay of the cluster's history (scheduler_app.whatif), run in the background.
+    """An operator's what-if replay of the cluster's history (whatif/replay.py), run in the background.
 
-    scenario: the parsed request (JSON, times ISO); progress 0..100; result: whatif.run's answer.
+    scenario: the parsed request (JSON, times ISO); progress 0..100; result: replay.run's answer.
     Claimed once (queued -> running, a conditional update), so a repeated task does not run it twice.
     """
 

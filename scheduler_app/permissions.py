@@ -2,8 +2,8 @@
 (through teams.permissions.require), views, the API and templates (scheduler_tags)."""
 
 from scheduler_app.choices import RequestState
-from scheduler_app.lifecycle import TRANSITIONS, release_target
 from scheduler_app.models import GpuRequest
+from scheduler_app.rules.lifecycle import TRANSITIONS, release_target
 from teams.permissions import is_member
 
 

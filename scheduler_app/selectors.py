@@ -17,8 +17,8 @@ from scheduler_app.constants import (
     MILLI_PER_GPU,
 )
 from scheduler_app.core.mig import MEMORY_SLICES
-from scheduler_app.lifecycle import ACTIVE_STATES
 from scheduler_app.models import Allocation, Gpu, GpuRequest, LogChunk, Node, Pool, TeamQuota
+from scheduler_app.rules.lifecycle import ACTIVE_STATES
 from scheduler_app.services.agents import checkpoint_dir
 from teams.models import Membership, Team
 from teams.selectors import job_unix_account, secret_values

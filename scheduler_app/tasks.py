@@ -4,11 +4,11 @@ import time
 
 from celery import shared_task
 
-from scheduler_app.dispatch import pass_ended, pass_started
-from scheduler_app.live_ticker import tick
-from scheduler_app.node_health import check_heartbeats
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.live.ticker import tick
+from scheduler_app.passes.dispatch import pass_ended, pass_started
+from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.migration import watch_migrations
+from scheduler_app.services.node_health import check_heartbeats
 from scheduler_app.services.whatif import run_queued_what_ifs, run_what_if
 
 

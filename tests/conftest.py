@@ -49,7 +49,7 @@ def pytest_runtest_call(item):
         return result
     if connection.needs_rollback:  # the test ended on a refused write: its transaction holds nothing more
         return result
-    from scheduler_app.invariants import violations
+    from scheduler_app.rules.invariants import violations
 
     broken = _outside_any_event_loop(violations)
     assert not broken, "invariants broken after the test:\n" + "\n".join(broken)

@@ -17,7 +17,7 @@ from django.views import defaults
 from rest_framework import exceptions
 from rest_framework.views import exception_handler
 
-from scheduler_app.lifecycle import StateConflict
+from scheduler_app.rules.lifecycle import StateConflict
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from django.utils import timezone
 
 from portal import money
 from scheduler_app.constants import MILLI_PER_GPU
-from scheduler_app.shares import share_label
+from scheduler_app.core.shares import share_label
 
 register = template.Library()
 

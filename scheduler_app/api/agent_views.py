@@ -26,7 +26,6 @@ from scheduler_app.api.agent_serializers import (
     UsageSerializer,
     WorkSerializer,
 )
-from scheduler_app.node_health import register_agent
 from scheduler_app.selectors import node_work
 from scheduler_app.services.agents import (
     append_log,
@@ -37,6 +36,7 @@ from scheduler_app.services.agents import (
     report_started,
 )
 from scheduler_app.services.migration import reclaim_node
+from scheduler_app.services.node_health import register_agent
 from telemetry.services import record_heartbeat
 
 

@@ -503,7 +503,7 @@ class MigLayoutSerializer(serializers.Serializer):
 
 class WhatIfRunSerializer(serializers.ModelSerializer):
     """A what-if run: its scenario, status and progress (0..100); result once succeeded (see
-    scheduler_app.whatif.run), error once failed."""
+    scheduler_app.whatif.replay.run), error once failed."""
 
     created_by = serializers.CharField(source="created_by.username", read_only=True)
 

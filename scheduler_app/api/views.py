@@ -32,9 +32,9 @@ from scheduler_app.api.serializers import (
     SubmitSerializer,
 )
 from scheduler_app.choices import NodeStatus
-from scheduler_app.estimates import estimate_request
 from scheduler_app.filters import AuditEventFilter, ClusterNodeFilter, GpuRequestFilter
 from scheduler_app.models import Allocation, GpuRequest, Node, Pool
+from scheduler_app.passes.estimates import estimate_request
 from scheduler_app.selectors import (
     audit_events,
     cluster_picture,

@@ -2,8 +2,8 @@
 `plan_pass` decides, exactly as the database scheduler does; its plan is applied (starts, and
 preemptions that checkpoint, lose the work since the last checkpoint, and requeue).
 
-What the queueing benchmark (bench.queueing), the operators' what-if (scheduler_app.whatif) and the
-demo's week of history (scheduler_app.demo_history) run. Pure: no ORM, no clock, no I/O.
+What the queueing benchmark (bench.queueing), the operators' what-if (scheduler_app.whatif.replay) and the
+demo's week of history (scheduler_app.demo.history) run. Pure: no ORM, no clock, no I/O.
 Units: milli-GPU, seconds on the caller's epoch.
 """
 

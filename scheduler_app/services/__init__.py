@@ -12,4 +12,6 @@ writes in one transaction, logs an Event and publishes the live update. Who owns
 - quotas.py: team quotas: set_team_quota.
 - history.py: recording work that already ran (the demo's week): record_past_requests, terminal
   requests with closed slices only, checked against every card's capacity at every moment.
+- node_health.py: lost nodes lose no work: handle_node_loss, check_heartbeats, register_agent.
+- log_masking.py: a team's secrets masked in its jobs' output (pure; agents.append_log stores it).
 """

@@ -28,9 +28,9 @@ from scheduler_app.constants import (
     LOG_MAX_CHARS_PER_REQUEST,
     MAX_GPUS_PER_NODE,
 )
-from scheduler_app.lifecycle import ACTIVE_STATES
-from scheduler_app.log_masking import mask_secrets
 from scheduler_app.models import Allocation, Gpu, GpuRequest, LogChunk, Node
+from scheduler_app.rules.lifecycle import ACTIVE_STATES
+from scheduler_app.services.log_masking import mask_secrets
 from scheduler_app.services.migration import move_reasons, requeue_from_checkpoint
 from scheduler_app.services.transitions import stop_gracefully, transition_request
 from teams.selectors import secret_values
@@ -174,7 +174,7 @@ def report_started(
     """The job's process started: scheduled becomes running. Already running: nothing changes.
     `resumed_from`: the checkpoint the run found in its checkpoint directory when it started (None:
     none, it starts from the beginning), recorded on the event for the resume rule
-    (scheduler_app.invariants.unresumed_moves).
+    (scheduler_app.rules.invariants.unresumed_moves).
 
     A request no longer placed on this node (released, requeued, moved) is left as it is: the
     agent learns from its work list that the job must stop.

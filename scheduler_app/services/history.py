@@ -19,9 +19,9 @@ from audit.models import Event
 from portal.bulk_insert import insert_rows
 from scheduler_app.choices import RequestState
 from scheduler_app.constants import MILLI_PER_GPU
-from scheduler_app.invariants import first_peak_over
-from scheduler_app.lifecycle import TERMINAL_STATES
 from scheduler_app.models import Allocation, Gpu, GpuRequest
+from scheduler_app.rules.invariants import first_peak_over
+from scheduler_app.rules.lifecycle import TERMINAL_STATES
 from scheduler_app.services.agents import AGENT, exit_reason
 from scheduler_app.services.segments import add_segments
 

@@ -4,8 +4,8 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from audit.events import log_event
-from scheduler_app.dispatch import schedule_soon
 from scheduler_app.models import Pool, TeamQuota
+from scheduler_app.passes.dispatch import schedule_soon
 from scheduler_app.permissions import can_operate
 from teams.models import Team
 from teams.permissions import require

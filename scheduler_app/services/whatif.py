@@ -1,5 +1,5 @@
 """What-if runs: an operator starts one (checked, queued, handed to the background); a worker claims it
-once and runs it (scheduler_app.whatif), keeping its progress (0..100) on the row as it goes."""
+once and runs it (scheduler_app.whatif.replay), keeping its progress (0..100) on the row as it goes."""
 
 import datetime as dt
 import logging
@@ -8,11 +8,11 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from scheduler_app import whatif
 from scheduler_app.choices import WhatIfStatus
-from scheduler_app.dispatch import run_what_if_soon
 from scheduler_app.models import WhatIfRun
+from scheduler_app.passes.dispatch import run_what_if_soon
 from scheduler_app.permissions import can_operate
+from scheduler_app.whatif import replay
 from teams.permissions import require
 
 log = logging.getLogger(__name__)
@@ -22,14 +22,14 @@ STALE_AFTER = dt.timedelta(minutes=15)
 
 
 def start_what_if(*, actor, data: dict) -> WhatIfRun:
-    """Queue a what-if on `data` (see whatif.parse_scenario); ValidationError and nothing written when
+    """Queue a what-if on `data` (see replay.parse_scenario); ValidationError and nothing written when
     the scenario is bad or the period holds no placed request."""
     require(can_operate(actor), "Only platform operators run what-ifs.")
-    scenario = whatif.parse_scenario(data)
-    if not whatif.placed_in(scenario).exists():
+    scenario = replay.parse_scenario(data)
+    if not replay.placed_in(scenario).exists():
         raise ValidationError({"start": ["No request was placed in this period: nothing to replay."]})
     with transaction.atomic():
-        run = WhatIfRun.objects.create(scenario=whatif.scenario_json(scenario), created_by=actor)
+        run = WhatIfRun.objects.create(scenario=replay.scenario_json(scenario), created_by=actor)
         run_what_if_soon(run.pk)
     return run
 
@@ -45,7 +45,7 @@ def run_what_if(run_id: int) -> bool:
         return False
     scenario = WhatIfRun.objects.values_list("scenario", flat=True).get(pk=run_id)
     try:
-        result = whatif.run(whatif.parse_scenario(scenario), progress=_keeper(run_id))
+        result = replay.run(replay.parse_scenario(scenario), progress=_keeper(run_id))
     except ValidationError as error:  # the cluster changed since it was queued (a pool went away)
         _finish(run_id, WhatIfStatus.FAILED, error=" ".join(error.messages))
     except Exception as error:  # a failed run says so on its row; the worker goes on

@@ -16,11 +16,11 @@ from billing_app.selectors import price_per_hour
 from portal.live_streams import stream_paths
 from portal.share import Share
 from scheduler_app.choices import RequestState
-from scheduler_app.estimates import price_lines
 from scheduler_app.filters import GpuRequestFilter
 from scheduler_app.forms import RequestForm
-from scheduler_app.lifecycle import IllegalTransition
 from scheduler_app.models import Pool
+from scheduler_app.passes.estimates import price_lines
+from scheduler_app.rules.lifecycle import IllegalTransition
 from scheduler_app.selectors import (
     fold_checkpoints,
     request_events,

@@ -11,7 +11,7 @@ from agent.checkpoint_sync import CheckpointSync, FilesystemStore
 from agent.cloud_notices import ReclaimNotice
 from audit.models import Event
 from scheduler_app.choices import CapacityType
-from scheduler_app.invariants import unresumed_moves, violations
+from scheduler_app.rules.invariants import unresumed_moves, violations
 from scheduler_app.selectors import request_log
 from scheduler_app.services.inventory import create_pool
 from scheduler_app.services.migration import reclaim_node

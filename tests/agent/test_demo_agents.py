@@ -15,7 +15,7 @@ LOSE_EVERY_NODE = """
 import datetime as dt
 from django.conf import settings
 from django.utils import timezone
-from scheduler_app.node_health import check_heartbeats
+from scheduler_app.services.node_health import check_heartbeats
 later = timezone.now() + dt.timedelta(seconds=settings.NODE_LOST_AFTER_S + settings.NODE_SUSPECT_AFTER_S)
 print(check_heartbeats(later)["lost"])
 """

@@ -73,7 +73,7 @@ def test_hostile_jobs_are_contained_in_the_embedded_demo(scratch):
         )
         kill_leftovers(driver.checkpoint_root)
         broken = portal.manage(
-            "shell", "-c", "from scheduler_app.invariants import violations; print(violations())"
+            "shell", "-c", "from scheduler_app.rules.invariants import violations; print(violations())"
         )
     assert_outcomes(outcomes, CONTAINED)
     assert broken.split()[-1] == "[]", broken

@@ -15,7 +15,7 @@ from billing_app.choices import BudgetPolicy
 from billing_app.metering import meter_usage
 from billing_app.services import set_pool_price
 from scheduler_app.choices import BillingMode, RequestState
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.requests import submit_request
 from teams.permissions import NotAllowed
 from tests.billing_app.conftest import T0, finish

@@ -9,7 +9,7 @@ from django.conf import settings
 
 from billing_app.models import LedgerEntry
 from billing_app.tasks import meter_usage
-from scheduler_app.dispatch import PASS_ENTRY, EmbeddedWorker, embedded_worker
+from scheduler_app.passes.dispatch import PASS_ENTRY, EmbeddedWorker, embedded_worker
 from tests.billing_app.conftest import finish
 
 H = dt.timedelta(hours=1)
@@ -40,7 +40,7 @@ def test_the_embedded_worker_meters_when_due(pool, price_history, start_running,
     finish(start_running(milli=500, at=now - 2 * H), now - H)
     settings.REDIS_URL = ""
     worker = EmbeddedWorker(embedded_worker.entries, on_wake=PASS_ENTRY)
-    monkeypatch.setattr("scheduler_app.dispatch.embedded_worker", worker)
+    monkeypatch.setattr("scheduler_app.passes.dispatch.embedded_worker", worker)
     worker.start()  # its first round meters: every entry is due from the start
     try:
         deadline = time.monotonic() + 10

@@ -14,8 +14,8 @@ from billing_app.metering import meter_usage
 from billing_app.models import LedgerEntry, SharePremium
 from billing_app.quotes import quote
 from scheduler_app.choices import BillingMode, CapacityType, RequestState
-from scheduler_app.estimates import estimate_request
 from scheduler_app.models import GpuRequest
+from scheduler_app.passes.estimates import estimate_request
 from scheduler_app.services.placement import PlannedStart, Slice, place
 from scheduler_app.services.transitions import transition_requests
 from tests.billing_app.conftest import T0, finish

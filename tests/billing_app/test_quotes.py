@@ -12,8 +12,8 @@ from django.utils import timezone
 from billing_app.models import PoolPrice, SharePremium
 from billing_app.quotes import PRIOR_HOURS, PRIOR_RECLAIMS, quote, reclaim_rate
 from scheduler_app.choices import BillingMode
-from scheduler_app.lifecycle import ACTIVE_STATES
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes.run import run_scheduling_pass
+from scheduler_app.rules.lifecycle import ACTIVE_STATES
 from scheduler_app.services.requests import submit_request
 from scheduler_app.services.transitions import requeue, transition_requests
 

@@ -13,7 +13,7 @@ from billing_app.models import FeedKind, PoolPrice, SpotFeed
 from billing_app.prices import price_in_force
 from billing_app.spot_feeds import PriceUploadError, ReplaySeries, replay_price, replay_series
 from scheduler_app.choices import CapacityType
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.requests import submit_request
 from teams.permissions import NotAllowed
 
@@ -192,7 +192,7 @@ def test_upload_header_and_permission_errors(spot_pool, member, operator):
 
 def test_the_embedded_worker_and_celery_beat_advance_the_feeds(spot_pool, on_demand_price, settings):
     from billing_app.tasks import advance_spot_feeds as task
-    from scheduler_app.dispatch import EmbeddedWorker
+    from scheduler_app.passes.dispatch import EmbeddedWorker
 
     set_spot_feed(spot_pool, actor=None, kind=FeedKind.OCCUPANCY, min_fraction="0.5", max_fraction="0.5")
     assert EmbeddedWorker(["spot-feeds"]).run_due() == ["spot-feeds"]

@@ -4,9 +4,9 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from scheduler_app.live_ticker import tick
+from scheduler_app.live.ticker import tick
 from scheduler_app.models import GpuRequest
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.requests import cancel_request, submit_request
 from telemetry.models import GpuSample
 from tests.e2e.conftest import log_in_at

@@ -4,7 +4,7 @@ import pytest
 from playwright.sync_api import expect
 
 from scheduler_app.choices import CapacityType
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.inventory import create_pool, set_mig_layout, update_pool
 from scheduler_app.services.requests import submit_request
 from tests.e2e.conftest import ARTIFACTS as screenshot_dir

@@ -5,7 +5,7 @@ from playwright.sync_api import expect
 
 from scheduler_app.choices import CapacityType
 from scheduler_app.models import GpuRequest
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.inventory import create_pool
 
 pytestmark = pytest.mark.e2e

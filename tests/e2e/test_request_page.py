@@ -9,7 +9,7 @@ from playwright.sync_api import expect
 
 from billing_app.services import set_pool_price
 from scheduler_app.models import GpuRequest, Node
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.agents import record_checkpoint, report_started
 from scheduler_app.services.requests import cancel_request, submit_request
 from tests.e2e.conftest import log_in_at

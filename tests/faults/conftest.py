@@ -17,7 +17,7 @@ from django.db import connection
 
 from agent.jobs import running_requests
 from billing_app.metering import meter_usage
-from scheduler_app.invariants import after_fault, settled_by
+from scheduler_app.rules.invariants import after_fault, settled_by
 from scheduler_app.services.inventory import issue_agent_credential
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,7 +30,7 @@ def running_here() -> dict[int, set[str]]:
 
 def settle_and_check(*, accepted=()) -> None:
     """After the fault: meter everything as a metering run after the last slice settled would, then
-    every rule of scheduler_app.invariants.after_fault must hold for what the host runs now."""
+    every rule of scheduler_app.rules.invariants.after_fault must hold for what the host runs now."""
     later = settled_by()
     meter_usage(later)
     broken = after_fault(accepted=accepted, running=running_here(), now=later)

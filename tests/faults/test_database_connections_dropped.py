@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from bench.production import free_port, portal_processes
 from scheduler_app.models import GpuRequest
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes.run import run_scheduling_pass
 from teams.services import create_api_token
 from tests.faults.conftest import REPO, settle_and_check
 from tests.portal.test_production_mode import logs, processes, wait_for

@@ -7,8 +7,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from scheduler_app.choices import NodeStatus, RequestState
-from scheduler_app.node_health import check_heartbeats
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes.run import run_scheduling_pass
+from scheduler_app.services.node_health import check_heartbeats
 from tests.agent_fixtures import DEMO_JOB, rounds_until
 from tests.faults.conftest import running_here, settle_and_check
 

@@ -13,9 +13,9 @@ from django.utils import timezone
 
 from audit.models import Event
 from scheduler_app.choices import BillingMode, CapacityType, NodeStatus, RequestState
-from scheduler_app.invariants import unresumed_moves
 from scheduler_app.models import Allocation, GpuRequest, LogChunk
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes.run import run_scheduling_pass
+from scheduler_app.rules.invariants import unresumed_moves
 from scheduler_app.services.inventory import create_pool
 from scheduler_app.services.migration import watch_migrations
 from scheduler_app.services.placement import Slice, allocate

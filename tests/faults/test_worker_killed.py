@@ -11,7 +11,7 @@ from billing_app.metering import meter_usage
 from billing_app.models import LedgerEntry
 from scheduler_app.choices import BillingMode, RequestState
 from scheduler_app.models import GpuRequest
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.placement import PlannedStart, Slice, place
 from scheduler_app.services.requests import submit_request
 from scheduler_app.services.transitions import requeue
@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 # The Celery task, as the worker runs it, held after its placements are written but not committed.
 PASS_HELD_AFTER_PLACING = """
 import sys, time
-import scheduler_app.scheduling as scheduling
+import scheduler_app.passes.run as scheduling
 from scheduler_app.tasks import scheduling_pass
 placed = scheduling.place
 def place_and_hold(*args, **kwargs):

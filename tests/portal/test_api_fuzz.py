@@ -30,7 +30,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from portal.api.throttling import FixedWindowThrottle
-from scheduler_app.demo import seed_demo
+from scheduler_app.demo.seed import seed_demo
 from scheduler_app.models import GpuRequest, Node
 from scheduler_app.services.inventory import issue_agent_credential
 from tests.portal.fuzz_strategies import extreme_date_times, extreme_dates, spiked

@@ -7,7 +7,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
-from scheduler_app.live import _send_all
+from scheduler_app.live.publish import _send_all
 
 
 def test_channel_layer_matches_configuration_and_delivers():

@@ -148,7 +148,7 @@ def test_heatmap_is_one_compact_array_with_node_names_once(client, member, clust
 def test_heatmap_shows_the_live_tickers_latest_util(client, member, cluster):
     from django.utils import timezone
 
-    from scheduler_app.live_ticker import tick
+    from scheduler_app.live.ticker import tick
     from telemetry.models import GpuSample
 
     card = cluster.gpus.get(index=1)

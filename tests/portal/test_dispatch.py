@@ -7,9 +7,10 @@ import time
 import pytest
 from kombu.exceptions import OperationalError
 
-from scheduler_app import dispatch, tasks
+from scheduler_app import tasks
 from scheduler_app.models import GpuRequest
-from scheduler_app.scheduling import PassResult
+from scheduler_app.passes import dispatch
+from scheduler_app.passes.run import PassResult
 from scheduler_app.services.requests import submit_request
 from tests.portal.test_health import closed_port_url
 
@@ -109,7 +110,7 @@ def test_broker_away_logs_a_warning_and_the_next_submit_tries_again(
 
     monkeypatch.setattr(tasks.scheduling_pass, "apply_async", broker_away)
 
-    with caplog.at_level(logging.WARNING, logger="scheduler_app.dispatch"):
+    with caplog.at_level(logging.WARNING, logger="scheduler_app.passes.dispatch"):
         submit(member, team, django_capture_on_commit_callbacks)
         submit(member, team, django_capture_on_commit_callbacks)
 

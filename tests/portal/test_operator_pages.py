@@ -8,8 +8,8 @@ from django.urls import reverse
 from audit.models import Event
 from scheduler_app.choices import NodeStatus
 from scheduler_app.models import Node, Pool, TeamQuota
-from scheduler_app.node_health import check_heartbeats
 from scheduler_app.services.inventory import set_node_status
+from scheduler_app.services.node_health import check_heartbeats
 from teams.models import Team, UserUnixAccount
 from teams.services import set_team_unix_account, set_user_unix_account
 from telemetry.services import record_heartbeat

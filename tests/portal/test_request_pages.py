@@ -8,7 +8,7 @@ from django.urls import reverse
 from audit.models import Event
 from scheduler_app.choices import CapacityType, RequestState
 from scheduler_app.models import GpuRequest
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.inventory import create_pool
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import release_request, submit_request

@@ -10,7 +10,8 @@ from django.utils import timezone
 from billing_app.metering import meter_usage
 from billing_app.models import LedgerEntry
 from scheduler_app.choices import BillingMode
-from scheduler_app.invariants import (
+from scheduler_app.models import Allocation
+from scheduler_app.rules.invariants import (
     after_fault,
     billing_error_seconds,
     billing_errors,
@@ -19,7 +20,6 @@ from scheduler_app.invariants import (
     requests_on_two_nodes,
     settled_by,
 )
-from scheduler_app.models import Allocation
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import submit_request
 from scheduler_app.services.transitions import requeue

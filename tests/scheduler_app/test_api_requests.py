@@ -6,7 +6,7 @@ import pytest
 
 from audit.models import Event
 from scheduler_app.models import GpuRequest, Node
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.requests import submit_request
 
 URL = "/api/v1/requests/"

@@ -7,7 +7,7 @@ from django.db import connection, connections
 from django.db.models import Count, Sum
 
 from scheduler_app.models import Allocation, Gpu, GpuRequest
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes.run import run_scheduling_pass
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -51,20 +51,20 @@ def test_cancelling_a_waiting_request_does_not_wait_for_the_pass_to_commit(
 ):
     """The pass locks only the requests it changes: a cancel of one it leaves waiting goes through
     while the pass still holds its transaction open, and the pass then leaves the cancel alone."""
-    from scheduler_app import scheduling
+    from scheduler_app.passes import run as pass_run
 
     make_node("node-0", gpus=1)
     placed = GpuRequest.objects.create(team=team, user=member, name="fits", gpu_milli=1000)
     waiting = GpuRequest.objects.create(team=team, user=member, name="waits", gpu_milli=1000)
     in_pass, release_pass = threading.Event(), threading.Event()
-    real_store = scheduling.store_pass_state
+    real_store = pass_run.store_pass_state
 
     def store_and_hold(*args, **kwargs):
         real_store(*args, **kwargs)
         in_pass.set()
         release_pass.wait(timeout=30)
 
-    monkeypatch.setattr(scheduling, "store_pass_state", store_and_hold)
+    monkeypatch.setattr(pass_run, "store_pass_state", store_and_hold)
     cancelled_while_pass_open = []
 
     def cancel_while_the_pass_is_open():

@@ -11,9 +11,9 @@ from django.contrib.auth.models import AnonymousUser
 from django.utils import timezone
 
 from portal.routing import websocket_urlpatterns
-from scheduler_app.consumers import FORBIDDEN, UNAUTHENTICATED
-from scheduler_app.live_ticker import tick
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.live.consumers import FORBIDDEN, UNAUTHENTICATED
+from scheduler_app.live.ticker import tick
+from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.requests import release_request, submit_request
 from telemetry.models import GpuSample
 

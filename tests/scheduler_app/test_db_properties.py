@@ -8,11 +8,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler_app.choices import CapacityType, NodeStatus, RequestState
-from scheduler_app.lifecycle import ACTIVE_STATES, TERMINAL_STATES
 from scheduler_app.models import Allocation, Gpu, GpuRequest, Node
-from scheduler_app.node_health import handle_node_loss
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes.run import run_scheduling_pass
+from scheduler_app.rules.lifecycle import ACTIVE_STATES, TERMINAL_STATES
 from scheduler_app.services.inventory import create_pool, register_node
+from scheduler_app.services.node_health import handle_node_loss
 from scheduler_app.services.requests import cancel_request, release_request, submit_request
 from scheduler_app.services.transitions import transition_request
 from teams.models import Membership, Team

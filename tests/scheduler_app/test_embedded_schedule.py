@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 from django.conf import settings
 
-from scheduler_app.dispatch import (
+from scheduler_app.passes.dispatch import (
     OWN_THREADS,
     PASS_ENTRY,
     EmbeddedWorker,

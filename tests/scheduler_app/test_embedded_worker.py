@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from scheduler_app.dispatch import PASS_ENTRY, EmbeddedWorker, embedded_worker
 from scheduler_app.models import GpuRequest
+from scheduler_app.passes.dispatch import PASS_ENTRY, EmbeddedWorker, embedded_worker
 from scheduler_app.services.requests import submit_request
 
 pytestmark = [
@@ -20,7 +20,7 @@ def test_submit_wakes_the_worker_which_schedules_the_request(team, member, make_
     make_node()
     # A clock that never moves: after the first round, only a wake-up can make it run a pass.
     worker = EmbeddedWorker(embedded_worker.entries, on_wake=PASS_ENTRY, clock=lambda: 0.0)
-    monkeypatch.setattr("scheduler_app.dispatch.embedded_worker", worker)
+    monkeypatch.setattr("scheduler_app.passes.dispatch.embedded_worker", worker)
     worker.run_due()  # the first round, here and before the submit
     worker.start()
     try:
@@ -75,7 +75,7 @@ def _first_round_until(done, monkeypatch) -> None:
     """Start a worker (its first round runs every entry: all are due from the start) and wait (10 s at
     most) until `done()`."""
     worker = EmbeddedWorker(embedded_worker.entries, on_wake=PASS_ENTRY)
-    monkeypatch.setattr("scheduler_app.dispatch.embedded_worker", worker)
+    monkeypatch.setattr("scheduler_app.passes.dispatch.embedded_worker", worker)
     worker.start()
     try:
         deadline = time.monotonic() + 10

@@ -14,9 +14,9 @@ from scheduler_app.core.next_pass import NextPass, PassState, _run_to_turn, afte
 from scheduler_app.core.placement import apply_placement
 from scheduler_app.core.queue_order import queue_key, reorder_at
 from scheduler_app.core.queueing import RunningAllocation, TeamQuota, plan_pass
-from scheduler_app.estimates import estimate_request
 from scheduler_app.models import Allocation, GpuRequest, PassRecord
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes.estimates import estimate_request
+from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.inventory import create_pool
 from scheduler_app.services.quotas import set_team_quota
 from scheduler_app.services.requests import cancel_request, release_request, submit_request

@@ -9,8 +9,8 @@ from django.utils import timezone
 
 from audit.models import Event
 from scheduler_app.choices import RequestState
-from scheduler_app.invariants import over_committed_at_some_moment
 from scheduler_app.models import Allocation, GpuRequest
+from scheduler_app.rules.invariants import over_committed_at_some_moment
 from scheduler_app.services.history import PastRequest, PastSlice, record_past_requests
 
 T0 = (timezone.now() - dt.timedelta(days=2)).replace(microsecond=0)

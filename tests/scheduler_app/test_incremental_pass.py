@@ -9,13 +9,13 @@ from django.db.models import Max
 from django.utils import timezone
 
 from audit.models import Event
-from scheduler_app import pass_state
 from scheduler_app.choices import CapacityType, RequestState
-from scheduler_app.cluster_state import load_cluster_snapshot
 from scheduler_app.core.queueing import plan_pass
 from scheduler_app.models import GpuRequest, PassRecord
-from scheduler_app.pass_state import snapshot_since_last_pass
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes import stored_state
+from scheduler_app.passes.cluster_state import load_cluster_snapshot
+from scheduler_app.passes.run import run_scheduling_pass
+from scheduler_app.passes.stored_state import snapshot_since_last_pass
 from scheduler_app.services.inventory import create_pool
 from scheduler_app.services.quotas import set_team_quota
 from scheduler_app.services.requests import cancel_request, release_request, submit_request, validated_request
@@ -166,7 +166,7 @@ def test_the_next_pass_in_the_same_process_reuses_the_committed_state_without_un
     def unreadable(blob):
         raise AssertionError("the stored state was unpickled again")
 
-    monkeypatch.setattr(pass_state.pickle, "loads", unreadable)
+    monkeypatch.setattr(stored_state.pickle, "loads", unreadable)
     submit_request(user=member, **job(team, name="one-more"))
 
     # Then the next pass starts from the state kept in memory, and decides as a full pass would
@@ -185,7 +185,7 @@ def test_changes_committed_out_of_order_or_during_the_pass_are_replayed_once(mak
     cancel_request(waiting, user=member)
     release_request(running, user=member)
     newest = Event.objects.aggregate(newest=Max("pk"))["newest"]
-    PassRecord.objects.filter(pk=pass_state.RECORD_PK).update(last_event_id=newest)
+    PassRecord.objects.filter(pk=stored_state.RECORD_PK).update(last_event_id=newest)
 
     # Then the next pass still sees each of them, once: what a full load sees
     decides_as_a_full_pass()

@@ -8,14 +8,14 @@ import pytest
 from django.db import connection
 
 from scheduler_app.choices import BillingMode, RequestState
-from scheduler_app.invariants import (
+from scheduler_app.models import Allocation, GpuRequest
+from scheduler_app.rules.invariants import (
     active_requests_without_their_slices,
     over_committed_gpus,
     slices_of_inactive_requests,
     terminal_requests_without_end,
     violations,
 )
-from scheduler_app.models import Allocation, GpuRequest
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import submit_request
 

@@ -5,14 +5,14 @@ from django.contrib.contenttypes.models import ContentType
 
 from audit.models import Event
 from scheduler_app.choices import RequestState
-from scheduler_app.lifecycle import (
+from scheduler_app.models import Allocation, GpuRequest
+from scheduler_app.rules.lifecycle import (
     ACTIVE_STATES,
     TRANSITIONS,
     IllegalTransition,
     StateConflict,
     check_transition,
 )
-from scheduler_app.models import Allocation, GpuRequest
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import submit_request
 from scheduler_app.services.transitions import transition_request

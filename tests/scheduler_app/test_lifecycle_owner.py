@@ -11,13 +11,13 @@ from django.db.models import F
 from django.urls import reverse
 
 from scheduler_app.choices import BillingMode, RequestState
-from scheduler_app.demo import seed_demo
-from scheduler_app.invariants import violations
-from scheduler_app.lifecycle import ACTIVE_STATES
+from scheduler_app.demo.seed import seed_demo
 from scheduler_app.models import Allocation, GpuRequest
-from scheduler_app.node_health import handle_node_loss
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes.run import run_scheduling_pass
+from scheduler_app.rules.invariants import violations
+from scheduler_app.rules.lifecycle import ACTIVE_STATES
 from scheduler_app.selectors import request_events
+from scheduler_app.services.node_health import handle_node_loss
 from scheduler_app.services.placement import PlannedStart, Slice, allocate, place
 from scheduler_app.services.requests import cancel_request, release_request, submit_request
 from scheduler_app.services.transitions import requeue, transition_requests
@@ -125,16 +125,16 @@ def test_a_start_refused_under_lock_gets_a_reason_and_is_retried(submit, make_no
     request = submit(gpu_milli=1000)
     # A concurrent writer takes the card the pass planned on, between its snapshot and its apply.
     intruder = submit("intruder", gpu_milli=1000)
-    from scheduler_app import scheduling
+    from scheduler_app.passes import run as pass_run
 
-    real_place = scheduling.place
+    real_place = pass_run.place
 
     def place_after_a_rival(starts, **kwargs):
         planned_gpu = starts[0].slices[0].gpu_id
         allocate(intruder, [Slice(planned_gpu, 1000, 1024)])
         return real_place([s for s in starts if s.request_id == request.pk], **kwargs)
 
-    monkeypatch.setattr(scheduling, "place", place_after_a_rival)
+    monkeypatch.setattr(pass_run, "place", place_after_a_rival)
     first = run_scheduling_pass()
     monkeypatch.undo()
 

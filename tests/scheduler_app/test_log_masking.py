@@ -5,8 +5,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from scheduler_app.log_masking import mask_secrets
 from scheduler_app.models import LogChunk
+from scheduler_app.services.log_masking import mask_secrets
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import submit_request
 from teams.services import set_team_secret

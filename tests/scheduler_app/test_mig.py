@@ -12,9 +12,9 @@ from audit.models import Event
 from billing_app.services import set_pool_price
 from billing_app.switching import switch_billing_mode
 from scheduler_app.choices import BillingMode, CapacityType, RequestState
-from scheduler_app.estimates import estimate_request
 from scheduler_app.models import Allocation, Gpu, GpuRequest
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes.estimates import estimate_request
+from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.inventory import create_pool, set_mig_layout, update_pool
 from scheduler_app.services.placement import OverCommitError, Slice, allocate
 from scheduler_app.services.requests import submit_request

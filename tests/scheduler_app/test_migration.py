@@ -15,11 +15,11 @@ from billing_app.resizing import accept_resize
 from billing_app.switching import switch_billing_mode
 from scheduler_app.choices import BillingMode, CapacityType, NodeStatus, RequestState
 from scheduler_app.models import Allocation, GpuRequest, TeamQuota
-from scheduler_app.node_health import handle_node_loss
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.agents import record_checkpoint, report_finished, report_started
 from scheduler_app.services.inventory import create_pool, issue_agent_credential, set_node_status
 from scheduler_app.services.migration import check_checkpoints, expire_stops, reclaim_node
+from scheduler_app.services.node_health import handle_node_loss
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import release_request, submit_request
 from scheduler_app.services.transitions import stop_gracefully

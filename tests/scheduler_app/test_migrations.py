@@ -7,8 +7,8 @@ import pytest
 from django.contrib.contenttypes.models import ContentType
 from django.utils import timezone
 
-from scheduler_app.invariants import violations
 from scheduler_app.models import Allocation
+from scheduler_app.rules.invariants import violations
 from tests.migration_steps import migrate_back, migrate_forward
 
 BEFORE_THE_GUARD = [

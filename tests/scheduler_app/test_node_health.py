@@ -9,10 +9,10 @@ from rest_framework.test import APIClient
 from audit.models import Event
 from scheduler_app.choices import CapacityType, NodeStatus, RequestState
 from scheduler_app.models import Allocation, Node
-from scheduler_app.node_health import check_heartbeats, handle_node_loss, register_agent
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.inventory import create_pool, issue_agent_credential, set_node_status
 from scheduler_app.services.migration import reclaim_node
+from scheduler_app.services.node_health import check_heartbeats, handle_node_loss, register_agent
 from scheduler_app.services.requests import submit_request
 from scheduler_app.services.transitions import transition_request
 

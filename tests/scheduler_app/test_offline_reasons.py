@@ -7,11 +7,11 @@ import pytest
 from django.utils import timezone
 
 from scheduler_app.choices import CapacityType, NodeStatus, RequestState
-from scheduler_app.estimates import estimate_request
-from scheduler_app.node_health import handle_node_loss
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes.estimates import estimate_request
+from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.inventory import create_pool, set_node_status
 from scheduler_app.services.migration import reclaim_node
+from scheduler_app.services.node_health import handle_node_loss
 from scheduler_app.services.requests import submit_request
 
 OUT_AT = dt.datetime(2025, 1, 7, 23, 11, 30, tzinfo=dt.UTC)

@@ -1,4 +1,4 @@
-"""The after-fault resume rule (scheduler_app.invariants.unresumed_moves): the run after a move starts
+"""The after-fault resume rule (scheduler_app.rules.invariants.unresumed_moves): the run after a move starts
 from the checkpoint the move recorded, as the agent reports when it starts it."""
 
 import datetime as dt
@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from scheduler_app.choices import BillingMode, CapacityType, RequestState
-from scheduler_app.invariants import after_fault, unresumed_moves
+from scheduler_app.rules.invariants import after_fault, unresumed_moves
 from scheduler_app.services.agents import record_checkpoint, report_finished, report_started
 from scheduler_app.services.inventory import create_pool
 from scheduler_app.services.migration import reclaim_node

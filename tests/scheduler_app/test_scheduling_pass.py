@@ -10,7 +10,7 @@ from django.utils import timezone
 from audit.models import Event
 from scheduler_app.choices import CapacityType, NodeStatus, RequestState
 from scheduler_app.models import Allocation, GpuRequest, TeamQuota
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.inventory import create_pool, set_node_status
 from scheduler_app.services.requests import submit_request
 from scheduler_app.services.transitions import transition_requests
@@ -208,7 +208,7 @@ def test_scheduled_at_is_the_pass_time(submit, make_node):
 
 
 def test_estimate_says_where_it_would_run_and_writes_nothing(team, member, make_node):
-    from scheduler_app.estimates import estimate_request
+    from scheduler_app.passes.estimates import estimate_request
 
     make_node(gpus=1)
     before = (GpuRequest.objects.count(), Event.objects.count())
@@ -220,7 +220,7 @@ def test_estimate_says_where_it_would_run_and_writes_nothing(team, member, make_
 
 
 def test_estimate_gives_start_time_behind_running_work(submit, team, member, make_node):
-    from scheduler_app.estimates import estimate_request
+    from scheduler_app.passes.estimates import estimate_request
 
     make_node(gpus=1)
     submit("long", gpu_milli=1000, max_duration_s=7200)
@@ -239,7 +239,7 @@ def test_estimate_gives_start_time_behind_running_work(submit, team, member, mak
 def test_estimate_refuses_bad_input_like_submit(team, member, make_node):
     from django.core.exceptions import ValidationError
 
-    from scheduler_app.estimates import estimate_request
+    from scheduler_app.passes.estimates import estimate_request
 
     with pytest.raises(ValidationError) as caught:
         estimate_request(user=member, team=team, name="try", task_type="training", gpu_milli=1500)
@@ -247,7 +247,7 @@ def test_estimate_refuses_bad_input_like_submit(team, member, make_node):
 
 
 def test_pass_gives_the_policy_the_workload_mix_of_recent_requests(submit, make_node):
-    from scheduler_app.cluster_state import load_cluster_snapshot
+    from scheduler_app.passes.cluster_state import load_cluster_snapshot
 
     make_node()
     for _ in range(3):

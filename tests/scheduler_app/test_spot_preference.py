@@ -13,9 +13,9 @@ from billing_app.metering import meter_usage
 from billing_app.models import LedgerEntry
 from billing_app.services import set_pool_price
 from scheduler_app.choices import BillingMode, CapacityType
-from scheduler_app.estimates import estimate_request
 from scheduler_app.models import Allocation
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes.estimates import estimate_request
+from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.inventory import create_pool
 from scheduler_app.services.requests import submit_request
 

@@ -4,7 +4,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.requests import validated_request
 
 SHARE = {"name": "train", "task_type": "training", "gpu_milli": 250}

@@ -9,12 +9,14 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from billing_app.models import PoolPrice
-from scheduler_app import dispatch, tasks, whatif
+from scheduler_app import tasks
 from scheduler_app.choices import CapacityType, WhatIfStatus
-from scheduler_app.demo import seed_demo
+from scheduler_app.demo.seed import seed_demo
 from scheduler_app.models import WhatIfRun
+from scheduler_app.passes import dispatch
 from scheduler_app.services.inventory import create_pool
 from scheduler_app.services.whatif import STALE_AFTER, run_queued_what_ifs, run_what_if, start_what_if
+from scheduler_app.whatif import replay
 from teams.permissions import NotAllowed
 from tests.scheduler_app.whatif_helpers import T0, record_history
 
@@ -25,11 +27,11 @@ def history(team, member, make_node, pool):
 
 
 def scenario(period, **changes):
-    return whatif.parse_scenario({**period, **changes})
+    return replay.parse_scenario({**period, **changes})
 
 
 def test_the_actual_side_is_what_the_history_recorded(history):
-    result = whatif.run(scenario(history))
+    result = replay.run(scenario(history))
 
     assert result["requests"] == 3
     assert result["actual"]["teams"]["vision"]["mean_delay_s"] == pytest.approx((0 + 590 + 1180) / 3, abs=0.1)
@@ -42,7 +44,7 @@ def test_a_cluster_younger_than_the_period_is_measured_and_priced_over_its_own_l
     # given a week's period of which the cluster's history (its first request at T0) covers the last hour
     a_week = {**history, "start": (T0 - dt.timedelta(days=7)).isoformat()}
 
-    result = whatif.run(scenario(a_week))
+    result = replay.run(scenario(a_week))
 
     assert result["covered"] == {"start": T0.isoformat(), "end": history["end"], "seconds": 3600}
     assert result["actual"]["cost_usd"] == result["scenario"]["cost_usd"] == "4.00"  # not a week's 672.00
@@ -52,7 +54,7 @@ def test_a_cluster_younger_than_the_period_is_measured_and_priced_over_its_own_l
 def test_work_of_requests_submitted_before_the_period_is_on_neither_side(history):
     after_the_first = {**history, "start": (T0 + dt.timedelta(seconds=5)).isoformat()}
 
-    result = whatif.run(whatif.parse_scenario(after_the_first))
+    result = replay.run(replay.parse_scenario(after_the_first))
 
     assert result["requests"] == 2
     # job-0 still ran 595 s inside the period, but only the two replayed jobs' 1200 s count
@@ -61,15 +63,15 @@ def test_work_of_requests_submitted_before_the_period_is_on_neither_side(history
 
 
 def test_a_replay_of_the_same_cluster_reproduces_the_recorded_delays(history):
-    result = whatif.run(scenario(history))
+    result = replay.run(scenario(history))
 
     assert result["scenario"]["mean_delay_s"] == pytest.approx(result["actual"]["mean_delay_s"], abs=1)
     assert result["scenario"]["p95_delay_s"] == pytest.approx(result["actual"]["p95_delay_s"], abs=1)
 
 
 def test_more_nodes_lower_the_delay_and_cost_more(history):
-    same = whatif.run(scenario(history))
-    more = whatif.run(scenario(history, nodes={"a100": 2}))
+    same = replay.run(scenario(history))
+    more = replay.run(scenario(history, nodes={"a100": 2}))
 
     assert more["scenario"]["gpus"] == 3
     assert more["scenario"]["p95_delay_s"] == 0 < same["scenario"]["p95_delay_s"]
@@ -84,7 +86,7 @@ def test_the_recommendation_is_the_cheapest_addition_that_meets_the_target(histo
     )
 
     # Two cards for three jobs: the third waits ~590 s; a third card (either pool) brings it to 0.
-    result = whatif.run(scenario(history, target_p95_s=60))
+    result = replay.run(scenario(history, target_p95_s=60))
 
     assert result["scenario"]["p95_delay_s"] > 60
     recommendation = result["recommendation"]
@@ -101,15 +103,15 @@ def test_the_search_never_replays_nodes_no_job_may_use(history, make_node, monke
         pool=spot, usd_per_gpu_hour=Decimal("0.50"), effective_from=T0 - dt.timedelta(days=1)
     )
     replayed_pools = []
-    real_simulate = whatif.simulate
+    real_simulate = replay.simulate
 
     def counting(jobs, nodes, *args, **kwargs):
         replayed_pools.append(sorted(n.pool for n in nodes))
         return real_simulate(jobs, nodes, *args, **kwargs)
 
-    monkeypatch.setattr(whatif, "simulate", counting)
+    monkeypatch.setattr(replay, "simulate", counting)
 
-    result = whatif.run(scenario(history, target_p95_s=60))
+    result = replay.run(scenario(history, target_p95_s=60))
 
     # The on-demand jobs may not run on spot: its cheaper nodes are never tried; two more a100 cards
     # (three for three jobs) are the first that meet the target.
@@ -119,14 +121,14 @@ def test_the_search_never_replays_nodes_no_job_may_use(history, make_node, monke
 
 
 def test_no_recommendation_is_needed_when_the_scenario_meets_the_target(history):
-    result = whatif.run(scenario(history, nodes={"a100": 2}, target_p95_s=60))
+    result = replay.run(scenario(history, nodes={"a100": 2}, target_p95_s=60))
 
     assert result["recommendation"]["meets"] is True
     assert result["recommendation"]["change"] is None
 
 
 def test_removing_every_node_of_the_pool_leaves_the_jobs_unplaceable(history):
-    result = whatif.run(scenario(history, nodes={"a100": -1}))
+    result = replay.run(scenario(history, nodes={"a100": -1}))
 
     assert result["unplaceable"] == 3
     assert result["scenario"]["requests"] == 0
@@ -188,7 +190,7 @@ def test_progress_is_written_while_the_run_runs(
     with django_capture_on_commit_callbacks(execute=False):
         run = start_what_if(actor=operator, data=history)
     seen = []
-    real_run = whatif.run
+    real_run = replay.run
 
     def watched(scenario, progress):
         def spy(fraction):
@@ -197,7 +199,7 @@ def test_progress_is_written_while_the_run_runs(
 
         return real_run(scenario, spy)
 
-    monkeypatch.setattr(whatif, "run", watched)
+    monkeypatch.setattr(replay, "run", watched)
 
     assert run_queued_what_ifs() == 1
     assert seen and all(status == WhatIfStatus.RUNNING for status, _ in seen)
@@ -213,7 +215,7 @@ def test_a_failing_replay_ends_failed_with_its_error(
     def broken(scenario, progress):
         raise RuntimeError("simulator exploded")
 
-    monkeypatch.setattr(whatif, "run", broken)
+    monkeypatch.setattr(replay, "run", broken)
     run_what_if(run.pk)
 
     run.refresh_from_db()
@@ -278,7 +280,7 @@ def test_the_demos_week_replays_on_its_cluster_with_work_that_queued(db):
     now = timezone.now()
     period = {"start": (now - dt.timedelta(days=9)).isoformat(), "end": now.isoformat()}
 
-    result = whatif.run(whatif.parse_scenario({**period, "nodes": {"rtx4090": 1}}))
+    result = replay.run(replay.parse_scenario({**period, "nodes": {"rtx4090": 1}}))
 
     # the seeded week (the live demo requests add three placed ones), over the week and more it covers
     assert result["requests"] > 300 and result["unplaceable"] == 0
@@ -289,10 +291,10 @@ def test_the_demos_week_replays_on_its_cluster_with_work_that_queued(db):
     assert result["actual"]["p95_delay_s"] > 3600  # something worth deciding on
 
 
-@pytest.mark.parametrize("queue", sorted(whatif.QUEUE_MODES))
+@pytest.mark.parametrize("queue", sorted(replay.QUEUE_MODES))
 def test_every_queue_mode_replays_every_request_and_more_cards_never_wait_longer(history, queue):
-    same = whatif.run(scenario(history, queue=queue))
-    more = whatif.run(scenario(history, queue=queue, nodes={"a100": 2}))
+    same = replay.run(scenario(history, queue=queue))
+    more = replay.run(scenario(history, queue=queue, nodes={"a100": 2}))
 
     assert same["scenario"]["requests"] == more["scenario"]["requests"] == 3
     assert more["scenario"]["p95_delay_s"] <= same["scenario"]["p95_delay_s"]

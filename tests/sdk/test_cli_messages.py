@@ -8,7 +8,7 @@ import sys
 from gpu_portal_sdk.cli import main
 
 from scheduler_app.choices import RequestState
-from scheduler_app.scheduling import run_scheduling_pass
+from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.requests import cancel_request, submit_request
 from scheduler_app.services.transitions import transition_request
 

@@ -3,7 +3,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from twisted.internet import reactor, threads
 
-from scheduler_app.dispatch import embedded_ticker, embedded_what_if, embedded_worker
+from scheduler_app.passes.dispatch import embedded_ticker, embedded_what_if, embedded_worker
 
 
 class Command(BaseCommand):
@@ -24,7 +24,7 @@ class Command(BaseCommand):
     def handle(self, *args, host, port, simulated_agents, **options):
         agents, daphne = None, ["-b", host, "-p", str(port)]
         if simulated_agents:
-            from scheduler_app.demo_agents import SimulatedAgents
+            from scheduler_app.demo.agents import SimulatedAgents
 
             agents = SimulatedAgents(f"http://127.0.0.1:{port}")
             agents.start()

@@ -1,5 +1,5 @@
 """The demo cluster of the embedded default: pools, nodes, teams, users, a week of finished requests
-(demo_history), a few live requests, prices and the budgets the teams would set.
+(history.py), a few live requests, prices and the budgets the teams would set.
 
 Idempotent: running it again keeps what is there and adds only what is missing.
 """
@@ -23,7 +23,7 @@ from billing_app.models import Budget, FeedKind
 from billing_app.public_prices import PriceFileError, read_public_prices
 from billing_app.services import default_public_prices_path, price_pools_from_public
 from scheduler_app.choices import BillingMode, CapacityType, RequestState, TaskType
-from scheduler_app.demo_history import history_missing, plan_history
+from scheduler_app.demo.history import history_missing, plan_history
 from scheduler_app.models import Allocation, GpuRequest, Node, Pool, TeamQuota
 from scheduler_app.services.history import record_past_requests
 from scheduler_app.services.inventory import create_pool, register_node

@@ -1,6 +1,6 @@
 """Where would a request run if submitted now, or when would it start? The next pass's own decision.
 
-The answer comes from the state the last pass left (scheduler_app.pass_state),
+The answer comes from the state the last pass left (scheduler_app.passes.stored_state),
 with the changes since replayed, and the pass's own queue, placement and
 reservation code (scheduler_app.core.next_pass); when no usable state is stored,
 from a dry run of a whole pass on a fresh snapshot. Nothing is written.
@@ -18,14 +18,19 @@ from billing_app.quotes import Quote, quote, quote_lines
 from billing_app.selectors import PlacementPrices, price_per_hour
 from portal.money import usd
 from scheduler_app.choices import BillingMode
-from scheduler_app.cluster_state import WORKLOAD_WINDOW, format_utc, load_cluster_snapshot, request_spec
 from scheduler_app.core.cluster import RequestSpec
 from scheduler_app.core.fragmentation import WorkloadMix
 from scheduler_app.core.next_pass import CandidatePlan, candidate_plan
 from scheduler_app.core.placement import DEFAULT_POLICY
 from scheduler_app.core.queueing import plan_pass
 from scheduler_app.models import Node, Pool
-from scheduler_app.pass_state import next_pass
+from scheduler_app.passes.cluster_state import (
+    WORKLOAD_WINDOW,
+    format_utc,
+    load_cluster_snapshot,
+    request_spec,
+)
+from scheduler_app.passes.stored_state import next_pass
 from scheduler_app.services.requests import validated_request
 
 # The candidate's id until it is saved; a reason that names its own reservation reads "(12, this request)".

@@ -30,7 +30,6 @@ from django.utils import timezone
 from billing_app.prices import NoPriceInForce, hourly_usd, price_in_force
 from portal.echo import echoed
 from portal.times import BadTime, parse_time
-from scheduler_app.cluster_state import empty_cluster, quota_specs, request_specs
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.core.cluster import NodeState
 from scheduler_app.core.placement import POLICIES, candidate_gpus, node_admits
@@ -39,6 +38,7 @@ from scheduler_app.core.queueing import DEFAULT_POLICY, EASY_BACKFILL, STRICT_FI
 from scheduler_app.core.simulator import Outcome, p95, simulate
 from scheduler_app.core.workload import Job
 from scheduler_app.models import Allocation, GpuRequest, Node, Pool
+from scheduler_app.passes.cluster_state import empty_cluster, quota_specs, request_specs
 from teams.models import Team
 
 QUEUE_MODES = {

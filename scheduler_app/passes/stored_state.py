@@ -21,7 +21,10 @@ from audit.choices import NoticeKind
 from audit.models import Event
 from billing_app.budgets import on_demand_holds
 from scheduler_app.choices import NodeStatus, RequestState
-from scheduler_app.cluster_state import (
+from scheduler_app.core.next_pass import NextPass, PassState, after_pass, replay
+from scheduler_app.core.queueing import PassPlan
+from scheduler_app.models import Gpu, GpuRequest, PassRecord, Pool
+from scheduler_app.passes.cluster_state import (
     WORKLOAD_WINDOW,
     ClusterSnapshot,
     index_cards,
@@ -30,10 +33,7 @@ from scheduler_app.cluster_state import (
     request_spec,
     request_specs,
 )
-from scheduler_app.core.next_pass import NextPass, PassState, after_pass, replay
-from scheduler_app.core.queueing import PassPlan
-from scheduler_app.lifecycle import ACTIVE_STATES
-from scheduler_app.models import Gpu, GpuRequest, PassRecord, Pool
+from scheduler_app.rules.lifecycle import ACTIVE_STATES
 
 RECORD_PK = 1
 # How many events before the newest one a stored pass saw are read again (see _changes_since): about

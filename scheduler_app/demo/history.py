@@ -13,12 +13,12 @@ from collections import defaultdict
 from dataclasses import replace
 
 from scheduler_app.choices import BillingMode, CapacityType, RequestState, TaskType
-from scheduler_app.cluster_state import empty_cluster, quota_specs
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.core.queueing import DEFAULT_POLICY, QueueMode
 from scheduler_app.core.simulator import Run, simulate
 from scheduler_app.core.workload import Durations, Job, generate
 from scheduler_app.models import Gpu, GpuRequest, Pool
+from scheduler_app.passes.cluster_state import empty_cluster, quota_specs
 from scheduler_app.services.history import PastRequest, PastSlice, record_past_requests
 from teams.models import Membership, Team
 

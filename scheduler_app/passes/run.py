@@ -1,7 +1,7 @@
 """One database scheduling pass: load the cluster, let the pure core decide, apply it in one transaction.
 
 The cluster is read from the state the last pass stored plus the requests submitted, withdrawn or
-ended since, when the event log shows nothing else changed (`pass_state`); else loaded whole.
+ended since, when the event log shows nothing else changed (`stored_state`); else loaded whole.
 
 The core decides on a snapshot; the apply step re-checks everything under row
 locks (cards first, in id order, then requests, in id order), so two passes
@@ -20,12 +20,12 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from scheduler_app.choices import BillingMode, CapacityType, RequestState
-from scheduler_app.cluster_state import ClusterSnapshot, format_utc, load_cluster_snapshot
 from scheduler_app.core.mig import mig_slice
 from scheduler_app.core.placement import DEFAULT_POLICY
 from scheduler_app.core.queueing import PassPlan, Start, plan_pass
 from scheduler_app.models import Allocation, GpuRequest
-from scheduler_app.pass_state import snapshot_since_last_pass, store_pass_state
+from scheduler_app.passes.cluster_state import ClusterSnapshot, format_utc, load_cluster_snapshot
+from scheduler_app.passes.stored_state import snapshot_since_last_pass, store_pass_state
 from scheduler_app.services.placement import PlannedStart, Slice, place
 from scheduler_app.services.transitions import stop_gracefully
 

@@ -14,8 +14,8 @@ from django.utils import timezone
 from audit.models import Event
 from scheduler_app.choices import RequestState
 from scheduler_app.constants import MILLI_PER_GPU
-from scheduler_app.lifecycle import ACTIVE_STATES, TERMINAL_STATES
 from scheduler_app.models import Allocation, Gpu, GpuRequest
+from scheduler_app.rules.lifecycle import ACTIVE_STATES, TERMINAL_STATES
 
 
 def over_committed_gpus() -> list[str]:
