@@ -1,0 +1,25 @@
+"""The scheduler's models (the event log is in audit, agent readings in telemetry), by subject."""
+
+from scheduler_app.models.inventory import Gpu, Node, Pool, TeamQuota
+from scheduler_app.models.requests import (
+    Allocation,
+    AllocationQuerySet,
+    GpuRequest,
+    GpuRequestQuerySet,
+    LogChunk,
+)
+from scheduler_app.models.runs import PassRecord, WhatIfRun
+
+__all__ = [
+    "Allocation",
+    "AllocationQuerySet",
+    "Gpu",
+    "GpuRequest",
+    "GpuRequestQuerySet",
+    "LogChunk",
+    "Node",
+    "PassRecord",
+    "Pool",
+    "TeamQuota",
+    "WhatIfRun",
+]
