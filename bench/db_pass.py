@@ -24,7 +24,7 @@ import random
 import statistics
 import time
 
-from bench.scratch_db import migrated_django
+from bench.scratch_db import empty_the_cluster, migrated_django
 
 GPUS_PER_NODE = 8
 TARGET_S = {1000: 1.0, 8000: 5.0}
@@ -89,7 +89,6 @@ def main() -> None:
 def _reset_and_seed(rng: random.Random, size: int, backlog: float):
     """N/8 idle nodes of 8 A100s and N * backlog pending requests of trace shapes, in bulk."""
     from django.contrib.auth import get_user_model
-    from django.db import connection
     from django.utils import timezone
 
     from bench.trace import load_pods
@@ -98,21 +97,7 @@ def _reset_and_seed(rng: random.Random, size: int, backlog: float):
     from scheduler_app.services.requests import validated_request
     from teams.models import Membership, Team
 
-    with connection.cursor() as cursor:
-        tables = [
-            "scheduler_app_passrecord",
-            "scheduler_app_allocation",
-            "scheduler_app_event",
-            "scheduler_app_gpurequest",
-            "scheduler_app_gpu",
-            "scheduler_app_node",
-            "scheduler_app_teamquota",
-            "scheduler_app_pool",
-            "portal_membership",
-            "portal_team",
-            "auth_user",
-        ]
-        cursor.execute(f"truncate {', '.join(tables)} cascade")
+    empty_the_cluster()
     pool = Pool.objects.create(name="a100", gpu_model="A100-80GB", capacity_type=CapacityType.ON_DEMAND)
     nodes = Node.objects.bulk_create(
         Node(name=f"bench-{n:04d}", pool=pool, cpu_milli=256_000, memory_mib=2_048_000)

@@ -22,7 +22,7 @@ import random
 import statistics
 import time
 
-from bench.scratch_db import migrated_django
+from bench.scratch_db import empty_the_cluster, migrated_django
 
 NODES, GPUS_PER_NODE, PENDING = 1000, 8, 8000
 SHAPES = [(125, 1), (250, 1), (500, 1), (750, 1), (1000, 1), (1000, 2), (1000, 4), (1000, 8)]
@@ -91,28 +91,13 @@ def _mixed_fields(rng: random.Random, i: int) -> dict:
 def _reset_and_seed(rng: random.Random):
     """The cluster in bulk: cards nearly full of running work, then the pending queue."""
     from django.contrib.auth import get_user_model
-    from django.db import connection
     from django.utils import timezone
 
     from scheduler_app.choices import CapacityType, RequestState
     from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, PassRecord, Pool
     from teams.models import Membership, Team
 
-    with connection.cursor() as cursor:
-        tables = [
-            "scheduler_app_passrecord",
-            "scheduler_app_allocation",
-            "scheduler_app_event",
-            "scheduler_app_gpurequest",
-            "scheduler_app_gpu",
-            "scheduler_app_node",
-            "scheduler_app_teamquota",
-            "scheduler_app_pool",
-            "portal_membership",
-            "portal_team",
-            "auth_user",
-        ]
-        cursor.execute(f"truncate {', '.join(tables)} cascade")
+    empty_the_cluster()
     assert not PassRecord.objects.exists()
     on_demand = Pool.objects.create(name="a100", gpu_model="A100-80GB")
     spot = Pool.objects.create(name="a100-spot", gpu_model="A100-80GB", capacity_type=CapacityType.SPOT)

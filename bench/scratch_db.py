@@ -44,6 +44,27 @@ def migrated_django(url: str) -> None:
     call_command("migrate", verbosity=0)
 
 
+def empty_the_cluster() -> None:
+    """Truncate the cluster, its requests, teams and users in the database Django is set up on."""
+    from django.db import connection
+
+    tables = [
+        "scheduler_app_passrecord",
+        "scheduler_app_allocation",
+        "scheduler_app_event",
+        "scheduler_app_gpurequest",
+        "scheduler_app_gpu",
+        "scheduler_app_node",
+        "scheduler_app_teamquota",
+        "scheduler_app_pool",
+        "portal_membership",
+        "portal_team",
+        "auth_user",
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(f"truncate {', '.join(tables)} cascade")
+
+
 def _admin(url: str):
     import psycopg
 
