@@ -1,6 +1,6 @@
 """Telemetry ingest: card samples stored per second on PostgreSQL from concurrent simulated agents.
 
-    /work/quiet-wait && python -m bench.ingest [--database-url postgres://postgres@127.0.0.1:5432/gpu_portal_bench_ingest]
+    python -m bench.ingest [--database-url postgres://postgres@127.0.0.1:5432/gpu_portal_bench_ingest]
         [--nodes 1250] [--gpus-per-node 8] [--agents 4] [--moments 10] [--seconds 20]
 
 Builds a scratch database (recreated each run) with `--nodes` nodes of

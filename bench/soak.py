@@ -1,7 +1,7 @@
 """Soak: a simulated cluster under a stream of requests for 30 simulated hours, with random node
 failures, checked all along by the after-fault rules (scheduler_app.rules.invariants).
 
-    /work/quiet-wait && python -m bench.soak [--database-url postgres://postgres@127.0.0.1:5432/gpu_portal_bench_soak]
+    python -m bench.soak [--database-url postgres://postgres@127.0.0.1:5432/gpu_portal_bench_soak]
         [--nodes 25] [--gpus-per-node 8] [--hours 30] [--speedup 400] [--failures-per-hour 2]
         [--reclaims-per-hour 2] [--reclaim-grace-s 120] [--checkpoint-minutes 30] [--seed 1]
 
