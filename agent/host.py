@@ -26,8 +26,7 @@ class HostMeter:
 
 
 def host_meter(nvml):
-    """The meter for the host whose cards `nvml` reads: psutil's, or on simulated cards psutil's plus
-    the simulated jobs' network traffic (agent.simnvml.SimulatedHost)."""
-    from agent.simnvml import SimulatedHost, SimulatedNvml
-
-    return SimulatedHost(nvml) if isinstance(nvml, SimulatedNvml) else HostMeter()
+    """The meter for the host whose cards `nvml` reads: psutil's, or the one simulated cards bring
+    along (agent.simnvml.SimulatedNvml.host_meter: psutil's plus the simulated jobs' traffic)."""
+    own_meter = getattr(nvml, "host_meter", None)
+    return own_meter() if own_meter else HostMeter()

@@ -24,6 +24,8 @@ from types import SimpleNamespace
 
 import psutil
 
+from agent.host import HostMeter
+
 MIB = 1024 * 1024
 NVML_TEMPERATURE_GPU = 0
 NVML_DEVICE_MIG_DISABLE = 0
@@ -220,6 +222,10 @@ class SimulatedNvml:
             )
         return samples
 
+    def host_meter(self) -> "SimulatedHost":
+        """The host's meter for these cards: the real one's readings plus the simulated jobs' traffic."""
+        return SimulatedHost(self)
+
     def network_bytes_per_s(self) -> int:
         """What this host's jobs move over the network now (not an NVML call: SimulatedHost reads it)."""
         jobs = {
@@ -260,8 +266,6 @@ class SimulatedHost:
     added to the real one (CPU stays the real host's)."""
 
     def __init__(self, nvml: SimulatedNvml):
-        from agent.host import HostMeter
-
         self.nvml = nvml
         self.real = HostMeter()
 

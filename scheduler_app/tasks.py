@@ -5,14 +5,14 @@ import time
 from celery import shared_task
 
 from scheduler_app.live.ticker import tick
-from scheduler_app.passes.dispatch import pass_ended, pass_started
+from scheduler_app.passes.dispatch import SCHEDULING_PASS_TASK, WHAT_IF_TASK, pass_ended, pass_started
 from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.migration import watch_migrations
 from scheduler_app.services.node_health import check_heartbeats
 from scheduler_app.services.whatif import run_queued_what_ifs, run_what_if
 
 
-@shared_task(name="scheduler_app.scheduling_pass", ignore_result=True)
+@shared_task(name=SCHEDULING_PASS_TASK, ignore_result=True)
 def scheduling_pass() -> dict:
     pass_started()
     began = time.monotonic()
@@ -36,7 +36,7 @@ def live_tick() -> dict:
     return tick()
 
 
-@shared_task(name="scheduler_app.what_if", ignore_result=True)
+@shared_task(name=WHAT_IF_TASK, ignore_result=True)
 def what_if(run_id: int) -> bool:
     """Run one queued what-if (claimed once: a repeated message does nothing)."""
     return run_what_if(run_id)

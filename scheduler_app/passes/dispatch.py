@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterable
 from contextlib import suppress
 
+from celery import Task, current_app
 from django.conf import settings
 from django.core.cache import cache
 from django.db import close_old_connections, connections, transaction
@@ -28,6 +29,9 @@ LAST_PASS_SECONDS_KEY = "scheduler:last-pass-seconds"
 # its expected end (the last pass's length stands in for its own) plus as long again, and a pass
 # that ends to its end plus as long as it took.
 NEXT_PASS_AT_KEY = "scheduler:next-pass-at"
+# The names scheduler_app.tasks registers its tasks under.
+SCHEDULING_PASS_TASK = "scheduler_app.scheduling_pass"
+WHAT_IF_TASK = "scheduler_app.what_if"
 
 
 def schedule_soon() -> None:
@@ -54,8 +58,6 @@ def queue_pass() -> None:
     Redis or the broker being away only logs a warning: the change is committed, and the periodic
     pass (SCHEDULER_INTERVAL_S) schedules it; the caller must not fail or wait for it.
     """
-    from scheduler_app.tasks import scheduling_pass
-
     try:
         if not cache.add(PASS_QUEUED_KEY, 1, timeout=PASS_QUEUED_TTL_S):
             return
@@ -65,7 +67,7 @@ def queue_pass() -> None:
     try:
         wait_s = round(cache.get(NEXT_PASS_AT_KEY, 0.0) - time.time(), 3)
         countdown = min(max(settings.SCHEDULER_BATCH_S, wait_s), settings.SCHEDULER_INTERVAL_S)
-        scheduling_pass.apply_async(countdown=countdown, retry=False)
+        registered_task(SCHEDULING_PASS_TASK).apply_async(countdown=countdown, retry=False)
     except OperationalError as error:
         log.warning("cannot reach the broker to queue a scheduling pass; the periodic pass will: %s", error)
         with suppress(RedisError):  # else the key expires on its own
@@ -80,10 +82,8 @@ def run_what_if_soon(run_id: int) -> None:
         if not settings.REDIS_URL:
             embedded_what_if.wake()
             return
-        from scheduler_app.tasks import what_if
-
         try:
-            what_if.apply_async((run_id,), retry=False)
+            registered_task(WHAT_IF_TASK).apply_async((run_id,), retry=False)
         except OperationalError as error:
             log.warning(
                 "cannot reach the broker to run what-if %s; the periodic sweep will: %s", run_id, error
@@ -117,10 +117,15 @@ OWN_THREADS = {
 PASS_ENTRY = "scheduling-pass"
 
 
-@functools.cache
-def _registered_tasks() -> dict[str, Callable[[], object]]:
-    from portal.celery import app
+def registered_task(name: str) -> Task:
+    """The Celery task registered under `name`, found by name so that this module, which the services
+    import, imports none of the tasks modules (they import the services)."""
+    return _registered_tasks()[name]
 
+
+@functools.cache
+def _registered_tasks() -> dict[str, Task]:
+    app = current_app._get_current_object()
     app.loader.import_default_modules()  # the tasks modules register their tasks when imported
     return app.tasks
 
@@ -200,7 +205,7 @@ class EmbeddedWorker:
         return max(0.0, min(self._due.values()) - self.clock())
 
     def _task(self, entry: str) -> Callable[[], object]:
-        return _registered_tasks()[settings.CELERY_BEAT_SCHEDULE[entry]["task"]]
+        return registered_task(settings.CELERY_BEAT_SCHEDULE[entry]["task"])
 
     def _run(self) -> None:
         while not self._stop.is_set():
