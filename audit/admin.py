@@ -1,7 +1,7 @@
 from django.contrib import admin
 
 from audit.models import Event, Notice
-from portal.admin_base import RecordAdmin
+from infra.admin_base import RecordAdmin
 
 
 @admin.register(Event)

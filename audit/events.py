@@ -5,8 +5,8 @@ from collections.abc import Sequence
 from django.contrib.contenttypes.models import ContentType
 
 from audit.models import Event
-from portal.bulk_insert import insert_rows
-from scheduler_app.live.publish import publish_events_after_commit
+from infra.bulk_insert import insert_rows
+from infra.live import publish_events_after_commit
 
 
 def build_event(

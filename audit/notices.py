@@ -13,7 +13,7 @@ from django.utils import timezone
 from audit.events import log_event
 from audit.models import Notice, NoticeDismissal
 from audit.permissions import can_acknowledge_notice, can_dismiss_notice
-from scheduler_app.live.publish import publish_after_commit
+from infra.live import publish_after_commit
 from teams.models import Team
 from teams.permissions import require
 

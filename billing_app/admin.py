@@ -1,7 +1,7 @@
 from django.contrib import admin
 
 from billing_app.models import PoolPrice, SharePremium, SpotFeed
-from portal.admin_base import RecordAdmin
+from infra.admin_base import RecordAdmin
 
 
 @admin.register(PoolPrice)

@@ -21,8 +21,8 @@ from billing_app.constants import CENT, DEFAULT_BUDGET_THRESHOLDS_PERCENT
 from billing_app.metering import month_start, next_month
 from billing_app.models import Budget, BudgetCrossing, LedgerEntry
 from billing_app.prices import period_usd
+from infra.live import publish_after_commit
 from scheduler_app.choices import BillingMode, RequestState
-from scheduler_app.live.publish import publish_after_commit
 from scheduler_app.models import GpuRequest
 from scheduler_app.rules.lifecycle import ACTIVE_STATES
 from scheduler_app.services.transitions import transition_requests

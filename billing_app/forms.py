@@ -7,10 +7,10 @@ from django import forms
 from billing_app.choices import BudgetPolicy
 from billing_app.models import FeedKind
 from billing_app.spot_feeds import REPLAY_FILES
-from portal.forms import ServiceErrorsMixin
-from portal.share import Share
+from infra.forms import ServiceErrorsMixin
 from scheduler_app.choices import BillingMode
 from scheduler_app.constants import MILLI_PER_GPU
+from scheduler_app.core.shares import Share
 from scheduler_app.models import Pool
 
 

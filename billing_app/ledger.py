@@ -17,8 +17,8 @@ from billing_app.constants import CENT
 from billing_app.metering import month_start, next_month
 from billing_app.models import Budget, LedgerEntry
 from billing_app.prices import price_book_at
-from portal.echo import echoed
-from portal.times import BadTime, in_range
+from infra.echo import echoed
+from infra.times import BadTime, in_range
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.models import Allocation
 from teams.models import Team
@@ -30,7 +30,7 @@ def cents(value: Decimal | None) -> Decimal:
 
 def parse_month(text: str | None, now: dt.datetime | None = None) -> dt.datetime:
     """'2026-03' -> that month's first instant (UTC); empty: this month. ValueError on anything else, and
-    on a month outside portal.times' range (9999-12 has no next month to end it)."""
+    on a month outside infra.times' range (9999-12 has no next month to end it)."""
     if not text:
         return month_start(now or timezone.now())
     try:

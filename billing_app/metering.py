@@ -21,7 +21,7 @@ from django.utils import timezone
 from billing_app.constants import AMOUNT_QUANTUM
 from billing_app.models import LedgerEntry
 from billing_app.prices import PriceBook, hourly_usd, period_usd
-from portal.bulk_insert import insert_rows, update_rows
+from infra.bulk_insert import insert_rows, update_rows
 from scheduler_app.models import Allocation, GpuRequest
 
 # Allocations billed in one transaction: a chunk costs the same eight queries whatever its size, and

@@ -2,7 +2,8 @@
 
 from billing_app.choices import ResizeState
 from scheduler_app.choices import RequestState
-from scheduler_app.permissions import can_act_on, can_operate
+from scheduler_app.permissions import can_act_on
+from teams.permissions import can_operate
 
 
 def can_set_prices(user) -> bool:

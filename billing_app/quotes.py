@@ -24,7 +24,7 @@ from audit.models import Event
 from billing_app.constants import CENT
 from billing_app.models import PoolPrice
 from billing_app.prices import hourly_usd, share_multiplier
-from portal.money import usd
+from infra.money import usd
 from scheduler_app.choices import CapacityType, RequestState
 from scheduler_app.models import Allocation, GpuRequest, Pool
 from scheduler_app.rules.lifecycle import ACTIVE_STATES

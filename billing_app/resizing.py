@@ -19,10 +19,10 @@ from billing_app.models import ResizeOffer
 from billing_app.performance import suggest_resize
 from billing_app.permissions import can_accept_resize
 from billing_app.recommendation import measured_utilization
+from infra.conflicts import StateConflict
 from scheduler_app.choices import RequestState
 from scheduler_app.models import Allocation, GpuRequest
 from scheduler_app.permissions import can_act_on
-from scheduler_app.rules.lifecycle import StateConflict
 from teams.permissions import require
 
 IDLE_BUSY = 0.05  # below this the idle check speaks (release it), not a resize offer

@@ -17,7 +17,7 @@ from billing_app.models import PoolPrice, SharePremium
 from billing_app.permissions import can_set_prices
 from billing_app.public_prices import PublicPrices
 from billing_app.selectors import price_in_force
-from portal.echo import echoed
+from infra.echo import echoed
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.models import Allocation, Pool
 from teams.permissions import require

@@ -24,8 +24,8 @@ from django.db.models import Sum
 from billing_app.models import SpotFeed
 from billing_app.public_prices import model_key
 from billing_app.services import parse_usd_per_gpu_hour
-from portal.echo import echoed
-from portal.times import BadTime, parse_time
+from infra.echo import echoed
+from infra.times import BadTime, parse_time
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.models import Allocation, Gpu, Pool
 

@@ -8,10 +8,11 @@ from django.utils import timezone
 
 from audit.events import log_event
 from billing_app.models import CapacityMove
+from infra.conflicts import StateConflict
 from scheduler_app.choices import BillingMode, CapacityType
 from scheduler_app.models import Allocation, Gpu, GpuRequest
 from scheduler_app.permissions import can_act_on
-from scheduler_app.rules.lifecycle import ACTIVE_STATES, StateConflict
+from scheduler_app.rules.lifecycle import ACTIVE_STATES
 from scheduler_app.services.segments import reopen_segments
 from teams.permissions import require
 

@@ -7,7 +7,7 @@ from django.utils import timezone
 from billing_app.budgets import check_budgets
 from billing_app.ledger import spend_message
 from billing_app.metering import meter_usage
-from scheduler_app.live.publish import publish_events_after_commit
+from infra.live import publish_events_after_commit
 from teams.models import Team
 
 

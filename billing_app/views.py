@@ -25,7 +25,7 @@ from billing_app.quotes import quote, quote_lines
 from billing_app.selectors import price_histories
 from billing_app.spot_feeds import PriceUploadError
 from billing_app.switching import switch_billing_mode
-from portal.live_streams import stream_paths
+from scheduler_app.live.streams import stream_paths
 from scheduler_app.views.requests import REFUSALS, _say, _visible_request
 from teams.permissions import can_manage_team
 from teams.selectors import teams_visible_to

@@ -1,4 +1,4 @@
-"""ASGI entry point: plain HTTP through Django's WSGI handler on threads (portal/http_threads.py), the
+"""ASGI entry point: plain HTTP through Django's WSGI handler on threads (infra/http_threads.py), the
 liveness probe on the event loop before them (portal.health.AnswersLiveness), websockets through
 Channels. Served by uvicorn in production and Daphne in the embedded default."""
 
@@ -14,8 +14,8 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from infra.http_threads import WsgiOnThreads  # noqa: E402
 from portal.health import AnswersLiveness  # noqa: E402
-from portal.http_threads import WsgiOnThreads  # noqa: E402
 from portal.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(

@@ -1,10 +1,10 @@
-"""The sign-in forms of the portal's login page and the admin's: both throttled (portal.login_throttle)."""
+"""The sign-in forms of the portal's login page and the admin's: both throttled (infra.login_throttle)."""
 
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 
-from portal import login_throttle
+from infra import login_throttle
 
 
 class ThrottledSignInMixin:

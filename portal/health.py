@@ -17,7 +17,7 @@ LIVE_PATH = "/healthz/live"
 class AnswersLiveness:
     """ASGI wrapper answering LIVE_PATH on the event loop itself; every other request goes to `app`.
 
-    Why: Django's views run on the server's few HTTP threads (portal.http_threads). When every thread
+    Why: Django's views run on the server's few HTTP threads (infra.http_threads). When every thread
     waits on a service, a liveness probe queued behind them answered after 13 s, and an orchestrator
     would restart a process that is alive. Here it is answered before any thread is involved.
     """
@@ -51,7 +51,7 @@ def redis_status() -> str:
     if not settings.REDIS_URL:
         return "not used"
     timeout = settings.REDIS_TIMEOUT_S
-    try:  # a client of its own, not portal.redis_clients': the probe asks Redis every time
+    try:  # a client of its own, not infra.redis_clients': the probe asks Redis every time
         with redis.Redis.from_url(
             settings.REDIS_URL, socket_connect_timeout=timeout, socket_timeout=timeout, retry=None
         ) as client:

@@ -11,7 +11,7 @@ import dj_database_url
 import plotly
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.env import env_bool, env_fernet_keys, env_int, env_list, env_secret, env_str
+from infra.env import env_bool, env_fernet_keys, env_int, env_list, env_secret, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("PORTAL_VAR_DIR", str(BASE_DIR / "var")))
@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_filters",
+    "infra",
     "portal",
     "teams",
     "audit",
@@ -71,14 +72,14 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "portal.api.middleware.RefuseNulCharacters",
+    "infra.api.middleware.RefuseNulCharacters",
 ]
 
 ROOT_URLCONF = "portal.urls"
 ASGI_APPLICATION = "portal.asgi.application"
 WSGI_APPLICATION = "portal.wsgi.application"
 
-FORM_RENDERER = "portal.form_rendering.PortalFormRenderer"
+FORM_RENDERER = "infra.form_rendering.PortalFormRenderer"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
@@ -100,7 +101,7 @@ DATABASE_URL = env_str("DATABASE_URL")
 # a request spends most of its time waiting on PostgreSQL, and with 4 threads per ASGI worker
 # bench.load left half of each worker's core idle (108 vs 97 submits/s, p95 229 vs 366 ms).
 DATABASE_POOL_MAX_SIZE = env_int("DATABASE_POOL_MAX_SIZE", 8, minimum=1)
-# Threads per ASGI process serving plain HTTP (portal/http_threads.py), each holding at most one
+# Threads per ASGI process serving plain HTTP (infra/http_threads.py), each holding at most one
 # pooled connection during a request: as many as the pool, so no request waits for a connection.
 HTTP_THREADS = DATABASE_POOL_MAX_SIZE
 if DATABASE_URL:
@@ -112,8 +113,8 @@ if DATABASE_URL:
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         # The pool tests a connection as it lends it, so one PostgreSQL dropped (a restart, a failover,
         # pg_terminate_backend) is replaced, where it would fail the request that got it (tests/faults;
-        # psycopg_pool waits a second, then longer, before it tries the next one): portal.postgresql.
-        DATABASES["default"]["ENGINE"] = "portal.postgresql"
+        # psycopg_pool waits a second, then longer, before it tries the next one): infra.postgresql.
+        DATABASES["default"]["ENGINE"] = "infra.postgresql"
         # timeout: seconds a request waits for a free connection before it fails. The URL's own
         # options (?sslmode=require, ?application_name=...) are kept.
         DATABASES["default"]["OPTIONS"] = {
@@ -134,7 +135,7 @@ REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL and not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
     raise ImproperlyConfigured(f"REDIS_URL={REDIS_URL!r} must start with redis://, rediss:// or unix://.")
 # Redis that is away, refusing or accepting and never answering, costs a call at most this long, never
-# a hang: every client connects and reads with this bound and does not retry (portal.redis_clients;
+# a hang: every client connects and reads with this bound and does not retry (infra.redis_clients;
 # Redis answers in well under a millisecond). Callers fall back: submits stay saved and the periodic
 # pass schedules them, the rate counters count in the process (README "Running in production").
 REDIS_TIMEOUT_S = 0.25
@@ -143,10 +144,10 @@ REDIS_TIMEOUT_S = 0.25
 REDIS_RETRY_AFTER_S = 5
 if REDIS_URL:
     CHANNEL_LAYERS = {
-        "default": {"BACKEND": "portal.channel_layers.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
+        "default": {"BACKEND": "infra.channel_layers.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "portal.channel_layers.ThreadSafeInMemoryChannelLayer"}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "infra.channel_layers.ThreadSafeInMemoryChannelLayer"}}
 
 # Celery: Redis in production; without REDIS_URL the embedded in-process worker
 # runs the same services and Celery is not used.
@@ -223,7 +224,7 @@ CELERY_BEAT_SCHEDULE = {
     "queued-what-ifs": {"task": "scheduler_app.queued_what_ifs", "schedule": 60.0},
 }
 
-# An API write's Idempotency-Key (portal.idempotency) answers repeats for at least this long; every
+# An API write's Idempotency-Key (infra.idempotency) answers repeats for at least this long; every
 # TELEMETRY_INTERVAL_S, CELERY_BEAT_SCHEDULE's idempotency-keys forgets older keys.
 IDEMPOTENCY_KEY_TTL_S = env_int("IDEMPOTENCY_KEY_TTL_S", 24 * 3600, minimum=3600)
 CELERY_BEAT_SCHEDULE["idempotency-keys"] = {
@@ -237,7 +238,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
-# Sign-in throttling (portal.login_throttle): failures allowed per window, per account and per client
+# Sign-in throttling (infra.login_throttle): failures allowed per window, per account and per client
 # address (REMOTE_ADDR: behind a proxy, name it in uvicorn's --forwarded-allow-ips so it is the client's).
 LOGIN_FAILURES_PER_ACCOUNT = env_int("LOGIN_FAILURES_PER_ACCOUNT", 10, minimum=1)
 LOGIN_FAILURES_PER_ADDRESS = env_int("LOGIN_FAILURES_PER_ADDRESS", 50, minimum=1)
@@ -268,24 +269,24 @@ STORAGES = {
 WHITENOISE_USE_FINDERS = DEBUG
 
 REST_FRAMEWORK = {
-    "DEFAULT_SCHEMA_CLASS": "portal.api.schema.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "infra.api.schema.AutoSchema",
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "portal.api.authentication.ApiTokenAuthentication",
+        "teams.api.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_THROTTLE_CLASSES": ["portal.api.throttling.PerUserRateThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["infra.api.throttling.PerUserRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"api": env_str("API_THROTTLE_RATE", "600/min")},
-    "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.Pagination",
-    "EXCEPTION_HANDLER": "portal.api.errors.api_exception_handler",
+    "DEFAULT_PAGINATION_CLASS": "infra.api.pagination.Pagination",
+    "EXCEPTION_HANDLER": "infra.api.errors.api_exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["portal.api.parsers.JsonParser"],
+    "DEFAULT_PARSER_CLASSES": ["infra.api.parsers.JsonParser"],
 }
 
-# API throttle and sign-in counters (portal.rate_limits) must be shared by every process in production.
+# API throttle and sign-in counters (infra.rate_limits) must be shared by every process in production.
 if REDIS_URL:
     CACHES = {
-        "default": {"BACKEND": "portal.redis_cache.RedisCache", "LOCATION": REDIS_URL},
+        "default": {"BACKEND": "infra.redis_cache.RedisCache", "LOCATION": REDIS_URL},
     }
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU Portal API",
@@ -302,7 +303,7 @@ SPECTACULAR_SETTINGS = {
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "portal.api.errors.document_errors",
+        "infra.api.errors.document_errors",
     ],
 }
 
@@ -331,7 +332,7 @@ STOP_REPORT_SLACK_S = env_int("STOP_REPORT_SLACK_S", 10, minimum=0)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"refusals_without_traceback": {"()": "portal.log_filters.RefusalsWithoutTraceback"}},
+    "filters": {"refusals_without_traceback": {"()": "infra.log_filters.RefusalsWithoutTraceback"}},
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"django.request": {"filters": ["refusals_without_traceback"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},

@@ -22,5 +22,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
 ]
 
-handler400 = "portal.api.errors.bad_request"
-handler500 = "portal.api.errors.server_error"
+handler400 = "infra.api.errors.bad_request"
+handler500 = "infra.api.errors.server_error"

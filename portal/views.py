@@ -7,7 +7,6 @@ from django.shortcuts import render
 from audit.notices import notices_for
 from billing_app.ledger import team_spend_at_a_glance
 from portal.health import LIVE, readiness
-from scheduler_app.permissions import can_operate
 from scheduler_app.selectors import (
     cluster_picture,
     nodes_needing_attention,
@@ -15,6 +14,7 @@ from scheduler_app.selectors import (
     requests_visible_to,
 )
 from teams.models import Membership
+from teams.permissions import can_operate
 
 # The operator's home page lists at most this many nodes needing attention and waiting requests.
 OPERATOR_LIST_LIMIT = 10

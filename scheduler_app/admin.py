@@ -1,6 +1,6 @@
 from django.contrib import admin, messages
 
-from portal.admin_base import RecordAdmin
+from infra.admin_base import RecordAdmin
 from scheduler_app.choices import NodeStatus, RequestState
 from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, Pool, TeamQuota
 from scheduler_app.rules.lifecycle import TERMINAL_STATES, TRANSITIONS

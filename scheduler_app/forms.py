@@ -11,13 +11,13 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from portal.echo import echoed
-from portal.forms import ServiceErrorsMixin, UtcDateTimeField
-from portal.share import Share
+from infra.echo import echoed
+from infra.forms import ServiceErrorsMixin, UtcDateTimeField
 from scheduler_app.choices import BillingMode, MigMode, NodeStatus, TaskType
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.core.placement import POLICIES
 from scheduler_app.core.queueing import DEFAULT_POLICY
+from scheduler_app.core.shares import Share
 from scheduler_app.models import Gpu, Pool
 from scheduler_app.whatif.replay import QUEUE_MODES
 from teams.constants import UNIX_ACCOUNT_MAX_CHARS

@@ -7,11 +7,6 @@ from scheduler_app.rules.lifecycle import TRANSITIONS, release_target
 from teams.permissions import is_member
 
 
-def can_operate(user) -> bool:
-    """Platform operators (staff) manage nodes, pools, quotas and prices."""
-    return user is not None and user.is_authenticated and user.is_staff
-
-
 def can_submit(user, team) -> bool:
     """Members submit requests for their own teams."""
     return team is not None and is_member(user, team)

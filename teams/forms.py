@@ -5,7 +5,7 @@ import datetime as dt
 from django import forms
 from django.utils import timezone
 
-from portal.forms import ServiceErrorsMixin
+from infra.forms import ServiceErrorsMixin
 from teams.choices import Role
 
 

@@ -10,6 +10,11 @@ class NotAllowed(PermissionDenied):
     """The actor may not do this; nothing was written (403 on pages and in the API)."""
 
 
+def can_operate(user) -> bool:
+    """Platform operators (staff) manage nodes, pools, quotas and prices."""
+    return user is not None and user.is_authenticated and user.is_staff
+
+
 def require(allowed: bool, message: str) -> None:
     """Raise NotAllowed(message) unless `allowed`: how services apply the can_* answers."""
     if not allowed:

@@ -4,7 +4,7 @@ from collections.abc import Iterable
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
-from portal.echo import echoed
+from infra.echo import echoed
 from teams.crypto import InvalidToken, decrypt
 from teams.models import Membership, Team, TeamSecret, UserUnixAccount
 from teams.permissions import note_membership

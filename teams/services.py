@@ -11,7 +11,7 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from audit.events import log_event
-from portal.echo import echoed
+from infra.echo import echoed
 from teams.choices import Role
 from teams.constants import MAX_SECRETS_PER_TEAM, TEAM_SECRET_MIN_CHARS
 from teams.crypto import encrypt

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from portal.admin_base import RecordAdmin
+from infra.admin_base import RecordAdmin
 from telemetry.models import GpuSample
 
 

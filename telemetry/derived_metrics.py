@@ -24,10 +24,11 @@ from django.utils import timezone
 
 from audit.choices import NoticeKind
 from audit.notices import Finding, raise_notices
+from infra.conflicts import StateConflict
 from scheduler_app.choices import RequestState
 from scheduler_app.constants import UTIL_STDDEV_TARGET_PERCENT, UTILIZATION_WINDOW_S
 from scheduler_app.models import Allocation, GpuRequest, Node
-from scheduler_app.rules.lifecycle import StateConflict, release_target
+from scheduler_app.rules.lifecycle import release_target
 from scheduler_app.services.transitions import transition_request
 from telemetry.models import NodeSample
 from telemetry.rollups import MINUTE_S, floor_to

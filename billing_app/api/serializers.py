@@ -9,7 +9,7 @@ from billing_app.constants import MAX_USD_PER_GPU_HOUR, PRICE_DECIMAL_PLACES, PR
 from billing_app.ledger import parse_month
 from billing_app.models import FeedKind
 from billing_app.quotes import DEFAULT_RESTART_OVERHEAD_S
-from portal.api.fields import (
+from infra.api.fields import (
     AwareDateTimeField,
     StrictCharField,
     StrictChoiceField,
@@ -17,7 +17,7 @@ from portal.api.fields import (
     StrictIntegerField,
     StrictSlugField,
 )
-from portal.echo import echoed
+from infra.echo import echoed
 from scheduler_app.choices import BillingMode, CapacityType, TaskType
 from scheduler_app.constants import MAX_GPUS_PER_REQUEST, MILLI_PER_GPU
 from scheduler_app.models import Pool

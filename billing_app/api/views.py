@@ -15,6 +15,7 @@ from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from billing_app.api.permissions import MaySetPrices
 from billing_app.api.serializers import (
     BudgetViewSerializer,
     PoolPriceSerializer,
@@ -47,11 +48,11 @@ from billing_app.selectors import price_histories, prices_in_force, share_premiu
 from billing_app.services import set_pool_price, set_share_premium
 from billing_app.spot_feeds import PriceUploadError
 from billing_app.switching import switch_billing_mode
-from portal.api.idempotency import idempotent
-from portal.api.permissions import IsOperator, MaySetPrices
-from portal.echo import echoed
+from infra.api.idempotency import idempotent
+from infra.echo import echoed
 from scheduler_app.models import Pool
 from scheduler_app.selectors import requests_visible_to
+from teams.api.permissions import IsOperator
 from teams.models import Team
 from teams.selectors import team_for_submit, teams_visible_to
 

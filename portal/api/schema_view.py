@@ -1,4 +1,4 @@
-"""The view that serves the OpenAPI schema (its generator: portal.api.schema, which drf-spectacular's
+"""The view that serves the OpenAPI schema (its generator: infra.api.schema, which drf-spectacular's
 views import, hence a module of its own)."""
 
 import threading

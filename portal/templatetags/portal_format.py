@@ -3,7 +3,7 @@
 from django import template
 from django.utils import timezone
 
-from portal import money
+from infra import money
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.core.shares import share_label
 
@@ -29,7 +29,7 @@ def duration(seconds: int | None) -> str:
 
 @register.filter(name="usd")
 def usd(amount) -> str:
-    """Money in US dollars: cents, more places only where the amount has them (portal.money.usd)."""
+    """Money in US dollars: cents, more places only where the amount has them (infra.money.usd)."""
     return money.usd(amount)
 
 

@@ -3,7 +3,7 @@ ranges only; scheduler_app.services.agents decides what is allowed."""
 
 from rest_framework import serializers
 
-from portal.api.fields import (
+from infra.api.fields import (
     AwareDateTimeField,
     StrictBooleanField,
     StrictCharField,

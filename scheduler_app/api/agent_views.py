@@ -5,9 +5,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.api.authentication import NodeCredentialAuthentication
-from portal.api.permissions import IsNodeAgent
-from portal.api.throttling import PerNodeRateThrottle
+from infra.api.throttling import PerNodeRateThrottle
 from scheduler_app.api.agent_serializers import (
     CheckpointAnswerSerializer,
     CheckpointedSerializer,
@@ -26,6 +24,8 @@ from scheduler_app.api.agent_serializers import (
     UsageSerializer,
     WorkSerializer,
 )
+from scheduler_app.api.authentication import NodeCredentialAuthentication
+from scheduler_app.api.permissions import IsNodeAgent
 from scheduler_app.selectors import node_work
 from scheduler_app.services.agents import (
     append_log,

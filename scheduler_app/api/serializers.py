@@ -11,7 +11,7 @@ from rest_framework import serializers
 
 from audit.models import Event
 from billing_app.api.serializers import HourlyPriceSerializer, HourlyPricesSerializer, QuoteSerializer
-from portal.api.fields import (
+from infra.api.fields import (
     AwareDateTimeField,
     StrictBooleanField,
     StrictCharField,

@@ -13,8 +13,7 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
 
 from audit.models import Event
-from portal.api.idempotency import idempotent
-from portal.api.permissions import IsOperator
+from infra.api.idempotency import idempotent
 from scheduler_app.api.agent_serializers import LogQuerySerializer, LogTailSerializer
 from scheduler_app.api.serializers import (
     AuditEventSerializer,
@@ -45,6 +44,7 @@ from scheduler_app.selectors import (
 from scheduler_app.services.inventory import set_mig_layout, set_node_status, update_pool
 from scheduler_app.services.migration import reclaim_node
 from scheduler_app.services.requests import cancel_request, release_request, submit_request
+from teams.api.permissions import IsOperator
 from teams.permissions import note_membership
 from teams.selectors import team_for_submit
 from telemetry.api.serializers import UtilizationSerializer

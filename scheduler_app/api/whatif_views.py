@@ -7,11 +7,11 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.api.idempotency import idempotent
-from portal.api.permissions import IsOperator
+from infra.api.idempotency import idempotent
 from scheduler_app.api.serializers import WhatIfRunSerializer
 from scheduler_app.models import WhatIfRun
 from scheduler_app.services.whatif import start_what_if
+from teams.api.permissions import IsOperator
 
 RECENT_RUNS = 20
 

@@ -1,2 +1,2 @@
-"""Live updates over websockets: each state change published after commit (publish.py), the 1 Hz
+"""Live updates over websockets: each state change published after commit (infra.live), the 1 Hz
 ticker's changed readings (ticker.py) and the streams that carry both to the browsers (consumers.py)."""

@@ -14,9 +14,9 @@ import weakref
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from scheduler_app.live.publish import operator_group, team_group
+from infra.live import operator_group, team_group
 from scheduler_app.live.ticker import latest_frame, snapshot_for
-from scheduler_app.permissions import can_operate
+from teams.permissions import can_operate
 from teams.selectors import team_for_member
 
 UNAUTHENTICATED = 4401

@@ -19,9 +19,9 @@ from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 from redis.exceptions import RedisError
 
+from infra.live import operator_group, send_to_groups, team_group
 from scheduler_app.choices import NodeStatus
 from scheduler_app.constants import LIVE_READING_MAX_AGE_S, MILLI_PER_GPU
-from scheduler_app.live.publish import operator_group, send_to_groups, team_group
 from scheduler_app.models import Allocation, Gpu
 from teams.models import Team
 from telemetry.models import GpuSample

@@ -14,7 +14,7 @@ from django.db import connections, models
 from django.db.models import OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 
-from portal.bulk_insert import update_rows
+from infra.bulk_insert import update_rows
 from scheduler_app.choices import (
     BillingMode,
     RequestState,
@@ -39,7 +39,7 @@ class GpuRequestQuerySet(models.QuerySet):
 
     def save_fields(self, rows: list["GpuRequest"], fields: list[str]) -> None:
         """Write these fields of these rows (already validated and locked by the caller) in one
-        statement (`portal.bulk_insert.update_rows`): a busy pass rewrites ~15,000 waiting reasons."""
+        statement (`infra.bulk_insert.update_rows`): a busy pass rewrites ~15,000 waiting reasons."""
         update_rows(self.model, rows, fields, using=self.db)
 
     def explain_pending(self, reasons: dict[int, tuple[str, datetime | None]]) -> None:

@@ -16,7 +16,7 @@ from django.utils import timezone
 from billing_app.budgets import budget_warning
 from billing_app.quotes import Quote, quote, quote_lines
 from billing_app.selectors import PlacementPrices, price_per_hour
-from portal.money import usd
+from infra.money import usd
 from scheduler_app.choices import BillingMode
 from scheduler_app.core.cluster import RequestSpec
 from scheduler_app.core.fragmentation import WorkloadMix

@@ -10,8 +10,7 @@ user while it ran (its GPUs released), as Slurm's CANCELLED differs from COMPLET
 it started is `cancelled`.
 """
 
-from django.core.exceptions import ValidationError
-
+from infra.conflicts import StateConflict
 from scheduler_app.choices import RequestState as S
 
 TRANSITIONS: dict[str, frozenset[str]] = {
@@ -41,16 +40,6 @@ def release_target(state: str) -> str | None:
     if state not in ACTIVE_STATES:
         return None
     return S.CANCELLED if state == S.SCHEDULED else S.RELEASED
-
-
-class StateConflict(ValidationError):
-    """The object is not in a state that allows this; reported on `state` (HTTP 409 in the API, with the
-    error code `api_code`)."""
-
-    api_code = "conflict"
-
-    def __init__(self, message: str):
-        super().__init__({"state": message})
 
 
 class AlreadyEnded(StateConflict):

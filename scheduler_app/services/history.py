@@ -16,7 +16,7 @@ from django.db.models import Q
 
 from audit.events import build_event
 from audit.models import Event
-from portal.bulk_insert import insert_rows
+from infra.bulk_insert import insert_rows
 from scheduler_app.choices import RequestState
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.models import Allocation, Gpu, GpuRequest

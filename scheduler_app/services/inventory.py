@@ -4,12 +4,11 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from audit.events import log_event
-from portal.echo import echoed
+from infra.echo import echoed
 from scheduler_app.choices import NodeStatus
 from scheduler_app.core.mig import LayoutError, format_layout, geometry_for, parse_layout
 from scheduler_app.models import Allocation, Gpu, Node, Pool
-from scheduler_app.permissions import can_operate
-from teams.permissions import require
+from teams.permissions import can_operate, require
 from teams.tokens import hash_token, new_token
 
 SYSTEM = "system"

@@ -19,9 +19,10 @@ from audit.choices import NoticeKind
 from audit.notices import Finding, raise_notices
 from billing_app.models import CapacityMove
 from billing_app.resizing import mark_resize_applied, resizes_to_apply
+from infra.conflicts import StateConflict
 from scheduler_app.choices import NodeStatus, RequestState
 from scheduler_app.models import Allocation, GpuRequest, Node
-from scheduler_app.rules.lifecycle import ACTIVE_STATES, StateConflict
+from scheduler_app.rules.lifecycle import ACTIVE_STATES
 from scheduler_app.services.inventory import set_node_status
 from scheduler_app.services.segments import resize_next_run
 from scheduler_app.services.transitions import requeue, stop_gracefully

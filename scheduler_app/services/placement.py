@@ -8,11 +8,11 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from infra.conflicts import StateConflict
 from scheduler_app.choices import MigMode, RequestState
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.core.mig import LayoutError, parse_layout
 from scheduler_app.models import Allocation, Gpu, GpuRequest, Node
-from scheduler_app.rules.lifecycle import StateConflict
 from scheduler_app.services.segments import add_segments
 from scheduler_app.services.transitions import mark_scheduled
 

@@ -6,9 +6,8 @@ from django.db import transaction
 from audit.events import log_event
 from scheduler_app.models import Pool, TeamQuota
 from scheduler_app.passes.dispatch import schedule_soon
-from scheduler_app.permissions import can_operate
 from teams.models import Team
-from teams.permissions import require
+from teams.permissions import can_operate, require
 
 
 def set_team_quota(*, team: Team, pool: Pool, guaranteed_milli: int, actor) -> TeamQuota:

@@ -6,12 +6,13 @@ from django.db.models import Max
 
 from audit.events import log_event
 from billing_app.budgets import apply_budget_policy
-from portal.echo import echoed
+from infra.conflicts import StateConflict
+from infra.echo import echoed
 from scheduler_app.choices import RequestState
 from scheduler_app.models import Gpu, GpuRequest, Pool
 from scheduler_app.passes.dispatch import schedule_soon
 from scheduler_app.permissions import can_act_on, can_submit
-from scheduler_app.rules.lifecycle import AlreadyEnded, StateConflict, release_target
+from scheduler_app.rules.lifecycle import AlreadyEnded, release_target
 from scheduler_app.services.transitions import move_locked
 from teams.environment import environment_problems
 from teams.models import Team

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from django.db.models import F, QuerySet, Value
 from django.db.models.functions import Greatest
 
-from portal.bulk_insert import insert_rows
+from infra.bulk_insert import insert_rows
 from scheduler_app.models import Allocation, GpuRequest
 
 

@@ -8,10 +8,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.events import build_event, record_events
+from infra.conflicts import StateConflict
 from scheduler_app.choices import RequestState
 from scheduler_app.models import GpuRequest
 from scheduler_app.passes.dispatch import schedule_soon
-from scheduler_app.rules.lifecycle import ACTIVE_STATES, StateConflict, check_transition
+from scheduler_app.rules.lifecycle import ACTIVE_STATES, check_transition
 from scheduler_app.services.segments import close_segments
 
 # What a move writes on the request row.

@@ -11,9 +11,8 @@ from django.utils import timezone
 from scheduler_app.choices import WhatIfStatus
 from scheduler_app.models import WhatIfRun
 from scheduler_app.passes.dispatch import run_what_if_soon
-from scheduler_app.permissions import can_operate
 from scheduler_app.whatif import replay
-from teams.permissions import require
+from teams.permissions import can_operate, require
 
 log = logging.getLogger(__name__)
 

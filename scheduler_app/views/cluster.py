@@ -4,9 +4,9 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.shortcuts import render
 
-from portal.live_streams import stream_paths
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.filters import ClusterNodeFilter
+from scheduler_app.live.streams import stream_paths
 from scheduler_app.live.ticker import latest_frame
 from scheduler_app.models import Node
 from scheduler_app.selectors import cluster_heatmap, cluster_picture

@@ -6,7 +6,7 @@ from django.conf import settings
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 
-from scheduler_app.permissions import can_operate
+from teams.permissions import can_operate
 from telemetry.prometheus import CONTENT_TYPE, exposition, latest_readings
 
 

@@ -29,7 +29,6 @@ from scheduler_app.forms import (
     WhatIfForm,
 )
 from scheduler_app.models import Node, Pool, TeamQuota, WhatIfRun
-from scheduler_app.permissions import can_operate
 from scheduler_app.selectors import (
     audit_events,
     lost_for_silence,
@@ -47,6 +46,7 @@ from scheduler_app.services.migration import reclaim_node
 from scheduler_app.services.quotas import set_team_quota
 from scheduler_app.services.whatif import start_what_if
 from teams.models import Team
+from teams.permissions import can_operate
 from teams.selectors import user_unix_accounts
 from teams.services import set_team_unix_account, set_user_unix_account
 

@@ -13,11 +13,11 @@ from django.views.decorators.http import require_POST
 from billing_app.metering import segment_costs_usd
 from billing_app.resizing import accept_resize, open_resize_offer
 from billing_app.selectors import price_per_hour
-from portal.live_streams import stream_paths
-from portal.share import Share
 from scheduler_app.choices import RequestState
+from scheduler_app.core.shares import Share
 from scheduler_app.filters import GpuRequestFilter
 from scheduler_app.forms import RequestForm
+from scheduler_app.live.streams import stream_paths
 from scheduler_app.models import Pool
 from scheduler_app.passes.estimates import price_lines
 from scheduler_app.rules.lifecycle import IllegalTransition

@@ -28,8 +28,8 @@ from django.db.models import Count, Min
 from django.utils import timezone
 
 from billing_app.prices import NoPriceInForce, hourly_usd, price_in_force
-from portal.echo import echoed
-from portal.times import BadTime, parse_time
+from infra.echo import echoed
+from infra.times import BadTime, parse_time
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.core.cluster import NodeState
 from scheduler_app.core.placement import POLICIES, candidate_gpus, node_admits

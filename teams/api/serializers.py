@@ -2,7 +2,7 @@ import datetime as dt
 
 from rest_framework import serializers
 
-from portal.api.fields import StrictCharField, StrictChoiceField, StrictIntegerField
+from infra.api.fields import StrictCharField, StrictChoiceField, StrictIntegerField
 from teams.choices import Role
 from teams.constants import UNIX_ACCOUNT_MAX_CHARS
 from teams.models import ApiToken, Membership, Team, TeamSecret

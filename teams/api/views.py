@@ -9,12 +9,12 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.api.idempotency import idempotent
-from portal.api.permissions import IsOperator
+from infra.api.idempotency import idempotent
 from scheduler_app.api.serializers import QuotaSerializer, SetQuotaSerializer
 from scheduler_app.models import Pool
 from scheduler_app.selectors import quota_usage
 from scheduler_app.services.quotas import set_team_quota
+from teams.api.permissions import IsOperator
 from teams.api.serializers import (
     ApiTokenSerializer,
     CreatedApiTokenSerializer,

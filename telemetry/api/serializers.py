@@ -6,7 +6,7 @@ import datetime as dt
 from django.utils import timezone
 from rest_framework import serializers
 
-from portal.api.fields import AwareDateTimeField, StrictCharField, StrictIntegerField
+from infra.api.fields import AwareDateTimeField, StrictCharField, StrictIntegerField
 from scheduler_app.api.serializers import _flat
 from scheduler_app.choices import RequestState
 from scheduler_app.constants import (

@@ -14,11 +14,12 @@ from drf_spectacular.utils import (
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.api.authentication import NodeCredentialAuthentication
-from portal.api.permissions import IsNodeAgent, IsOperator
-from portal.api.throttling import PerNodeRateThrottle
+from infra.api.throttling import PerNodeRateThrottle
+from scheduler_app.api.authentication import NodeCredentialAuthentication
+from scheduler_app.api.permissions import IsNodeAgent
 from scheduler_app.models import Gpu, Pool
 from scheduler_app.selectors import requests_visible_to
+from teams.api.permissions import IsOperator
 from teams.selectors import teams_visible_to
 from telemetry.api.serializers import (
     GpuTelemetrySerializer,

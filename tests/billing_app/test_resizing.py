@@ -9,9 +9,9 @@ from audit.models import Event, Notice
 from billing_app.choices import ResizeState
 from billing_app.models import ResizeOffer
 from billing_app.resizing import accept_resize, mark_resize_applied, offer_resizes, resizes_to_apply
+from infra.conflicts import StateConflict
 from scheduler_app.choices import RequestState
 from scheduler_app.models import Allocation, GpuRequest
-from scheduler_app.rules.lifecycle import StateConflict
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import submit_request
 from scheduler_app.services.transitions import transition_request

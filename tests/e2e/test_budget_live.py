@@ -11,7 +11,7 @@ from decimal import ROUND_CEILING, Decimal
 import pytest
 from playwright.sync_api import expect
 
-from portal.money import usd
+from infra.money import usd
 from tests.e2e.conftest import log_in_at
 from tests.embedded_portal import embedded_portal
 

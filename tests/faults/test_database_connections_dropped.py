@@ -1,6 +1,6 @@
 """Fault: PostgreSQL ends every session of the portal's production processes (pg_terminate_backend, as a
 restart or failover does) three times while 20 clients read, submit and cancel. No call answers 500: a
-read whose session ended is run again on a fresh connection (portal.postgresql), what cannot be
+read whose session ended is run again on a fresh connection (infra.postgresql), what cannot be
 finished answers 503 with Retry-After. Every write that failed either succeeds when sent again with
 its Idempotency-Key (answered from the key when it had been applied, done then when it had not) or was
 never applied; nothing is applied twice, no accepted request is lost, and the invariants hold."""

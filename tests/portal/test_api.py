@@ -5,7 +5,7 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from portal.api.throttling import PerUserRateThrottle
+from infra.api.throttling import PerUserRateThrottle
 from scheduler_app.models import TeamQuota
 from teams.models import ApiToken
 

@@ -29,7 +29,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from portal.api.throttling import FixedWindowThrottle
+from infra.api.throttling import FixedWindowThrottle
 from scheduler_app.demo.seed import seed_demo
 from scheduler_app.models import GpuRequest, Node
 from scheduler_app.services.inventory import issue_agent_credential

@@ -126,10 +126,10 @@ def test_submit_answers_201_and_saves_once_when_redis_is_away(
     make_node()
     away = closed_port_url()
     settings.REDIS_URL = away
-    redis_cache = "portal.redis_cache.RedisCache"
+    redis_cache = "infra.redis_cache.RedisCache"
     settings.CACHES = {"default": {"BACKEND": redis_cache, "LOCATION": away}}
     settings.CHANNEL_LAYERS = {
-        "default": {"BACKEND": "portal.channel_layers.RedisChannelLayer", "CONFIG": {"hosts": [away]}}
+        "default": {"BACKEND": "infra.channel_layers.RedisChannelLayer", "CONFIG": {"hosts": [away]}}
     }
     client = api_client(member)
 

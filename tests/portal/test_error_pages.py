@@ -6,7 +6,7 @@ import logging
 from django.test import RequestFactory
 from django.urls import reverse
 
-from portal.api.errors import server_error
+from infra.api.errors import server_error
 
 LONG = "u" * 10_240
 

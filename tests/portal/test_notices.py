@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from audit.models import Event, Notice, NoticeDismissal
 from audit.notices import Finding, acknowledge_notice, dismiss_notice, notices_for, raise_notices
-from scheduler_app.live.publish import team_group
+from infra.live import team_group
 from teams.permissions import NotAllowed
 
 

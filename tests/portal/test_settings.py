@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.env import env_bool, env_int, env_list, env_secret
+from infra.env import env_bool, env_int, env_list, env_secret
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -60,7 +60,7 @@ def test_the_worker_forgets_expired_idempotency_keys_with_its_upkeep(member, mon
 
     from django.utils import timezone
 
-    from portal.models import IdempotencyKey
+    from infra.models import IdempotencyKey
 
     settings.REDIS_URL = ""
     old = timezone.now() - dt.timedelta(seconds=settings.IDEMPOTENCY_KEY_TTL_S + 1)

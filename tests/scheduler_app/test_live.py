@@ -7,7 +7,7 @@ import pytest
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from scheduler_app.live import publish as live
+from infra import live
 
 
 @pytest.fixture

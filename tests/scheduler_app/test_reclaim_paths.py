@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing_app.services import set_pool_price
-from portal.money import usd
+from infra.money import usd
 from scheduler_app.choices import BillingMode, CapacityType, NodeStatus, RequestState
 from scheduler_app.selectors import request_events
 from scheduler_app.services.agents import record_checkpoint, report_finished, report_started, stop_time

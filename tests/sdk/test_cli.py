@@ -9,7 +9,7 @@ from django.core.cache import cache
 from gpu_portal_sdk.cli import main
 
 from billing_app.services import set_pool_price
-from portal.api.throttling import PerUserRateThrottle
+from infra.api.throttling import PerUserRateThrottle
 from scheduler_app.models import GpuRequest
 from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.requests import submit_request

@@ -18,7 +18,7 @@ from gpu_portal_sdk import (
 
 from billing_app.selectors import price_in_force
 from billing_app.services import set_pool_price
-from portal.api.pagination import Pagination
+from infra.api.pagination import Pagination
 from scheduler_app.models import GpuRequest, Node
 from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.requests import submit_request

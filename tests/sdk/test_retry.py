@@ -13,7 +13,7 @@ from django.core.cache import cache
 from gpu_portal_sdk import ConnectionFailedError, RateLimitedError
 from gpu_portal_sdk.retry import RetryPolicy, parse_retry_after
 
-from portal.api.throttling import PerUserRateThrottle
+from infra.api.throttling import PerUserRateThrottle
 from scheduler_app.models import GpuRequest
 
 

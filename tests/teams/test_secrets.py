@@ -6,7 +6,7 @@ from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 
 from audit.models import Event
-from portal.env import env_fernet_keys
+from infra.env import env_fernet_keys
 from teams.crypto import decrypt, encrypt
 from teams.models import TeamSecret
 from teams.permissions import NotAllowed

@@ -10,7 +10,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from portal.api.permissions import IsNodeAgent
+from scheduler_app.api.permissions import IsNodeAgent
 from scheduler_app.models import Node
 from scheduler_app.services.inventory import issue_agent_credential
 from scheduler_app.services.placement import Slice, allocate
