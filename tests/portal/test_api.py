@@ -92,6 +92,27 @@ def test_openapi_schema_and_swagger_ui_are_served_locally(client, member):
     assert "cdn" not in docs.text.lower()
 
 
+def test_the_schema_is_built_once_per_process_and_served_in_the_format_asked_for(client, member, monkeypatch):
+    from drf_spectacular.generators import SchemaGenerator
+
+    from portal.api.schema_view import SchemaView
+
+    builds = []
+    build = SchemaGenerator.get_schema
+    monkeypatch.setattr(SchemaGenerator, "get_schema", lambda *a, **k: builds.append(1) or build(*a, **k))
+    monkeypatch.setattr(SchemaView, "_built", {})
+    client.force_login(member)
+
+    as_json = client.get("/api/v1/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    as_yaml = client.get("/api/v1/schema/", HTTP_ACCEPT="application/vnd.oai.openapi")
+
+    assert len(builds) == 1
+    assert as_json.json()["info"]["title"] == "GPU Portal API"
+    assert as_yaml.content.startswith(b"openapi: ")
+    assert as_json["Content-Disposition"].endswith('.json"')
+    assert as_yaml["Content-Disposition"].endswith('.yaml"')
+
+
 def test_schema_documents_the_error_format_on_every_operation(client, member):
     client.force_login(member)
     schema = client.get("/api/v1/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
