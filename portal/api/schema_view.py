@@ -9,14 +9,14 @@ from rest_framework.response import Response
 
 
 class SchemaView(SpectacularAPIView):
-    """The schema, built once per process (per API version and language) and then served as built: it
-    is the same for every caller (served public) and changes only with the code.
+    """This API's OpenAPI 3 schema: YAML (application/vnd.oai.openapi) or JSON
+    (application/vnd.oai.openapi+json), chosen by the Accept header or ?format=yaml|json."""
 
-    Built by one thread at a time: a process's first build resolves drf-spectacular's optional
-    extensions (dj_rest_auth and others, mostly not installed) into attributes their classes share;
-    first builds running at once read one another's half-done work (AttributeError): most of the calls
-    right after a restart answered 500."""
-
+    # Built once per process (per API version and language), then served as built: it is the same for
+    # every caller (served public) and changes only with the code. Built by one thread at a time: a
+    # process's first build resolves drf-spectacular's optional extensions (dj_rest_auth and others,
+    # mostly not installed) into attributes their classes share; first builds running at once read one
+    # another's half-done work (AttributeError): most of the calls right after a restart answered 500.
     _building = threading.Lock()
     _built: dict[tuple[str | None, str | None], dict] = {}
 
