@@ -17,6 +17,7 @@ urlpatterns = [
     path("healthz/ready", views.health_ready, name="health_ready"),
     # Each app's pages, without a namespace: the URL names are the project's, as templates use them.
     path("", include("scheduler_app.urls")),
+    path("", include("telemetry.urls")),
     path("", include("teams.urls")),
     path("", include("billing_app.urls")),
     path("admin/", admin.site.urls),

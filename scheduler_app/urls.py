@@ -2,10 +2,9 @@
 
 from django.urls import path
 
-from scheduler_app.views import cluster, metrics, operator, requests
+from scheduler_app.views import cluster, operator, requests
 
 urlpatterns = [
-    path("metrics", metrics.metrics, name="metrics"),
     path("requests/", requests.request_index, name="requests"),
     path("requests/new/", requests.request_new, name="request_new"),
     path("requests/new/prices/", requests.request_new_prices, name="request_new_prices"),

@@ -144,6 +144,17 @@ def request_series(
     ]
 
 
+def latest_card_readings(since: dt.datetime) -> dict[str, Subquery]:
+    """The live ticker's reader (scheduler_app.live.readings): annotations of a Gpu queryset, the card's
+    newest reading taken at `since` or later, its util (%) and memory used (MiB); None without one. One
+    lookup per card on the (gpu, sampled_at) index."""
+    fresh = GpuSample.objects.filter(gpu=OuterRef("pk"), sampled_at__gte=since).order_by("-sampled_at")
+    return {
+        "util": Subquery(fresh.values("gpu_util_percent")[:1]),
+        "used_mib": Subquery(fresh.values("memory_used_mib")[:1]),
+    }
+
+
 def request_time_range(request: GpuRequest, *, now: dt.datetime | None = None):
     """(first slice's start, last slice's end, now while one is open): the request's own time range, what
     its telemetry covers by default; None before it held any card."""

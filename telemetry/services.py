@@ -1,4 +1,5 @@
-"""Per-GPU telemetry from node agents: the ingest service, and the pure summaries users read.
+"""Telemetry from node agents: the ingest services (card readings, and a host's and its jobs' own use), and
+the pure summaries users read.
 
 Units as NVML gives them: util in whole percent, memory in MiB, power in
 milliwatts, temperature in whole °C; times aware UTC.
@@ -25,11 +26,10 @@ from scheduler_app.constants import (
     SAMPLE_MAX_FUTURE_SKEW_S,
     UTIL_STDDEV_TARGET_PERCENT,
 )
-from scheduler_app.models import Gpu, Node
-from scheduler_app.services.inventory import set_node_status
-from telemetry.models import GpuSample, NodeSample
+from scheduler_app.models import Allocation, Gpu, Node
+from scheduler_app.services.inventory import record_heartbeat
+from telemetry.models import AllocationSample, GpuSample, NodeSample
 
-AGENT = "node agent"
 READING_FIELDS = ("uuid", "gpu_util_percent", "memory_used_mib", "power_mw", "temperature_c")
 
 
@@ -234,24 +234,6 @@ def _store(node: Node, rows: list[tuple], node_rows: list[tuple], now: dt.dateti
         )
 
 
-def record_heartbeat(node: Node, *, now: dt.datetime | None = None) -> Node:
-    """The node's agent was heard from now; a suspect node becomes ready again, logged.
-
-    The usual case is one UPDATE (which locks the row as the watchdog's check does); only a suspect
-    node takes the locked read and the logged status change."""
-    now = now or timezone.now()
-    if Node.objects.filter(pk=node.pk).exclude(status=NodeStatus.SUSPECT).update(last_heartbeat_at=now):
-        node.last_heartbeat_at = now
-        return node
-    with transaction.atomic():
-        locked = Node.objects.select_for_update().get(pk=node.pk)
-        Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now)
-        if locked.status == NodeStatus.SUSPECT:
-            set_node_status(locked, NodeStatus.READY, actor_name=AGENT, reason="heartbeat resumed")
-    node.refresh_from_db()
-    return node
-
-
 def _moment_errors(node: Node, moment: SampleMoment, cards: dict[str, tuple[int, int]], now: dt.datetime):
     """{field: [message]} for one moment (empty when it is good)."""
     errors: dict[str, list[str]] = {}
@@ -319,6 +301,66 @@ def _reading_errors(node: Node, reading: Mapping, cards: dict[str, tuple[int, in
         elif value < 0 or (ceiling is not None and value > ceiling):
             top = "" if ceiling is None else f" to {ceiling}"
             yield name, f"{value} is out of range: give 0{top}."
+
+
+def record_usage(
+    node: Node,
+    sampled_at: dt.datetime,
+    *,
+    host: Mapping,
+    slices: Sequence[Mapping],
+    now: dt.datetime | None = None,
+) -> int:
+    """Store what the agent read at `sampled_at`: the host's CPU and network (`host`: cpu_percent,
+    net_rx_bytes_per_s, net_tx_bytes_per_s) and each running job's own use of its cards (`slices`:
+    request_id, uuid, memory_used_mib, sm_util_percent). Also a heartbeat; returns the slices stored.
+
+    Each slice must be an open one of this node (a ValidationError naming `slices[i]`; nothing
+    written). Sent again, a reading is stored once.
+    """
+    now = now or timezone.now()
+    errors: dict[str, list[str]] = {}
+    if problem := sampled_at_error(sampled_at, now):
+        errors["sampled_at"] = [problem]
+    open_here = {
+        (a.request_id, a.gpu.uuid): a
+        for a in Allocation.objects.committed().filter(gpu__node=node).select_related("gpu")
+    }
+    for index, reading in enumerate(slices):
+        if (reading["request_id"], reading["uuid"]) not in open_here:
+            errors[f"slices[{index}]"] = [
+                f"Request {reading['request_id']} holds no open slice of {reading['uuid']} on {node.name}."
+            ]
+    if errors:
+        raise ValidationError(errors)
+    with transaction.atomic():
+        NodeSample.objects.bulk_create(
+            [
+                NodeSample(
+                    node=node,
+                    sampled_at=sampled_at,
+                    received_at=now,
+                    network_bytes_per_s=host["net_rx_bytes_per_s"] + host["net_tx_bytes_per_s"],
+                    **host,
+                )
+            ],
+            ignore_conflicts=True,
+        )
+        AllocationSample.objects.bulk_create(
+            [
+                AllocationSample(
+                    allocation=open_here[(r["request_id"], r["uuid"])],
+                    sampled_at=sampled_at,
+                    memory_used_mib=r["memory_used_mib"],
+                    sm_util_percent=r["sm_util_percent"],
+                    received_at=now,
+                )
+                for r in slices
+            ],
+            ignore_conflicts=True,
+        )
+        record_heartbeat(node, now=now)
+    return len(slices)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,6 @@ from scheduler_app.api.agent_views import (
     ReclaimNoticeView,
     RegisterView,
     StartedView,
-    UsageView,
     WorkView,
 )
 from scheduler_app.api.views import (
@@ -47,7 +46,9 @@ from telemetry.api.views import (
     GpuTelemetryView,
     PoolTelemetryView,
     RequestTelemetryView,
+    RequestUtilizationView,
     TeamTelemetryView,
+    UsageView,
 )
 
 router = SimpleRouter(use_regex_path=False)
@@ -92,6 +93,7 @@ urlpatterns = [
     path(
         "agent/requests/<int:pk>/memory-exceeded/", MemoryExceededView.as_view(), name="agent-memory-exceeded"
     ),
+    path("requests/<int:pk>/utilization/", RequestUtilizationView.as_view(), name="request-utilization"),
     path("requests/<int:pk>/telemetry/", RequestTelemetryView.as_view(), name="request-telemetry"),
     path("teams/<slug:slug>/telemetry/", TeamTelemetryView.as_view(), name="team-telemetry"),
     path("pools/<slug:name>/telemetry/", PoolTelemetryView.as_view(), name="pool-telemetry"),

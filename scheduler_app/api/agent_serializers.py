@@ -219,29 +219,3 @@ class LogTailSerializer(serializers.Serializer):
 
 class LogQuerySerializer(serializers.Serializer):
     after = serializers.IntegerField(min_value=0, default=0)
-
-
-class HostReadingSerializer(serializers.Serializer):
-    cpu_percent = StrictIntegerField(min_value=0, max_value=100, help_text="psutil.cpu_percent, whole %.")
-    net_rx_bytes_per_s = StrictIntegerField(min_value=0, max_value=2**62, help_text="Received, bytes/s.")
-    net_tx_bytes_per_s = StrictIntegerField(min_value=0, max_value=2**62, help_text="Sent, bytes/s.")
-
-
-class SliceReadingSerializer(serializers.Serializer):
-    """A job's own processes on one of its cards (nvmlDeviceGetComputeRunningProcesses and
-    nvmlDeviceGetProcessUtilization, summed over the job's processes)."""
-
-    request_id = StrictIntegerField(min_value=1)
-    uuid = StrictCharField(max_length=64)
-    memory_used_mib = StrictIntegerField(min_value=0, max_value=2**31 - 1)
-    sm_util_percent = StrictIntegerField(min_value=0, max_value=100, allow_null=True)
-
-
-class UsageSerializer(FlatErrors, serializers.Serializer):
-    sampled_at = AwareDateTimeField(help_text="When the agent read them (node clock, with timezone).")
-    host = HostReadingSerializer()
-    slices = SliceReadingSerializer(many=True, max_length=MAX_GPUS_PER_NODE * 8)
-
-
-class UsageAcceptedSerializer(serializers.Serializer):
-    accepted = serializers.IntegerField(help_text="Slice readings in the report.")

@@ -20,8 +20,6 @@ from scheduler_app.api.agent_serializers import (
     RegisterSerializer,
     ReportAnswerSerializer,
     StartedSerializer,
-    UsageAcceptedSerializer,
-    UsageSerializer,
     WorkSerializer,
 )
 from scheduler_app.api.authentication import NodeCredentialAuthentication
@@ -30,14 +28,13 @@ from scheduler_app.selectors import node_work
 from scheduler_app.services.agents import (
     append_log,
     record_checkpoint,
-    record_usage,
     report_finished,
     report_memory_exceeded,
     report_started,
 )
+from scheduler_app.services.inventory import record_heartbeat
 from scheduler_app.services.migration import reclaim_node
 from scheduler_app.services.node_health import register_agent
-from telemetry.services import record_heartbeat
 
 
 class AgentView(APIView):
@@ -108,16 +105,6 @@ class MemoryExceededView(AgentView):
     def post(self, request, pk):
         report = self.parsed(MemoryExceededSerializer)
         return _answer(report_memory_exceeded(request.auth, pk, **report))
-
-
-class UsageView(AgentView):
-    """The host's CPU and network and each job's own use of its cards, read at one moment; a heartbeat."""
-
-    @extend_schema(request=UsageSerializer, responses=UsageAcceptedSerializer, tags=["agent"])
-    def post(self, request):
-        usage = self.parsed(UsageSerializer)
-        accepted = record_usage(request.auth, usage["sampled_at"], host=usage["host"], slices=usage["slices"])
-        return Response(UsageAcceptedSerializer({"accepted": accepted}).data)
 
 
 class CheckpointedView(AgentView):

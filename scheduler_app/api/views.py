@@ -47,8 +47,6 @@ from scheduler_app.services.requests import cancel_request, release_request, sub
 from teams.api.permissions import IsOperator
 from teams.permissions import note_membership
 from teams.selectors import team_for_submit
-from telemetry.api.serializers import UtilizationSerializer
-from telemetry.selectors import request_utilization
 
 
 class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -135,16 +133,6 @@ class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
         tail = request_log(gpu_request, after.validated_data["after"])
         body = {**vars(tail), "state": gpu_request.state, "exit_code": gpu_request.exit_code}
         return Response(LogTailSerializer(body).data)
-
-    @extend_schema(responses=UtilizationSerializer)
-    @action(detail=True)
-    def utilization(self, request, pk=None):
-        """Each segment of the request (its slice on one card, finished ones too): the card's readings in
-        the slice's own time range, its last 15 minutes at most, downsampled to at most 60 points, with
-        the latest and util mean and std-dev; the current load of the cards it holds now. Readings are
-        the whole card's."""
-        gpu_request = get_object_or_404(requests_visible_to(request.user), pk=pk)
-        return Response(UtilizationSerializer(request_utilization(gpu_request)).data)
 
     def get_object(self):
         return get_object_or_404(self.get_queryset(), pk=self.kwargs["pk"])

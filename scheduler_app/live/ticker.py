@@ -15,16 +15,15 @@ import logging
 from collections import defaultdict
 
 from django.core.cache import cache
-from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 from redis.exceptions import RedisError
 
 from infra.live import operator_group, send_to_groups, team_group
 from scheduler_app.choices import NodeStatus
 from scheduler_app.constants import LIVE_READING_MAX_AGE_S, MILLI_PER_GPU
+from scheduler_app.live.readings import latest_readings
 from scheduler_app.models import Allocation, Gpu
 from teams.models import Team
-from telemetry.models import GpuSample
 
 log = logging.getLogger(__name__)
 
@@ -37,16 +36,13 @@ def current_frame(now: dt.datetime | None = None) -> dict:
     """The cluster as the live stream shows it now; JSON-ready, keys are strings.
 
     Two queries whatever the cluster size: cards with their latest fresh reading
-    (one index lookup per card on the (gpu, sampled_at) index), and open allocations.
+    (scheduler_app.live.readings: telemetry's, one index lookup per card), and open allocations.
     """
     now = now or timezone.now()
-    fresh = GpuSample.objects.filter(
-        gpu=OuterRef("pk"), sampled_at__gte=now - dt.timedelta(seconds=LIVE_READING_MAX_AGE_S)
-    ).order_by("-sampled_at")
-    cards = Gpu.objects.annotate(
-        util=Subquery(fresh.values("gpu_util_percent")[:1]),
-        used_mib=Subquery(fresh.values("memory_used_mib")[:1]),
-    ).values_list("pk", "node__pool__name", "node__status", "util", "used_mib", "memory_mib")
+    since = now - dt.timedelta(seconds=LIVE_READING_MAX_AGE_S)
+    cards = Gpu.objects.annotate(**latest_readings(since)).values_list(
+        "pk", "node__pool__name", "node__status", "util", "used_mib", "memory_mib"
+    )
     open_allocations = Allocation.objects.committed().values_list(
         "pk", "gpu_id", "milli", "request_id", "request__team_id"
     )

@@ -30,14 +30,12 @@ from scheduler_app.constants import (
 )
 from scheduler_app.models import Allocation, Gpu, GpuRequest, LogChunk, Node
 from scheduler_app.rules.lifecycle import ACTIVE_STATES
+from scheduler_app.services.inventory import AGENT
 from scheduler_app.services.log_masking import mask_secrets
 from scheduler_app.services.migration import move_reasons, requeue_from_checkpoint
 from scheduler_app.services.transitions import stop_gracefully, transition_request
 from teams.selectors import secret_values
-from telemetry.models import AllocationSample, NodeSample
-from telemetry.services import record_heartbeat, sampled_at_error
 
-AGENT = "node agent"
 MAX_CLOCK_SKEW_S = 60  # a report's time further ahead of the portal's clock is refused
 MIG_MODES = ("enabled", "disabled", "unsupported")
 
@@ -420,63 +418,3 @@ def report_memory_exceeded(
         raise ValidationError({"uuid": f"{uuid!r} is not a card request {request_id} holds on {node.name}."})
     reason = f"stopped: used {used_mib} MiB of GPU memory above its slice of {limit_mib} MiB"
     return _end_here(node, request_id, RequestState.FAILED, reason)
-
-
-def record_usage(
-    node: Node,
-    sampled_at: dt.datetime,
-    *,
-    host: Mapping,
-    slices: Sequence[Mapping],
-    now: dt.datetime | None = None,
-) -> int:
-    """Store what the agent read at `sampled_at`: the host's CPU and network (`host`: cpu_percent,
-    net_rx_bytes_per_s, net_tx_bytes_per_s) and each running job's own use of its cards (`slices`:
-    request_id, uuid, memory_used_mib, sm_util_percent). Also a heartbeat; returns the slices stored.
-
-    Each slice must be an open one of this node (a ValidationError naming `slices[i]`; nothing
-    written). Sent again, a reading is stored once.
-    """
-    now = now or timezone.now()
-    errors: dict[str, list[str]] = {}
-    if problem := sampled_at_error(sampled_at, now):
-        errors["sampled_at"] = [problem]
-    open_here = {
-        (a.request_id, a.gpu.uuid): a
-        for a in Allocation.objects.committed().filter(gpu__node=node).select_related("gpu")
-    }
-    for index, reading in enumerate(slices):
-        if (reading["request_id"], reading["uuid"]) not in open_here:
-            errors[f"slices[{index}]"] = [
-                f"Request {reading['request_id']} holds no open slice of {reading['uuid']} on {node.name}."
-            ]
-    if errors:
-        raise ValidationError(errors)
-    with transaction.atomic():
-        NodeSample.objects.bulk_create(
-            [
-                NodeSample(
-                    node=node,
-                    sampled_at=sampled_at,
-                    received_at=now,
-                    network_bytes_per_s=host["net_rx_bytes_per_s"] + host["net_tx_bytes_per_s"],
-                    **host,
-                )
-            ],
-            ignore_conflicts=True,
-        )
-        AllocationSample.objects.bulk_create(
-            [
-                AllocationSample(
-                    allocation=open_here[(r["request_id"], r["uuid"])],
-                    sampled_at=sampled_at,
-                    memory_used_mib=r["memory_used_mib"],
-                    sm_util_percent=r["sm_util_percent"],
-                    received_at=now,
-                )
-                for r in slices
-            ],
-            ignore_conflicts=True,
-        )
-        record_heartbeat(node, now=now)
-    return len(slices)

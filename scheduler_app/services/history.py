@@ -22,7 +22,8 @@ from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.models import Allocation, Gpu, GpuRequest
 from scheduler_app.rules.invariants import first_peak_over
 from scheduler_app.rules.lifecycle import TERMINAL_STATES
-from scheduler_app.services.agents import AGENT, exit_reason
+from scheduler_app.services.agents import exit_reason
+from scheduler_app.services.inventory import AGENT
 from scheduler_app.services.segments import add_segments
 
 

@@ -1,7 +1,11 @@
-"""Pools, nodes and their agents' credentials: created, changed and drained here, each change logged."""
+"""Pools, nodes and their agents' credentials: created, changed, drained and heard from here, each change
+logged."""
+
+import datetime as dt
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
 
 from audit.events import log_event
 from infra.echo import echoed
@@ -12,6 +16,7 @@ from teams.permissions import can_operate, require
 from teams.tokens import hash_token, new_token
 
 SYSTEM = "system"
+AGENT = "node agent"
 
 
 def set_node_status(node: Node, status: str, *, actor=None, reason: str = "", actor_name: str = "") -> Node:
@@ -30,6 +35,24 @@ def set_node_status(node: Node, status: str, *, actor=None, reason: str = "", ac
         from_state, locked.status = locked.status, status
         locked.save(update_fields=["status"])
         log_event(locked, status, from_state=from_state, actor=actor, actor_name=actor_name, reason=reason)
+    node.refresh_from_db()
+    return node
+
+
+def record_heartbeat(node: Node, *, now: dt.datetime | None = None) -> Node:
+    """The node's agent was heard from now; a suspect node becomes ready again, logged.
+
+    The usual case is one UPDATE (which locks the row as the watchdog's check does); only a suspect
+    node takes the locked read and the logged status change."""
+    now = now or timezone.now()
+    if Node.objects.filter(pk=node.pk).exclude(status=NodeStatus.SUSPECT).update(last_heartbeat_at=now):
+        node.last_heartbeat_at = now
+        return node
+    with transaction.atomic():
+        locked = Node.objects.select_for_update().get(pk=node.pk)
+        Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now)
+        if locked.status == NodeStatus.SUSPECT:
+            set_node_status(locked, NodeStatus.READY, actor_name=AGENT, reason="heartbeat resumed")
     node.refresh_from_db()
     return node
 

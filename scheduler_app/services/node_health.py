@@ -18,10 +18,9 @@ from scheduler_app.choices import NodeStatus
 from scheduler_app.constants import HEARTBEAT_WATCHDOG as WATCHDOG
 from scheduler_app.models import Allocation, Node
 from scheduler_app.selectors import lost_for_silence
-from scheduler_app.services.agents import AGENT, reconcile_gpus, record_isolation
-from scheduler_app.services.inventory import set_node_status
+from scheduler_app.services.agents import reconcile_gpus, record_isolation
+from scheduler_app.services.inventory import AGENT, record_heartbeat, set_node_status
 from scheduler_app.services.migration import requeue_from_checkpoint
-from telemetry.services import record_heartbeat
 
 
 def handle_node_loss(node: Node, *, status: str = NodeStatus.LOST, reason: str, actor=None) -> int:

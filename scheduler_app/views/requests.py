@@ -30,7 +30,6 @@ from scheduler_app.selectors import (
 )
 from scheduler_app.services.requests import cancel_request, release_request, submit_request
 from teams.permissions import NotAllowed
-from telemetry.selectors import request_time_range
 
 PAGE_SIZE = 25
 REFUSALS = (NotAllowed, ValidationError, IllegalTransition)
@@ -107,7 +106,6 @@ def request_detail(request, pk):
         "segments": segments,
         "streams": stream_paths(request.user, gpu_request.team),
         "allocation_labels": {str(s.pk): str(s.gpu) for s in segments},
-        "chart_range": request_time_range(gpu_request),
         "resize": open_resize_offer(gpu_request),
         "max_checkpoint_min": settings.SPOT_MAX_CHECKPOINT_INTERVAL_S // 60,
     }

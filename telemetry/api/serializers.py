@@ -1,5 +1,5 @@
-"""API shapes for telemetry: the node agents' sample batches, a request's utilization, and series over
-a time range. Serializers only check types and ranges; the services decide what is allowed."""
+"""API shapes for telemetry: the node agents' sample batches and usage reports, a request's utilization,
+and series over a time range. Serializers only check types and ranges; the services decide what is allowed."""
 
 import datetime as dt
 
@@ -7,9 +7,11 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from infra.api.fields import AwareDateTimeField, StrictCharField, StrictIntegerField
+from scheduler_app.api.agent_serializers import FlatErrors
 from scheduler_app.api.serializers import _flat
 from scheduler_app.choices import RequestState
 from scheduler_app.constants import (
+    MAX_GPUS_PER_NODE,
     MAX_GPUS_PER_SAMPLE_BATCH,
     MAX_MOMENTS_PER_SAMPLE_BATCH,
     MAX_NETWORK_BYTES_PER_S,
@@ -76,6 +78,32 @@ class SampleBatchAcceptedSerializer(serializers.Serializer):
     )
     node = serializers.CharField()
     node_status = serializers.CharField(help_text="The node's status after this heartbeat.")
+
+
+class HostReadingSerializer(serializers.Serializer):
+    cpu_percent = StrictIntegerField(min_value=0, max_value=100, help_text="psutil.cpu_percent, whole %.")
+    net_rx_bytes_per_s = StrictIntegerField(min_value=0, max_value=2**62, help_text="Received, bytes/s.")
+    net_tx_bytes_per_s = StrictIntegerField(min_value=0, max_value=2**62, help_text="Sent, bytes/s.")
+
+
+class SliceReadingSerializer(serializers.Serializer):
+    """A job's own processes on one of its cards (nvmlDeviceGetComputeRunningProcesses and
+    nvmlDeviceGetProcessUtilization, summed over the job's processes)."""
+
+    request_id = StrictIntegerField(min_value=1)
+    uuid = StrictCharField(max_length=64)
+    memory_used_mib = StrictIntegerField(min_value=0, max_value=2**31 - 1)
+    sm_util_percent = StrictIntegerField(min_value=0, max_value=100, allow_null=True)
+
+
+class UsageSerializer(FlatErrors, serializers.Serializer):
+    sampled_at = AwareDateTimeField(help_text="When the agent read them (node clock, with timezone).")
+    host = HostReadingSerializer()
+    slices = SliceReadingSerializer(many=True, max_length=MAX_GPUS_PER_NODE * 8)
+
+
+class UsageAcceptedSerializer(serializers.Serializer):
+    accepted = serializers.IntegerField(help_text="Slice readings in the report.")
 
 
 class TelemetryRangeSerializer(serializers.Serializer):

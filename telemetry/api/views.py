@@ -1,6 +1,7 @@
-"""Telemetry over REST: the node agents' sample batches in; series over a time range (?start=&end=)
-for a request and a team (their members), a pool (anyone signed in: a cluster aggregate) and a card
-(operators: a card may hold several teams' work)."""
+"""Telemetry over REST: the node agents' sample batches and usage reports in; a request's utilization
+(its team's members); series over a time range (?start=&end=) for a request and a team (their
+members), a pool (anyone signed in: a cluster aggregate) and a card (operators: a card may hold several
+teams' work)."""
 
 import datetime as dt
 
@@ -15,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from infra.api.throttling import PerNodeRateThrottle
+from scheduler_app.api.agent_views import AgentView
 from scheduler_app.api.authentication import NodeCredentialAuthentication
 from scheduler_app.api.permissions import IsNodeAgent
 from scheduler_app.models import Gpu, Pool
@@ -29,15 +31,19 @@ from telemetry.api.serializers import (
     SampleMomentsSerializer,
     ShareTelemetrySerializer,
     TelemetryRangeSerializer,
+    UsageAcceptedSerializer,
+    UsageSerializer,
+    UtilizationSerializer,
 )
 from telemetry.selectors import (
     gpu_series,
     pool_series,
     request_series,
     request_time_range,
+    request_utilization,
     team_series,
 )
-from telemetry.services import SampleMoment, record_sample_moments
+from telemetry.services import SampleMoment, record_sample_moments, record_usage
 
 RANGE = [
     OpenApiParameter("start", str, description="ISO 8601 with a timezone; default an hour before end."),
@@ -140,6 +146,18 @@ class GpuTelemetryView(_TelemetryView):
         return gpu_series(subject.pk, start, end)
 
 
+class RequestUtilizationView(APIView):
+    """Each segment of the request (its slice on one card, finished ones too): the card's readings in
+    the slice's own time range, its last 15 minutes at most, downsampled to at most 60 points, with
+    the latest and util mean and std-dev; the current load of the cards it holds now. Readings are
+    the whole card's."""
+
+    @extend_schema(responses=UtilizationSerializer, tags=["requests"])
+    def get(self, request, pk):
+        gpu_request = get_object_or_404(requests_visible_to(request.user), pk=pk)
+        return Response(UtilizationSerializer(request_utilization(gpu_request)).data)
+
+
 class GpuSampleIngestView(APIView):
     """A node agent posts its cards' readings taken at one moment; the batch is also its heartbeat.
     Takes only the node's agent credential (Bearer node_…), never a personal API token."""
@@ -169,3 +187,13 @@ class GpuSampleIngestView(APIView):
         )
         body = {"accepted": accepted, "node": node.name, "node_status": node.status}
         return Response(SampleBatchAcceptedSerializer(body).data)
+
+
+class UsageView(AgentView):
+    """The host's CPU and network and each job's own use of its cards, read at one moment; a heartbeat."""
+
+    @extend_schema(request=UsageSerializer, responses=UsageAcceptedSerializer, tags=["agent"])
+    def post(self, request):
+        usage = self.parsed(UsageSerializer)
+        accepted = record_usage(request.auth, usage["sampled_at"], host=usage["host"], slices=usage["slices"])
+        return Response(UsageAcceptedSerializer({"accepted": accepted}).data)

@@ -8,11 +8,10 @@ from django.urls import reverse
 from audit.models import Event
 from scheduler_app.choices import NodeStatus
 from scheduler_app.models import Node, Pool, TeamQuota
-from scheduler_app.services.inventory import set_node_status
+from scheduler_app.services.inventory import record_heartbeat, set_node_status
 from scheduler_app.services.node_health import check_heartbeats
 from teams.models import Team, UserUnixAccount
 from teams.services import set_team_unix_account, set_user_unix_account
-from telemetry.services import record_heartbeat
 
 PAGES = ["operator", "operator_nodes", "operator_pools", "operator_quotas", "operator_identities"]
 

@@ -5,7 +5,6 @@ import io
 
 import pytest
 from django.core.management import call_command
-from django.utils import timezone
 from rest_framework.test import APIClient
 
 from audit.models import Event
@@ -13,7 +12,6 @@ from scheduler_app.models import Gpu, LogChunk
 from scheduler_app.services.inventory import issue_agent_credential
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import release_request, submit_request
-from telemetry.models import AllocationSample, NodeSample
 
 AGENT = "/api/v1/agent/"
 
@@ -340,57 +338,3 @@ def test_register_node_command_prints_a_working_credential(pool):
     assert response.status_code == 200, response.json()
     assert response.json()["node"] == "gpu-host-7"
     assert "shown this once" in err.getvalue()
-
-
-def usage(request_id, uuid="GPU-node-1-0", memory=1000, util=40, at=None):
-    return {
-        "sampled_at": (at or timezone.now()).isoformat(),
-        "host": {"cpu_percent": 12, "net_rx_bytes_per_s": 600_000_000, "net_tx_bytes_per_s": 1000},
-        "slices": [
-            {"request_id": request_id, "uuid": uuid, "memory_used_mib": memory, "sm_util_percent": util}
-        ],
-    }
-
-
-def test_usage_stores_the_hosts_reading_and_each_slices_own_use_once(agent, placed, node):
-    body = usage(placed.pk)
-
-    first = agent.post(AGENT + "usage/", body, format="json")
-    again = agent.post(AGENT + "usage/", body, format="json")
-
-    assert (first.json(), again.status_code) == ({"accepted": 1}, 200)
-    (own,) = AllocationSample.objects.all()
-    assert (own.allocation.request_id, own.memory_used_mib, own.sm_util_percent) == (placed.pk, 1000, 40)
-    (host,) = NodeSample.objects.all()
-    assert (host.node, host.cpu_percent, host.net_rx_bytes_per_s) == (node, 12, 600_000_000)
-
-
-@pytest.mark.parametrize(
-    ("change", "field"),
-    [
-        (lambda b, pk: b["slices"][0].update(uuid="GPU-node-1-1"), "slices[0]"),
-        (lambda b, pk: b["slices"][0].update(request_id=pk + 1000), "slices[0]"),
-        (lambda b, pk: b["slices"][0].update(sm_util_percent=101), "slices[0].sm_util_percent"),
-        (lambda b, pk: b["slices"][0].update(memory_used_mib=-1), "slices[0].memory_used_mib"),
-        (lambda b, pk: b["host"].update(cpu_percent="busy"), "host.cpu_percent"),
-        (lambda b, pk: b["host"].pop("net_rx_bytes_per_s"), "host.net_rx_bytes_per_s"),
-        (lambda b, pk: b.update(sampled_at="2001-01-01T00:00:00Z"), "sampled_at"),
-    ],
-)
-def test_a_bad_usage_report_is_refused_naming_the_place_and_stores_nothing(agent, placed, change, field):
-    body = usage(placed.pk)
-    change(body, placed.pk)
-
-    response = agent.post(AGENT + "usage/", body, format="json")
-
-    assert response.status_code == 400
-    assert field in response.json()["error"]["fields"], response.json()
-    assert not AllocationSample.objects.exists() and not NodeSample.objects.exists()
-
-
-def test_a_node_cannot_report_usage_of_another_nodes_slice(other_node, placed):
-    response = agent_client(other_node).post(AGENT + "usage/", usage(placed.pk), format="json")
-
-    assert response.status_code == 400
-    assert "no open slice of GPU-node-1-0 on node-2" in response.json()["error"]["fields"]["slices[0]"][0]
-    assert not AllocationSample.objects.exists()
