@@ -18,6 +18,7 @@ urlpatterns = [
     # Each app's pages, without a namespace: the URL names are the project's, as templates use them.
     path("", include("scheduler_app.urls")),
     path("", include("teams.urls")),
+    path("", include("audit.urls")),
     path("", include("billing_app.urls")),
     path("admin/", admin.site.urls),
 ]
