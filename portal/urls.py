@@ -19,6 +19,7 @@ urlpatterns = [
     path("", include("scheduler_app.urls")),
     path("", include("telemetry.urls")),
     path("", include("teams.urls")),
+    path("", include("audit.urls")),
     path("", include("billing_app.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -6,4 +6,4 @@ class TeamsConfig(AppConfig):
     verbose_name = "Teams and access"
 
     def ready(self):
-        from teams import signals  # noqa: F401  (connects the receivers)
+        from teams import receivers  # noqa: F401  (connects the receivers)

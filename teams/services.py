@@ -1,4 +1,5 @@
-"""Writes for teams, membership, secrets and API tokens; each checks who may act and logs an Event."""
+"""Writes for teams, membership, secrets and API tokens; each checks who may act and announces its change
+(teams.signals.changed), which audit records as an Event in the same transaction."""
 
 import datetime as dt
 from contextlib import suppress
@@ -10,7 +11,6 @@ from django.db import transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from audit.events import log_event
 from infra.echo import echoed
 from teams.choices import Role
 from teams.constants import MAX_SECRETS_PER_TEAM, TEAM_SECRET_MIN_CHARS
@@ -25,6 +25,7 @@ from teams.permissions import (
     require,
 )
 from teams.selectors import user_teams
+from teams.signals import changed
 from teams.tokens import hash_token, new_token
 
 MAX_TOKEN_LIFETIME = dt.timedelta(days=365)
@@ -53,7 +54,7 @@ def add_member(team: Team, *, username: str, role: str = Role.MEMBER, actor) -> 
         raise ValidationError({"username": f"{username} is already a member of {team.name}."})
     with transaction.atomic():
         membership = Membership.objects.create(team=team, user=user, role=role)
-        log_event(membership, role, actor=actor, team=team, reason=f"{username} added")
+        _announce(membership, role, actor=actor, team=team, reason=f"{username} added")
     return membership
 
 
@@ -69,7 +70,7 @@ def change_role(membership: Membership, *, role: str, actor) -> Membership:
             _keep_one_admin(locked)
         from_role, locked.role = locked.role, role
         locked.save(update_fields=["role"])
-        log_event(
+        _announce(
             locked, role, from_state=from_role, actor=actor, team=locked.team, reason=f"{locked.user} role"
         )
     return locked
@@ -80,7 +81,7 @@ def remove_member(membership: Membership, *, actor) -> None:
     with transaction.atomic():
         if membership.role == Role.TEAM_ADMIN:
             _keep_one_admin(membership)
-        log_event(
+        _announce(
             membership,
             "removed",
             from_state=membership.role,
@@ -89,6 +90,11 @@ def remove_member(membership: Membership, *, actor) -> None:
             reason=f"{membership.user} removed",
         )
         membership.delete()
+
+
+def _announce(subject, to_state: str, **details) -> None:
+    """Send teams.signals.changed for `subject`, inside the caller's transaction."""
+    changed.send(sender=type(subject), subject=subject, to_state=to_state, **details)
 
 
 def _keep_one_admin(membership: Membership) -> None:
@@ -133,7 +139,7 @@ def user_for_api_token(secret: str):
 
     A usable token is remembered with its user and the user's teams in the shared cache for
     TOKEN_CACHE_S, so most API calls read no token or membership row; revoking a token or changing
-    its user, the user's memberships or one of their teams forgets it (teams.signals).
+    its user, the user's memberships or one of their teams forgets it (teams.receivers).
     """
     now = timezone.now()
     token_hash = hash_token(secret)
@@ -206,7 +212,7 @@ def _set_team_field(team: Team, name: str, value, *, actor, reason: str, shown=l
         if before != value:
             setattr(locked, name, value)
             locked.save(update_fields=[name])
-            log_event(
+            _announce(
                 locked,
                 "updated",
                 actor=actor,
@@ -250,7 +256,7 @@ def set_team_secret(team: Team, *, name: str, value: str, actor) -> tuple[TeamSe
         secret.encrypted_value = encrypt(value)
         secret.updated_by = actor
         secret.save()
-        log_event(
+        _announce(
             secret,
             "created" if created else "replaced",
             actor=actor,
@@ -269,7 +275,7 @@ def delete_team_secret(secret: TeamSecret, *, actor) -> None:
         locked = Team.objects.select_for_update().get(pk=team.pk)
         deleted, _ = TeamSecret.objects.filter(pk=secret.pk).delete()
         if deleted:  # a second delete at the same time found it gone: nothing to log twice
-            log_event(
+            _announce(
                 secret,
                 "deleted",
                 actor=actor,
@@ -300,7 +306,7 @@ def set_user_unix_account(user, *, unix_account: str, actor) -> str:
             mapping.delete()
         else:
             UserUnixAccount.objects.update_or_create(user=user, defaults={"unix_account": unix_account})
-        log_event(
+        _announce(
             user,
             "updated",
             actor=actor,

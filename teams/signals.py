@@ -1,46 +1,10 @@
-"""Forget cached API tokens (teams.services.user_for_api_token) whenever a token, its user, the
-user's memberships or one of their teams changes, whichever path changed it: the pages, the API,
-the admin. Each is forgotten at once and again after the change commits: a call that read the rows
-in between would otherwise cache what is about to change for TOKEN_CACHE_S."""
+"""The signal teams sends. Teams sits below the event log (audit), so it announces each change its
+services make and audit records it as an Event (audit.receivers); teams' own receivers, which keep the
+API token cache fresh, are in teams.receivers."""
 
-from django.conf import settings
-from django.db import transaction
-from django.db.models.signals import post_delete, post_save
-from django.dispatch import receiver
+from django.dispatch import Signal
 
-from teams.models import ApiToken, Membership, Team
-from teams.services import forget_api_tokens
-
-
-def _forget(token_hashes: list[str]) -> None:
-    if token_hashes:
-        forget_api_tokens(token_hashes)
-        transaction.on_commit(lambda: forget_api_tokens(token_hashes))
-
-
-def _forget_tokens_of(user_ids) -> None:
-    _forget(list(ApiToken.objects.filter(user_id__in=user_ids).values_list("token_hash", flat=True)))
-
-
-@receiver([post_save, post_delete], sender=ApiToken)
-def forget_changed_token(sender, instance: ApiToken, **kwargs) -> None:
-    _forget([instance.token_hash])
-
-
-@receiver([post_save, post_delete], sender=settings.AUTH_USER_MODEL)
-def forget_tokens_of_changed_user(sender, instance, created=False, update_fields=None, **kwargs) -> None:
-    if created or update_fields == frozenset({"last_login"}):  # a sign-in changes nothing tokens use
-        return
-    _forget_tokens_of([instance.pk])
-
-
-@receiver([post_save, post_delete], sender=Membership)
-def forget_tokens_of_changed_member(sender, instance: Membership, **kwargs) -> None:
-    _forget_tokens_of([instance.user_id])
-
-
-@receiver(post_save, sender=Team)
-def forget_tokens_of_changed_teams_members(sender, instance: Team, created=False, **kwargs) -> None:
-    # (A team deleted takes its memberships with it, and each of those is forgotten on its own.)
-    if not created:
-        _forget_tokens_of(Membership.objects.filter(team=instance).values("user_id"))
+# Sent by teams.services inside the change's transaction, synchronously: a receiver's write commits or
+# rolls back with the change. Arguments: subject (the row changed), to_state, and optionally from_state,
+# actor, team, reason and data (JSON details, never a secret's value).
+changed = Signal()

@@ -15,6 +15,4 @@ urlpatterns = [
     path("teams/<slug:slug>/idle-policy/", views.idle_policy, name="team_idle_policy"),
     path("teams/<slug:slug>/secrets/", views.secret_set, name="team_secret_set"),
     path("teams/<slug:slug>/secrets/<str:name>/delete/", views.secret_delete, name="team_secret_delete"),
-    path("notices/<int:pk>/dismiss/", views.notice_dismiss, name="notice_dismiss"),
-    path("notices/<int:pk>/acknowledge/", views.notice_acknowledge, name="notice_acknowledge"),
 ]

@@ -1,6 +1,9 @@
 """The teams' pages: a team's quota and use per pool, its members, secrets and notices (team admins
 manage the members and the secrets), and personal API tokens (create: the secret is shown once, in the
-answer to the POST; list; revoke)."""
+answer to the POST; list; revoke).
+
+The team page's quota and notices sections come from scheduler_app's and audit's inclusion tags, loaded
+by its template: teams sits below both apps and imports neither."""
 
 from django.conf import settings
 from django.contrib import messages
@@ -8,11 +11,8 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from audit.notices import acknowledge_notice, dismiss_notice, notices_for, visible_notices
-from scheduler_app.selectors import quota_usage
 from teams.forms import AddMemberForm, ApiTokenForm, RoleForm, TeamSecretForm
 from teams.permissions import can_manage_secrets, can_manage_team
 from teams.selectors import team_members, team_secrets, teams_visible_to
@@ -36,8 +36,6 @@ def _visible_team(request, slug):
 def _render_team(request, team, add_form=None, secret_form=None, status=200):
     context = {
         "team": team,
-        "usage": quota_usage(team),
-        "notices": notices_for(request.user, team=team),
         "idle_minutes": settings.TELEMETRY_IDLE_AFTER_S // 60,
         "members": team_members(team),
         "can_manage": can_manage_team(request.user, team),
@@ -138,31 +136,6 @@ def secret_delete(request, slug, name):
     delete_team_secret(get_object_or_404(team_secrets(team), name=name), actor=request.user)
     messages.success(request, f"Secret {name} deleted.")
     return redirect("team_detail", slug=slug)
-
-
-@login_required
-@require_POST
-def notice_dismiss(request, pk):
-    """A member has read a notice of their team: it leaves their own lists; back to the page it was on."""
-    dismiss_notice(get_object_or_404(visible_notices(request.user), pk=pk), user=request.user)
-    return _back(request)
-
-
-@login_required
-@require_POST
-def notice_acknowledge(request, pk):
-    """A team admin acknowledges a notice for the whole team; back to the page it was on."""
-    notice = acknowledge_notice(get_object_or_404(visible_notices(request.user), pk=pk), user=request.user)
-    messages.success(request, f"Acknowledged for team {notice.team.name}: it leaves every member's notices.")
-    return _back(request)
-
-
-def _back(request):
-    """To the page named in `next` when it is on this site, else home."""
-    back = request.POST.get("next", "")
-    if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
-        back = "home"
-    return redirect(back)
 
 
 @login_required

@@ -38,6 +38,7 @@ from scheduler_app.api.views import (
     GpuRequestViewSet,
     NodeViewSet,
     PoolViewSet,
+    TeamQuotaViewSet,
 )
 from scheduler_app.api.whatif_views import WhatIfRunView, WhatIfView
 from teams.api.views import ApiTokenViewSet, TeamViewSet, UserUnixAccountView
@@ -54,6 +55,7 @@ from telemetry.api.views import (
 router = SimpleRouter(use_regex_path=False)
 router.register("requests", GpuRequestViewSet, basename="request")
 router.register("teams", TeamViewSet, basename="team")
+router.register("teams", TeamQuotaViewSet, basename="team-quota")  # teams/{slug}/quotas/: scheduling's
 router.register("tokens", ApiTokenViewSet, basename="token")
 router.register("nodes", NodeViewSet, basename="node")
 router.register("audit", AuditEventViewSet, basename="audit-event")

@@ -26,8 +26,10 @@ from scheduler_app.api.serializers import (
     OperatorNodeSerializer,
     PoolChangeSerializer,
     PoolDetailSerializer,
+    QuotaSerializer,
     ReasonSerializer,
     ReclaimSerializer,
+    SetQuotaSerializer,
     SubmitSerializer,
 )
 from scheduler_app.choices import NodeStatus
@@ -38,15 +40,17 @@ from scheduler_app.selectors import (
     audit_events,
     cluster_picture,
     nodes_for_operators,
+    quota_usage,
     request_log,
     requests_visible_to,
 )
 from scheduler_app.services.inventory import set_mig_layout, set_node_status, update_pool
 from scheduler_app.services.migration import reclaim_node
+from scheduler_app.services.quotas import set_team_quota
 from scheduler_app.services.requests import cancel_request, release_request, submit_request
 from teams.api.permissions import IsOperator
 from teams.permissions import note_membership
-from teams.selectors import team_for_submit
+from teams.selectors import team_for_submit, teams_visible_to
 
 
 class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -283,3 +287,34 @@ class PoolViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             )
         pool = update_pool(self.get_object(), actor=request.user, **form.validated_data)
         return Response(self.get_serializer(pool).data)
+
+
+class TeamQuotaViewSet(viewsets.ViewSet):
+    """A team's quota per pool, under teams/{slug}/ beside teams.api.views.TeamViewSet: anyone in the
+    team reads the use against it, operators set it."""
+
+    lookup_field = "slug"
+    lookup_value_converter = "slug"
+
+    def _team(self, slug):
+        return get_object_or_404(teams_visible_to(self.request.user).distinct(), slug=slug)
+
+    @extend_schema(responses=QuotaSerializer(many=True))
+    @action(detail=True)
+    def quotas(self, request, slug=None):
+        # The description this endpoint has had since it was TeamViewSet's; the schema keeps it.
+        """Your teams, your role in each, and each team's quota use."""
+        return Response(QuotaSerializer(quota_usage(self._team(slug)), many=True).data)
+
+    @extend_schema(request=SetQuotaSerializer, responses=QuotaSerializer(many=True))
+    @action(detail=True, methods=["put"], url_path="quotas/<slug:pool>")
+    def set_quota(self, request, slug=None, pool=None):
+        """Operators set the team's guaranteed milli-GPU in a pool."""
+        team = self._team(slug)
+        form = SetQuotaSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        pool = get_object_or_404(Pool, name=pool)
+        set_team_quota(
+            team=team, pool=pool, guaranteed_milli=form.validated_data["guaranteed_milli"], actor=request.user
+        )
+        return Response(QuotaSerializer(quota_usage(team), many=True).data)

@@ -1,10 +1,12 @@
 """Permission filters for the pages, so templates ask scheduler_app.permissions instead of repeating
-lifecycle rules: {% if r|can_cancel:user %}."""
+lifecycle rules: {% if r|can_cancel:user %}; and a team's quota use as a section of its page
+({% team_quota team %})."""
 
 from django import template
 
 from billing_app import permissions as billing_permissions
 from scheduler_app import permissions
+from scheduler_app.selectors import quota_usage
 
 register = template.Library()
 
@@ -22,3 +24,9 @@ def can_release(request, user) -> bool:
 @register.filter
 def can_accept_resize(offer, user) -> bool:
     return billing_permissions.can_accept_resize(user, offer)
+
+
+@register.inclusion_tag("portal/teams/_quota.html")
+def team_quota(team):
+    """The team page's quota section: per pool, the guarantee, the use and how much of it is borrowed."""
+    return {"usage": quota_usage(team)}

@@ -1,4 +1,4 @@
-"""Teams (members, quotas, secrets, Unix accounts), users' Unix accounts and personal API tokens over REST."""
+"""Teams (members, secrets, Unix accounts), users' Unix accounts and personal API tokens over REST."""
 
 from django.contrib.auth import get_user_model
 from django.shortcuts import get_object_or_404
@@ -10,10 +10,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from infra.api.idempotency import idempotent
-from scheduler_app.api.serializers import QuotaSerializer, SetQuotaSerializer
-from scheduler_app.models import Pool
-from scheduler_app.selectors import quota_usage
-from scheduler_app.services.quotas import set_team_quota
 from teams.api.permissions import IsOperator
 from teams.api.serializers import (
     ApiTokenSerializer,
@@ -78,24 +74,6 @@ class TeamViewSet(viewsets.GenericViewSet):
         form.is_valid(raise_exception=True)
         team = set_team_unix_account(team, actor=request.user, **form.validated_data)
         return Response(TeamDetailSerializer(team).data)
-
-    @extend_schema(responses=QuotaSerializer(many=True))
-    @action(detail=True)
-    def quotas(self, request, slug=None):
-        return Response(QuotaSerializer(quota_usage(self._team(slug)), many=True).data)
-
-    @extend_schema(request=SetQuotaSerializer, responses=QuotaSerializer(many=True))
-    @action(detail=True, methods=["put"], url_path="quotas/<slug:pool>")
-    def set_quota(self, request, slug=None, pool=None):
-        """Operators set the team's guaranteed milli-GPU in a pool."""
-        team = self._team(slug)
-        form = SetQuotaSerializer(data=request.data)
-        form.is_valid(raise_exception=True)
-        pool = get_object_or_404(Pool, name=pool)
-        set_team_quota(
-            team=team, pool=pool, guaranteed_milli=form.validated_data["guaranteed_milli"], actor=request.user
-        )
-        return Response(QuotaSerializer(quota_usage(team), many=True).data)
 
     @extend_schema(methods=["get"], responses=MemberSerializer(many=True))
     @extend_schema(methods=["post"], request=NewMemberSerializer, responses={201: MemberSerializer})
