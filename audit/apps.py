@@ -6,7 +6,7 @@ class AuditConfig(AppConfig):
     verbose_name = "Audit log"
 
     def ready(self):
-        from audit.receivers import record_teams_change
-        from teams.signals import changed
+        from audit.events import log_event
+        from teams.changes import record_changes_with
 
-        changed.connect(record_teams_change, dispatch_uid="audit.record_teams_change")
+        record_changes_with(log_event)  # teams sits below the log: it records its changes through this

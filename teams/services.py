@@ -1,5 +1,5 @@
-"""Writes for teams, membership, secrets and API tokens; each checks who may act and announces its change
-(teams.signals.changed), which audit records as an Event in the same transaction."""
+"""Writes for teams, membership, secrets and API tokens; each checks who may act and records its change
+for the event log (teams.changes.record_change) in the same transaction."""
 
 import datetime as dt
 from contextlib import suppress
@@ -12,6 +12,7 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from infra.echo import echoed
+from teams.changes import record_change
 from teams.choices import Role
 from teams.constants import MAX_SECRETS_PER_TEAM, TEAM_SECRET_MIN_CHARS
 from teams.crypto import encrypt
@@ -25,7 +26,6 @@ from teams.permissions import (
     require,
 )
 from teams.selectors import user_teams
-from teams.signals import changed
 from teams.tokens import hash_token, new_token
 
 MAX_TOKEN_LIFETIME = dt.timedelta(days=365)
@@ -54,7 +54,7 @@ def add_member(team: Team, *, username: str, role: str = Role.MEMBER, actor) -> 
         raise ValidationError({"username": f"{username} is already a member of {team.name}."})
     with transaction.atomic():
         membership = Membership.objects.create(team=team, user=user, role=role)
-        _announce(membership, role, actor=actor, team=team, reason=f"{username} added")
+        record_change(membership, role, actor=actor, team=team, reason=f"{username} added")
     return membership
 
 
@@ -70,7 +70,7 @@ def change_role(membership: Membership, *, role: str, actor) -> Membership:
             _keep_one_admin(locked)
         from_role, locked.role = locked.role, role
         locked.save(update_fields=["role"])
-        _announce(
+        record_change(
             locked, role, from_state=from_role, actor=actor, team=locked.team, reason=f"{locked.user} role"
         )
     return locked
@@ -81,7 +81,7 @@ def remove_member(membership: Membership, *, actor) -> None:
     with transaction.atomic():
         if membership.role == Role.TEAM_ADMIN:
             _keep_one_admin(membership)
-        _announce(
+        record_change(
             membership,
             "removed",
             from_state=membership.role,
@@ -90,11 +90,6 @@ def remove_member(membership: Membership, *, actor) -> None:
             reason=f"{membership.user} removed",
         )
         membership.delete()
-
-
-def _announce(subject, to_state: str, **details) -> None:
-    """Send teams.signals.changed for `subject`, inside the caller's transaction."""
-    changed.send(sender=type(subject), subject=subject, to_state=to_state, **details)
 
 
 def _keep_one_admin(membership: Membership) -> None:
@@ -212,7 +207,7 @@ def _set_team_field(team: Team, name: str, value, *, actor, reason: str, shown=l
         if before != value:
             setattr(locked, name, value)
             locked.save(update_fields=[name])
-            _announce(
+            record_change(
                 locked,
                 "updated",
                 actor=actor,
@@ -256,7 +251,7 @@ def set_team_secret(team: Team, *, name: str, value: str, actor) -> tuple[TeamSe
         secret.encrypted_value = encrypt(value)
         secret.updated_by = actor
         secret.save()
-        _announce(
+        record_change(
             secret,
             "created" if created else "replaced",
             actor=actor,
@@ -275,7 +270,7 @@ def delete_team_secret(secret: TeamSecret, *, actor) -> None:
         locked = Team.objects.select_for_update().get(pk=team.pk)
         deleted, _ = TeamSecret.objects.filter(pk=secret.pk).delete()
         if deleted:  # a second delete at the same time found it gone: nothing to log twice
-            _announce(
+            record_change(
                 secret,
                 "deleted",
                 actor=actor,
@@ -306,7 +301,7 @@ def set_user_unix_account(user, *, unix_account: str, actor) -> str:
             mapping.delete()
         else:
             UserUnixAccount.objects.update_or_create(user=user, defaults={"unix_account": unix_account})
-        _announce(
+        record_change(
             user,
             "updated",
             actor=actor,

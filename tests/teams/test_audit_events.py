@@ -1,4 +1,4 @@
-"""Teams' changes reach the event log through teams.signals.changed, which audit records in the
+"""Teams' changes reach the event log through the recorder audit hands teams (teams.changes), in the
 change's own transaction."""
 
 import pytest
@@ -26,7 +26,7 @@ def test_a_change_whose_event_cannot_be_written_is_not_made(team, team_admin, ou
     def refuse(*args, **kwargs):
         raise RuntimeError("the event log is away")
 
-    monkeypatch.setattr("audit.receivers.log_event", refuse)
+    monkeypatch.setattr("teams.changes._recorder", refuse)
 
     with pytest.raises(RuntimeError):
         add_member(team, username=outsider.username, actor=team_admin)
