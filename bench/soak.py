@@ -364,15 +364,11 @@ class Soak:
         """Stop the stream, bill everything up to now, and count what the after-fault rules find."""
 
         from audit.models import Event
+        from billing_app.invariants import billing_error_seconds, settled_by
         from billing_app.metering import meter_usage
         from scheduler_app.choices import RequestState
         from scheduler_app.models import GpuRequest
-        from scheduler_app.rules.invariants import (
-            after_fault,
-            billing_error_seconds,
-            settled_by,
-            unresumed_moves,
-        )
+        from scheduler_app.rules.invariants import after_fault, unresumed_moves
 
         for agent in self.agents.values():
             agent.grace_s = 0.2

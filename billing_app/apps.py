@@ -6,3 +6,10 @@ class BillingAppConfig(AppConfig):
 
     name = "billing_app"
     verbose_name = "Billing"
+
+    def ready(self) -> None:
+        """Scheduling asks billing through the interface it defines (scheduler_app.rules.billing)."""
+        from billing_app.scheduling import SchedulingBilling
+        from scheduler_app.rules.billing import register_billing
+
+        register_billing(SchedulingBilling())

@@ -17,7 +17,6 @@ from django.db.models import Max
 from django.utils import timezone
 
 from audit.models import Event
-from billing_app.budgets import on_demand_holds
 from scheduler_app.choices import BillingMode, CapacityType, NodeStatus, RequestState
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.core.cluster import GpuState, NodeState, OfflineNode, Placement, RequestSpec
@@ -26,6 +25,7 @@ from scheduler_app.core.mig import MigCard, hold
 from scheduler_app.core.queue_ledger import TeamQuota as QuotaSpec
 from scheduler_app.core.queueing import RunningAllocation
 from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, Pool, TeamQuota
+from scheduler_app.rules.billing import billing
 
 # How many of the latest requests define "the typical request shapes" (FGD's workload).
 WORKLOAD_WINDOW = 2000
@@ -351,8 +351,8 @@ def _take_out_running(snapshot: ClusterSnapshot, states: dict[int, NodeState], p
 
 def _held_by_budgets(pending) -> dict[int, str]:
     """{request id: why} for pending on-demand requests whose team's (or user's) spent budget holds
-    them (billing_app.budgets); no request is read unless some budget holds work."""
-    holds = on_demand_holds(timezone.now())
+    them (billing's holds); no request is read unless some budget holds work."""
+    holds = billing().holds(timezone.now())
     if not holds:
         return {}
     held = {}

@@ -13,11 +13,7 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
-from billing_app.budgets import budget_warning
-from billing_app.quotes import Quote, quote, quote_lines
-from billing_app.selectors import PlacementPrices, price_per_hour
 from infra.money import usd
-from scheduler_app.choices import BillingMode
 from scheduler_app.core.cluster import RequestSpec
 from scheduler_app.core.fragmentation import WorkloadMix
 from scheduler_app.core.next_pass import CandidatePlan, candidate_plan
@@ -31,6 +27,7 @@ from scheduler_app.passes.cluster_state import (
     request_spec,
 )
 from scheduler_app.passes.stored_state import next_pass
+from scheduler_app.rules.billing import PlacementPrices, billing
 from scheduler_app.services.requests import validated_request
 
 # The candidate's id until it is saved; a reason that names its own reservation reads "(12, this request)".
@@ -40,7 +37,8 @@ CANDIDATE = "this request"
 @dataclass(frozen=True)
 class Estimate:
     """starts_now with `where` ("node/gpuN, ..."), or the pending reason and estimated start; the
-    pool it would run in ('' when not known yet); the cluster time it was judged on (as_of); prices."""
+    pool it would run in ('' when not known yet); the cluster time it was judged on (as_of); prices
+    and the quote, as billing gives them (scheduler_app.rules.billing.EstimatePrice)."""
 
     starts_now: bool
     where: str
@@ -50,8 +48,9 @@ class Estimate:
     as_of: dt.datetime
     prices: PlacementPrices
     share_label: str
-    quote: Quote | None = None  # on-demand against spot with reclaims counted, on the compared model
+    quote: object | None = None  # on-demand against spot with reclaims counted, on the compared model
     budget_warning: str = ""
+    quote_lines: tuple[str, ...] = ()
 
     @property
     def summary(self) -> str:
@@ -68,7 +67,7 @@ class Estimate:
     def price_lines(self) -> list[str]:
         """The prices in words, as the form shows them."""
         lines = price_lines(self.prices, self.share_label, self.pool)
-        return lines + (quote_lines(self.quote) if self.quote else [])
+        return lines + list(self.quote_lines)
 
 
 def price_lines(prices: PlacementPrices, label: str, pool: str = "") -> list[str]:
@@ -110,31 +109,20 @@ def estimate_request(
     spec = dataclasses.replace(request_spec(request, pools), id=CANDIDATE)
     label = request.share_label()
 
-    def prices(placed_pool: str = "", milli: int = request.gpu_milli) -> PlacementPrices:
-        return price_per_hour(
-            milli,
-            request.num_gpus,
-            gpu_model=request.gpu_model or None,
-            pool=request.pool,
-            at=now,
-            placed_pool=placed_pool,
-        )
-
     def answer(starts_now, where, start, reason, pool, as_of, milli=request.gpu_milli) -> Estimate:
-        placed = prices(pool, milli)
-        compared = placed.compared.gpu_model
-        shape = None
-        if compared:
-            shape = quote(
-                gpu_model=compared,
-                gpu_milli=request.gpu_milli,
-                num_gpus=request.num_gpus,
-                max_duration_s=request.max_duration_s,
-                checkpoint_interval_s=request.checkpoint_interval_s,
-                at=now,
-            )
-        return _with_budget(
-            Estimate(starts_now, where, start, reason, pool, as_of, placed, label, shape), request, now
+        priced = billing().estimate_price(request, placed_pool=pool, gpu_milli=milli, at=now)
+        return Estimate(
+            starts_now,
+            where,
+            start,
+            reason,
+            pool,
+            as_of,
+            priced.prices,
+            label,
+            quote=priced.quote,
+            budget_warning=priced.budget_warning,
+            quote_lines=priced.quote_lines,
         )
 
     if not spec.pools:
@@ -161,18 +149,6 @@ def estimate_request(
         else dt.datetime.fromtimestamp(waiting.estimated_start, dt.UTC)
     )
     return answer(False, "", start, waiting.reason(format_utc), pool, as_of)
-
-
-def _with_budget(estimate: Estimate, request, now: dt.datetime) -> Estimate:
-    """The estimate with a warning when the request could exceed what is left of a budget over its
-    max duration, at the price where it would run (else its billing mode's price on its model)."""
-    hourly = estimate.prices.placed
-    if hourly is None:
-        compared = estimate.prices.compared
-        hourly = compared.spot if request.billing_mode == BillingMode.SPOT else compared.on_demand
-    usd = hourly.usd_per_hour if hourly is not None else None
-    warning = budget_warning(request.team_id, request.user_id, usd, request.max_duration_s, at=now)
-    return dataclasses.replace(estimate, budget_warning=warning) if warning else estimate
 
 
 def _dry_run(spec: RequestSpec, now: dt.datetime) -> CandidatePlan:

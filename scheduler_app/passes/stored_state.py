@@ -19,7 +19,6 @@ from django.utils import timezone
 
 from audit.choices import NoticeKind
 from audit.models import Event
-from billing_app.budgets import on_demand_holds
 from scheduler_app.choices import NodeStatus, RequestState
 from scheduler_app.core.next_pass import NextPass, PassState, after_pass, replay
 from scheduler_app.core.queueing import PassPlan
@@ -33,6 +32,7 @@ from scheduler_app.passes.cluster_state import (
     request_spec,
     request_specs,
 )
+from scheduler_app.rules.billing import billing
 from scheduler_app.rules.lifecycle import ACTIVE_STATES
 
 RECORD_PK = 1
@@ -95,7 +95,7 @@ def snapshot_since_last_pass() -> ClusterSnapshot | None:
     pass saw)."""
     record = PassRecord.objects.filter(pk=RECORD_PK).defer("state").first()
     state = _stored_state(record, "loading the whole cluster") if record else None
-    if state is None or state.unplaceable is None or on_demand_holds(timezone.now()):
+    if state is None or state.unplaceable is None or billing().holds(timezone.now()):
         return None
     if GpuRequest.objects.filter(state=RequestState.MIGRATING).exists():
         return None

@@ -5,16 +5,14 @@ Each function returns human-readable violations (empty when the rule holds).
 
 import datetime as dt
 from collections.abc import Iterable, Mapping, Set
-from decimal import Decimal
 
-from django.conf import settings
 from django.db.models import Count, F, Q, Sum
-from django.utils import timezone
 
 from audit.models import Event
 from scheduler_app.choices import RequestState
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.models import Allocation, Gpu, GpuRequest
+from scheduler_app.rules.billing import billing
 from scheduler_app.rules.lifecycle import ACTIVE_STATES, TERMINAL_STATES
 
 
@@ -153,64 +151,6 @@ def double_runs(running: Mapping[int, Set[str]]) -> list[str]:
     return problems
 
 
-def billing_errors(now: dt.datetime | None = None) -> list[str]:
-    """The ledger equals the slices to the second: each slice's entries follow each other from its start
-    without gap or overlap, and a slice closed more than the metering settle time ago is billed exactly
-    to its end. Meter first (billing_app.metering.meter_usage) for the check to mean anything."""
-    return [problem for problem, _ in _billing_gaps(now)]
-
-
-def billing_error_seconds(now: dt.datetime | None = None) -> Decimal:
-    """Seconds billed wrongly, too many or too few, over every slice (see billing_errors)."""
-    return sum((abs(error) for _, error in _billing_gaps(now)), start=Decimal(0))
-
-
-def settled_by(at: dt.datetime | None = None) -> dt.datetime:
-    """The first moment at which metering bills every slice closed by `at` (now) to its end."""
-    return (at or timezone.now()) + _metering_settle() + dt.timedelta(seconds=1)
-
-
-def _metering_settle() -> dt.timedelta:
-    """How far behind its clock a metering run bills open slices."""
-    return dt.timedelta(seconds=settings.METERING_SETTLE_S)
-
-
-def _billing_gaps(now: dt.datetime | None):
-    """(problem, seconds billed too many or too few) for each slice the ledger gets wrong."""
-    from billing_app.metering import exact_seconds
-    from billing_app.models import LedgerEntry
-
-    settled = (now or timezone.now()) - _metering_settle()
-    entries: dict[int, list] = {}
-    for entry in LedgerEntry.objects.order_by("allocation_id", "start").only(
-        "allocation_id", "start", "end", "seconds"
-    ):
-        entries.setdefault(entry.allocation_id, []).append(entry)
-    for allocation in Allocation.objects.filter(started_at__lt=settled).order_by("pk"):
-        billed = entries.get(allocation.pk, [])
-        edge = allocation.started_at
-        for entry in billed:
-            if entry.start != edge or entry.seconds != exact_seconds(entry.start, entry.end):
-                error = (
-                    exact_seconds(edge, entry.start)
-                    if entry.start < edge
-                    else exact_seconds(entry.start, edge)
-                )
-                yield (
-                    f"slice #{allocation.pk}: entry {entry.start}..{entry.end} does not follow {edge}",
-                    error,
-                )
-            edge = entry.end
-        end = allocation.ended_at
-        if end is not None and end <= settled:
-            billed_s = sum((e.seconds for e in billed), start=Decimal(0))
-            used_s = exact_seconds(allocation.started_at, end)
-            if billed_s != used_s:
-                yield f"slice #{allocation.pk}: billed {billed_s} s of {used_s} s", billed_s - used_s
-        elif end is not None and edge > end:
-            yield f"slice #{allocation.pk}: billed to {edge}, past its end {end}", exact_seconds(end, edge)
-
-
 def lost_requests(accepted: Iterable[int]) -> list[str]:
     """Every request the portal accepted (answered 201) is still there, in one state (one row, one column)."""
     wanted = set(accepted)
@@ -257,13 +197,14 @@ def after_fault(
     now: dt.datetime | None = None,
 ) -> list[str]:
     """What must hold once a fault has been dealt with: no accepted request lost, every capacity rule, no
-    request on two nodes or run twice (`running`, see double_runs), the ledger equal to the slices,
-    every moved job resumed from its last checkpoint."""
+    request on two nodes or run twice (`running`, see double_runs), billing's own rules as of `now`
+    (the ledger equal to the slices: billing_app.invariants), every moved job resumed from its last
+    checkpoint."""
     return [
         *lost_requests(accepted),
         *violations(),
         *requests_on_two_nodes(),
         *double_runs(running or {}),
-        *billing_errors(now),
+        *billing().violations(now),
         *unresumed_moves(),
     ]

@@ -17,11 +17,10 @@ from django.utils import timezone
 
 from audit.choices import NoticeKind
 from audit.notices import Finding, raise_notices
-from billing_app.models import CapacityMove
-from billing_app.resizing import mark_resize_applied, resizes_to_apply
 from infra.conflicts import StateConflict
 from scheduler_app.choices import NodeStatus, RequestState
 from scheduler_app.models import Allocation, GpuRequest, Node
+from scheduler_app.rules.billing import billing
 from scheduler_app.rules.lifecycle import ACTIVE_STATES
 from scheduler_app.services.inventory import set_node_status
 from scheduler_app.services.segments import resize_next_run
@@ -81,7 +80,7 @@ def requeue_from_checkpoint(
             rows = rows.filter(state=RequestState.MIGRATING, stop_by__lte=stopping_by)
         locked = list(rows.order_by("pk"))
         starts = run_starts(r.pk for r in locked)
-        resizes = {offer.request_id: offer for offer in resizes_to_apply().filter(request__in=locked)}
+        resizes = billing().resizes_due(r.pk for r in locked)
         reasons, data = {}, {}
         for request in locked:
             lost = work_lost_s(request, stopped_at, starts.get(request.pk))
@@ -114,11 +113,7 @@ def requeue_from_checkpoint(
             actor_name=actor_name,
             now=stopped_at,
         )
-        CapacityMove.objects.filter(request_id__in=[r.pk for r in moved], done_at__isnull=True).update(
-            done_at=stopped_at
-        )
-        for offer in resizes.values():
-            mark_resize_applied(offer, now=stopped_at)
+        billing().requeued([r.pk for r in moved], resizes.values(), stopped_at)
     return moved
 
 
@@ -133,14 +128,8 @@ def move_reasons(request_ids: Iterable[int]) -> dict[int, str]:
         .values_list("request_id", "gpu__node__name")
     ):
         why[request_id] = f"node {node} is draining: moved at its checkpoint"
-    for request_id in CapacityMove.objects.filter(request_id__in=ids, done_at__isnull=True).values_list(
-        "request_id", flat=True
-    ):
-        why.setdefault(request_id, "moved to on-demand capacity at its checkpoint, as asked")
-    for request_id, to_milli in (
-        resizes_to_apply().filter(request_id__in=ids).values_list("request_id", "to_milli")
-    ):
-        why.setdefault(request_id, f"resized to {to_milli} milli-GPU at its checkpoint, as accepted")
+    for request_id, reason in billing().moves_due(ids).items():
+        why.setdefault(request_id, reason)
     return why
 
 

@@ -5,13 +5,13 @@ from django.db import transaction
 from django.db.models import Max
 
 from audit.events import log_event
-from billing_app.budgets import apply_budget_policy
 from infra.conflicts import StateConflict
 from infra.echo import echoed
 from scheduler_app.choices import RequestState
 from scheduler_app.models import Gpu, GpuRequest, Pool
 from scheduler_app.passes.dispatch import schedule_soon
 from scheduler_app.permissions import can_act_on, can_submit
+from scheduler_app.rules.billing import billing
 from scheduler_app.rules.lifecycle import AlreadyEnded, release_target
 from scheduler_app.services.transitions import move_locked
 from teams.environment import environment_problems
@@ -41,7 +41,7 @@ def validated_request(*, user, team: Team | None, pool_name: str = "", **fields)
     held = [name for name, row in (("team", team), ("user", user), ("pool", pool)) if row is not None]
     request.full_clean(exclude=held, validate_constraints=False)
     _check_fits_some_gpu(request)
-    apply_budget_policy(request)
+    billing().admit(request)
     return request
 
 

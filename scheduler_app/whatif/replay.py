@@ -27,7 +27,6 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count, Min
 from django.utils import timezone
 
-from billing_app.prices import NoPriceInForce, hourly_usd, price_in_force
 from infra.echo import echoed
 from infra.times import BadTime, parse_time
 from scheduler_app.constants import MILLI_PER_GPU
@@ -39,6 +38,7 @@ from scheduler_app.core.simulator import Outcome, p95, simulate
 from scheduler_app.core.workload import Job
 from scheduler_app.models import Allocation, GpuRequest, Node, Pool
 from scheduler_app.passes.cluster_state import empty_cluster, quota_specs, request_specs
+from scheduler_app.rules.billing import billing
 from teams.models import Team
 
 QUEUE_MODES = {
@@ -243,19 +243,9 @@ def load_history(scenario: Scenario, now: dt.datetime | None = None) -> History:
         allocated_milli_s,
         empty_cluster(),
         quota_specs(),
-        _prices(pools, scenario.end),
+        billing().gpu_hour_prices(pools, scenario.end),  # an unpriced pool costs nothing; the result names it
         cluster_began(),
     )
-
-
-def _prices(pools: list[Pool], at: dt.datetime) -> dict[str, Decimal]:
-    prices = {}
-    for pool in pools:
-        try:
-            prices[pool.name] = price_in_force(pool, pool.capacity_type, at)
-        except NoPriceInForce:
-            continue  # an unpriced pool costs nothing here; the result names it
-    return prices
 
 
 def cluster_for(nodes: Sequence[NodeState], changes: Sequence[tuple[str, int]]) -> list[NodeState]:
@@ -360,7 +350,8 @@ def _cost(history: History, nodes: Sequence[NodeState]) -> Decimal:
     hours = Decimal(round(hi - lo)) / 3600
     priced = [n for n in nodes if n.pool in history.prices]
     # Whole cards of capacity, not a slice: no share premium applies.
-    total = sum((hourly_usd(history.prices[n.pool], MILLI_PER_GPU, len(n.gpus)) for n in priced), Decimal(0))
+    hourly = billing().usd_per_hour
+    total = sum((hourly(history.prices[n.pool], MILLI_PER_GPU, len(n.gpus)) for n in priced), Decimal(0))
     return (total * hours).quantize(CENT)
 
 

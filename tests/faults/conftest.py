@@ -16,8 +16,9 @@ from django.conf import settings
 from django.db import connection
 
 from agent.jobs import running_requests
+from billing_app.invariants import settled_by
 from billing_app.metering import meter_usage
-from scheduler_app.rules.invariants import after_fault, settled_by
+from scheduler_app.rules.invariants import after_fault
 from scheduler_app.services.inventory import issue_agent_credential
 
 REPO = Path(__file__).resolve().parents[2]

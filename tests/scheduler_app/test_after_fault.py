@@ -7,19 +7,12 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
+from billing_app.invariants import billing_error_seconds, billing_errors, settled_by
 from billing_app.metering import meter_usage
 from billing_app.models import LedgerEntry
 from scheduler_app.choices import BillingMode
 from scheduler_app.models import Allocation
-from scheduler_app.rules.invariants import (
-    after_fault,
-    billing_error_seconds,
-    billing_errors,
-    double_runs,
-    lost_requests,
-    requests_on_two_nodes,
-    settled_by,
-)
+from scheduler_app.rules.invariants import after_fault, double_runs, lost_requests, requests_on_two_nodes
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import submit_request
 from scheduler_app.services.transitions import requeue

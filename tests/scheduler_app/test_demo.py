@@ -7,12 +7,13 @@ from django.db.models import Count
 from django.utils import timezone
 
 from audit.models import Event
+from billing_app.invariants import billing_errors
 from billing_app.metering import meter_usage
 from scheduler_app.choices import RequestState
 from scheduler_app.demo import history as demo_history
 from scheduler_app.demo.seed import seed_demo
 from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, Pool
-from scheduler_app.rules.invariants import billing_errors, over_committed_at_some_moment, violations
+from scheduler_app.rules.invariants import over_committed_at_some_moment, violations
 from teams.models import Team
 
 
