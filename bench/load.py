@@ -158,7 +158,7 @@ def _seed() -> list[tuple[str, str]]:
     from django.contrib.auth import get_user_model
     from django.utils import timezone
 
-    from scheduler_app.demo.seed import seed_demo
+    from demo.seed import seed_demo
     from scheduler_app.models import Pool
     from scheduler_app.services.inventory import register_node
     from teams.models import Membership, Team

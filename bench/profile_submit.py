@@ -77,8 +77,8 @@ def _profile(args) -> None:
     from django.utils import timezone
     from rest_framework.test import APIClient
 
+    from demo.seed import seed_demo
     from scheduler_app.choices import RequestState
-    from scheduler_app.demo.seed import seed_demo
     from scheduler_app.models import GpuRequest
     from scheduler_app.passes.run import run_scheduling_pass
     from teams.models import Membership, Team

@@ -169,7 +169,7 @@ class Soak:
         from agent.isolation import Isolation
         from agent.node_agent import NodeAgent
         from agent.nvml import load_nvml
-        from scheduler_app.demo.agents import simulated_cards
+        from demo.agents import simulated_cards
         from scheduler_app.services.inventory import issue_agent_credential
 
         client = NodeClient(PORTAL, issue_agent_credential(node), max_retries=0)

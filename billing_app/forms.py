@@ -1,4 +1,5 @@
-"""Forms of the billing pages: budgets, a request's billing mode, quotes, price files and spot feeds."""
+"""Forms of the billing pages: budgets, a request's billing mode, quotes, price files, spot feeds and pool
+prices."""
 
 from decimal import Decimal
 
@@ -7,7 +8,7 @@ from django import forms
 from billing_app.choices import BudgetPolicy
 from billing_app.models import FeedKind
 from billing_app.spot_feeds import REPLAY_FILES
-from infra.forms import ServiceErrorsMixin
+from infra.forms import ServiceErrorsMixin, UtcDateTimeField
 from scheduler_app.choices import BillingMode
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.core.shares import Share
@@ -125,3 +126,18 @@ class SpotFeedForm(ServiceErrorsMixin, forms.Form):
     max_fraction = forms.DecimalField(initial=Decimal("0.90"), label="Full price / on-demand")
     replay_file = forms.ChoiceField(choices=[(f, f) for f in REPLAY_FILES], initial="gcp")
     replay_speedup = forms.IntegerField(min_value=1, initial=1, label="Replay speed (x)")
+
+
+class PoolPriceForm(ServiceErrorsMixin, forms.Form):
+    """Operators price a pool per whole GPU-hour in USD; set_pool_price checks the value and audits it."""
+
+    pool = forms.ModelChoiceField(queryset=Pool.objects.all())
+    usd_per_gpu_hour = forms.DecimalField(
+        label="USD per GPU-hour", help_text="One whole card for an hour; at most 6 decimal places."
+    )
+    effective_from = UtcDateTimeField(
+        required=False, label="Starts (UTC)", help_text="Empty: now. Never in the past."
+    )
+    source = forms.CharField(
+        max_length=500, required=False, help_text="Where the number comes from; empty: “set by you”."
+    )

@@ -1,15 +1,16 @@
 """The billing pages: a team's budget (spend, forecast, burn-down, breakdowns; the admins set the budget),
-its statement as CSV, switching a request's billing mode from its page, and the pricing page (the price in
-force per pool with its feed, the price history as a chart, the on-demand/spot comparison for a request
-shape, and, for operators, a price file upload)."""
+its statement as CSV, switching a request's billing mode and accepting a resize from its page, the request
+form's price lines, and the pricing page (the price in force per pool with its feed, the price history as a
+chart, the on-demand/spot comparison for a request shape, and, for operators, a price file upload); the
+operators' pools page with the price of each."""
 
 import datetime as dt
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.http import HttpResponse
-from django.shortcuts import redirect, render
+from django.http import HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
@@ -17,15 +18,29 @@ from audit.choices import NoticeKind
 from audit.notices import notices_for
 from billing_app.budgets import set_budget
 from billing_app.feeds import set_spot_feed, upload_prices
-from billing_app.forms import BillingSwitchForm, BudgetForm, PriceUploadForm, QuoteForm, SpotFeedForm
+from billing_app.forms import (
+    BillingSwitchForm,
+    BudgetForm,
+    PoolPriceForm,
+    PriceUploadForm,
+    QuoteForm,
+    SpotFeedForm,
+)
 from billing_app.ledger import budget_view, parse_month, statement_csv, team_spend_at_a_glance
 from billing_app.models import Budget
 from billing_app.permissions import can_set_prices
 from billing_app.quotes import quote, quote_lines
-from billing_app.selectors import price_histories
+from billing_app.resizing import accept_resize
+from billing_app.selectors import price_histories, price_per_hour, prices_in_force
+from billing_app.services import set_pool_price
 from billing_app.spot_feeds import PriceUploadError
 from billing_app.switching import switch_billing_mode
+from scheduler_app.core.shares import Share
+from scheduler_app.forms import RequestForm
 from scheduler_app.live.streams import stream_paths
+from scheduler_app.models import Pool
+from scheduler_app.passes.estimates import price_lines
+from scheduler_app.views.operator import staff_required
 from scheduler_app.views.requests import REFUSALS, _say, _visible_request
 from teams.permissions import can_manage_team
 from teams.selectors import teams_visible_to
@@ -119,6 +134,63 @@ def request_billing(request, pk):
             request, f"{gpu_request.name} is billed {form.cleaned_data['billing_mode']} from now."
         )
     return redirect("request_detail", pk=pk)
+
+
+@login_required
+@require_POST
+def request_resize_accept(request, pk, offer_pk):
+    gpu_request = _visible_request(request, pk)
+    offer = get_object_or_404(gpu_request.resize_offers, pk=offer_pk)
+    try:
+        accept_resize(offer, user=request.user)
+    except REFUSALS as refusal:
+        messages.error(request, f"Not accepted: {_say(refusal)}")
+    else:
+        messages.success(request, "Resize accepted: the scheduler applies it at the job's next checkpoint.")
+    return redirect("request_detail", pk=pk)
+
+
+@login_required
+def request_new_prices(request):
+    """The price block's lines for the share, pool and model in the query, as the form would show them
+    before any estimate: the form asks for them when its estimate is refused (say, spot without a
+    checkpoint interval yet), so the price still follows the share chosen."""
+    form = RequestForm(request.GET, user=request.user)
+    form.is_valid()  # the share, pool and model may be clean while the fields not sent are not
+    return JsonResponse({"price_lines": form_price_lines(form)})
+
+
+def form_price_lines(form: RequestForm) -> list[str]:
+    """The price block before any script runs: the chosen share (or the form's initial one) per hour,
+    on-demand against spot per GPU model (where it would run is the estimate's to say)."""
+    data = getattr(form, "cleaned_data", {}) if form.is_bound else {}
+    share = data.get("share") or Share.parse(form.fields["share"].initial)
+    pool = Pool.objects.filter(name=data["pool"]).first() if data.get("pool") else None
+    model = data.get("gpu_model") or None
+    prices = price_per_hour(share.gpu_milli, share.num_gpus, gpu_model=model, pool=pool)
+    return price_lines(prices, share.label)
+
+
+@staff_required
+def pool_prices(request):
+    """The operators' pools page: the pools with the price in force of each; the side form prices a pool
+    (from now or later)."""
+    form = PoolPriceForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            price = set_pool_price(actor=request.user, **form.cleaned_data)
+        except ValidationError as error:
+            form.add_service_errors(error)
+        else:
+            when = f"{price.effective_from:%Y-%m-%d %H:%M} UTC"
+            messages.success(
+                request, f"{price.pool.name} costs {price.usd_per_gpu_hour} USD/GPU-h from {when}."
+            )
+            return redirect("operator_pools")
+    in_force = {price.pool_id: price for price in prices_in_force()}
+    pools = [(pool, in_force.get(pool.pk)) for pool in Pool.objects.all()]
+    status = 400 if form.errors else 200
+    return render(request, "portal/operator/pools.html", {"pools": pools, "form": form}, status=status)
 
 
 HISTORY_HOURS = (1, 6, 24, 24 * 7)

@@ -57,6 +57,7 @@ INSTALLED_APPS = [
     "scheduler_app",
     "telemetry",
     "billing_app",
+    "demo",
 ]
 
 # The last entry is sync-only, so under ASGI Django runs the whole chain in the request's thread:

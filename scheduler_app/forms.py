@@ -1,5 +1,5 @@
-"""Forms of the scheduler's pages: a new request, and the operator's nodes, pools, quotas, pool prices,
-Unix identities and what-if scenarios."""
+"""Forms of the scheduler's pages: a new request, and the operator's nodes, pools, quotas, Unix identities
+and what-if scenarios."""
 
 import datetime as dt
 import re
@@ -252,21 +252,6 @@ class QuotaForm(ServiceErrorsMixin, forms.Form):
     pool = forms.ModelChoiceField(queryset=Pool.objects.all())
     guaranteed_milli = forms.IntegerField(
         label="Guaranteed (milli-GPU)", help_text="1000 = one GPU; 0 removes the guarantee."
-    )
-
-
-class PoolPriceForm(ServiceErrorsMixin, forms.Form):
-    """Operators price a pool per whole GPU-hour in USD; set_pool_price checks the value and audits it."""
-
-    pool = forms.ModelChoiceField(queryset=Pool.objects.all())
-    usd_per_gpu_hour = forms.DecimalField(
-        label="USD per GPU-hour", help_text="One whole card for an hour; at most 6 decimal places."
-    )
-    effective_from = UtcDateTimeField(
-        required=False, label="Starts (UTC)", help_text="Empty: now. Never in the past."
-    )
-    source = forms.CharField(
-        max_length=500, required=False, help_text="Where the number comes from; empty: “set by you”."
     )
 
 

@@ -12,7 +12,7 @@ from gpu_portal_sdk.node import NodeClient
 from agent.isolation import Isolation
 from agent.node_agent import NodeAgent
 from agent.nvml import load_nvml
-from scheduler_app.demo.agents import simulated_cards
+from demo.agents import simulated_cards
 from scheduler_app.services.inventory import issue_agent_credential
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import submit_request

@@ -1,4 +1,4 @@
-"""Fixtures shared by the whole suite: three named users, a small cluster, and the
+"""Fixtures shared by the whole suite: three named users, a small cluster, public price files, and the
 guard that makes the service-backed pass fail rather than skip."""
 
 import asyncio
@@ -15,6 +15,11 @@ from teams.choices import Role
 from teams.models import Membership, Team
 
 pytest_plugins = ["tests.agent_fixtures"]
+
+PRICE_FILE_HEADER = (
+    "cloud,region,zone,instance_type,gpu_model,gpu_count,vcpus,memory_gib,"
+    "ondemand_usd_per_hour,spot_usd_per_hour,ondemand_usd_per_gpu_hour,spot_usd_per_gpu_hour"
+)
 
 REQUIRE_SERVICES = os.environ.get("PORTAL_REQUIRE_SERVICES") == "1"
 
@@ -194,3 +199,21 @@ def api_client():
         return client
 
     return make
+
+
+@pytest.fixture
+def price_file(tmp_path):
+    """price_file(rows) -> path of a public price file in tmp_path, in the real file's format; each row is
+    (gpu_model, on-demand per GPU-h, spot per GPU-h), "" for a price the cloud does not publish."""
+
+    def write(rows, name="prices.csv", header=PRICE_FILE_HEADER):
+        lines = [header]
+        for index, (model, on_demand, spot) in enumerate(rows):
+            lines.append(
+                f'aws,"Region {index}, US",z{index},p4de.24xlarge,{model},1,96,1152,,,{on_demand},{spot}'
+            )
+        path = tmp_path / name
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return path
+
+    return write

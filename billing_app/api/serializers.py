@@ -1,4 +1,5 @@
-"""API shapes of the price catalog. Money is a decimal string in USD (never a JSON number)."""
+"""API shapes of the price catalog, and of a request's estimate with its prices. Money is a decimal string
+in USD (never a JSON number)."""
 
 from decimal import Decimal
 
@@ -18,6 +19,7 @@ from infra.api.fields import (
     StrictSlugField,
 )
 from infra.echo import echoed
+from scheduler_app.api.serializers import SubmitSerializer
 from scheduler_app.choices import BillingMode, CapacityType, TaskType
 from scheduler_app.constants import MAX_GPUS_PER_REQUEST, MILLI_PER_GPU
 from scheduler_app.models import Pool
@@ -379,3 +381,47 @@ class SpotFeedSerializer(serializers.Serializer):
     )
     replay_speedup = StrictIntegerField(required=False, min_value=1, help_text="Recorded seconds per second.")
     note = serializers.CharField(read_only=True)
+
+
+class EstimateRequestSerializer(SubmitSerializer):
+    """A submit's fields for an estimate; the name may be left out (it does not change where work runs)."""
+
+    name = StrictCharField(required=False, allow_blank=True, max_length=100)
+
+
+class EstimateSerializer(serializers.Serializer):
+    """What the next scheduling pass would do with the request, judged on the cluster as of `as_of`."""
+
+    starts_now = serializers.BooleanField()
+    where = serializers.CharField(help_text="node/gpuN, ... when it would start now.")
+    estimated_start_at = serializers.DateTimeField(allow_null=True)
+    reason = serializers.CharField(help_text="Why it would wait, as the pass would store it.")
+    pool = serializers.CharField(
+        help_text="The pool it would start in, now or at its reservation; empty if unknown."
+    )
+    as_of = serializers.DateTimeField(help_text="The time (UTC) of the cluster state the estimate used.")
+    summary = serializers.CharField(help_text="The estimate in one sentence, as the request form shows it.")
+    budget_warning = serializers.CharField(
+        help_text="Set when the request could exceed what is left of the team's (or your) budget this month "
+        "over its max duration; empty otherwise."
+    )
+    price = HourlyPriceSerializer(
+        source="prices.placed",
+        allow_null=True,
+        help_text="USD per hour in `pool`; null if unknown or unpriced.",
+    )
+    prices = HourlyPricesSerializer(
+        source="prices.compared",
+        help_text="On-demand against spot on the GPU model of `pool` (or the only model allowed).",
+    )
+    prices_by_model = HourlyPricesSerializer(
+        source="prices.by_model", many=True, help_text="On-demand against spot for each GPU model allowed."
+    )
+    price_lines = serializers.ListField(
+        child=serializers.CharField(), help_text="The prices in words, one line each, as the form shows them."
+    )
+    quote = QuoteSerializer(
+        allow_null=True,
+        help_text="On-demand against spot on the compared model: totals over the max duration and the "
+        "effective spot cost with expected reclaims; null when no model is known.",
+    )

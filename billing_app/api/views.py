@@ -1,6 +1,7 @@
 """The price catalog over REST: anyone signed in reads the prices in force, their history and quotes;
-operators set a pool's price and upload price files. Members ask which share to take (recommend),
-accept resizes offered to their running work, and read their teams' statements and budgets."""
+operators set a pool's price and upload price files. Members ask where a request would run and what it
+would cost (estimate) and which share to take (recommend), accept resizes offered to their running work,
+and read their teams' statements and budgets."""
 
 import datetime as dt
 
@@ -18,6 +19,8 @@ from rest_framework.views import APIView
 from billing_app.api.permissions import MaySetPrices
 from billing_app.api.serializers import (
     BudgetViewSerializer,
+    EstimateRequestSerializer,
+    EstimateSerializer,
     PoolPriceSerializer,
     PriceHistoryQuerySerializer,
     PriceHistorySerializer,
@@ -51,6 +54,7 @@ from billing_app.switching import switch_billing_mode
 from infra.api.idempotency import idempotent
 from infra.echo import echoed
 from scheduler_app.models import Pool
+from scheduler_app.passes.estimates import estimate_request
 from scheduler_app.selectors import requests_visible_to
 from teams.api.permissions import IsOperator
 from teams.models import Team
@@ -134,6 +138,26 @@ class PoolPriceView(APIView):
         pool = get_object_or_404(Pool, name=name)
         price = set_pool_price(pool, actor=request.user, **form.validated_data)
         return Response(PoolPriceSerializer(price).data)
+
+
+class EstimateView(APIView):
+    """Where the next scheduling pass would put the request, or when it would start; nothing is
+    submitted. The name is optional here."""
+
+    @extend_schema(request=EstimateRequestSerializer, responses=EstimateSerializer)
+    def post(self, request):
+        form = EstimateRequestSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        fields = dict(form.validated_data)
+        if not fields.get("name", "").strip():
+            fields.pop("name", None)
+        estimate = estimate_request(
+            user=request.user,
+            team=team_for_submit(request.user, fields.pop("team", "")),
+            pool_name=fields.pop("pool"),
+            **fields,
+        )
+        return Response(EstimateSerializer(estimate).data)
 
 
 class RecommendView(APIView):

@@ -5,6 +5,7 @@ from rest_framework.routers import SimpleRouter
 from audit.api.views import NoticeViewSet
 from billing_app.api.views import (
     BudgetView,
+    EstimateView,
     OperatorStatementsView,
     PoolPriceView,
     PriceHistoryView,
@@ -64,6 +65,7 @@ router.register("notices", NoticeViewSet, basename="notice")
 router.register("resize-offers", ResizeOfferViewSet, basename="resize-offer")
 
 urlpatterns = [
+    path("requests/estimate/", EstimateView.as_view(), name="request-estimate"),
     path("requests/recommend/", RecommendView.as_view(), name="request-recommend"),
     *router.urls,
     path("cluster/", ClusterView.as_view(), name="cluster"),

@@ -1,5 +1,5 @@
-"""API shapes for requests, allocations, events, estimates and the cluster. Serializers only check
-types and ranges; the services decide what is allowed."""
+"""API shapes for requests, allocations, events and the cluster (a request's estimate, with its prices, is
+billing's: billing_app.api). Serializers only check types and ranges; the services decide what is allowed."""
 
 import copy
 import datetime as dt
@@ -10,7 +10,6 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from audit.models import Event
-from billing_app.api.serializers import HourlyPriceSerializer, HourlyPricesSerializer, QuoteSerializer
 from infra.api.fields import (
     AwareDateTimeField,
     StrictBooleanField,
@@ -254,50 +253,6 @@ class SubmitSerializer(FieldsBuiltOnce, serializers.Serializer):
         default="",
         max_length=200,
         help_text="Groups runs of one workload for the share recommendation; empty: the command.",
-    )
-
-
-class EstimateRequestSerializer(SubmitSerializer):
-    """A submit's fields for an estimate; the name may be left out (it does not change where work runs)."""
-
-    name = StrictCharField(required=False, allow_blank=True, max_length=100)
-
-
-class EstimateSerializer(serializers.Serializer):
-    """What the next scheduling pass would do with the request, judged on the cluster as of `as_of`."""
-
-    starts_now = serializers.BooleanField()
-    where = serializers.CharField(help_text="node/gpuN, ... when it would start now.")
-    estimated_start_at = serializers.DateTimeField(allow_null=True)
-    reason = serializers.CharField(help_text="Why it would wait, as the pass would store it.")
-    pool = serializers.CharField(
-        help_text="The pool it would start in, now or at its reservation; empty if unknown."
-    )
-    as_of = serializers.DateTimeField(help_text="The time (UTC) of the cluster state the estimate used.")
-    summary = serializers.CharField(help_text="The estimate in one sentence, as the request form shows it.")
-    budget_warning = serializers.CharField(
-        help_text="Set when the request could exceed what is left of the team's (or your) budget this month "
-        "over its max duration; empty otherwise."
-    )
-    price = HourlyPriceSerializer(
-        source="prices.placed",
-        allow_null=True,
-        help_text="USD per hour in `pool`; null if unknown or unpriced.",
-    )
-    prices = HourlyPricesSerializer(
-        source="prices.compared",
-        help_text="On-demand against spot on the GPU model of `pool` (or the only model allowed).",
-    )
-    prices_by_model = HourlyPricesSerializer(
-        source="prices.by_model", many=True, help_text="On-demand against spot for each GPU model allowed."
-    )
-    price_lines = serializers.ListField(
-        child=serializers.CharField(), help_text="The prices in words, one line each, as the form shows them."
-    )
-    quote = QuoteSerializer(
-        allow_null=True,
-        help_text="On-demand against spot on the compared model: totals over the max duration and the "
-        "effective spot cost with expected reclaims; null when no model is known.",
     )
 
 

@@ -1,5 +1,5 @@
-"""Requests, estimates and the cluster over REST: parse, authorize, call one service,
-serialize."""
+"""Requests and the cluster over REST: parse, authorize, call one service, serialize. A request's estimate,
+which prices it, is billing's (billing_app.api.views.EstimateView)."""
 
 from django.db import transaction
 from django.db.models import Prefetch, prefetch_related_objects
@@ -18,8 +18,6 @@ from scheduler_app.api.agent_serializers import LogQuerySerializer, LogTailSeria
 from scheduler_app.api.serializers import (
     AuditEventSerializer,
     ClusterSerializer,
-    EstimateRequestSerializer,
-    EstimateSerializer,
     GpuRequestDetailSerializer,
     GpuRequestSerializer,
     MigLayoutSerializer,
@@ -35,7 +33,6 @@ from scheduler_app.api.serializers import (
 from scheduler_app.choices import NodeStatus
 from scheduler_app.filters import AuditEventFilter, ClusterNodeFilter, GpuRequestFilter
 from scheduler_app.models import Allocation, GpuRequest, Node, Pool
-from scheduler_app.passes.estimates import estimate_request
 from scheduler_app.selectors import (
     audit_events,
     cluster_picture,
@@ -108,22 +105,6 @@ class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
             released = release_request(self._target(), user=request.user, locked=True)
         return self._answer(released)
 
-    @extend_schema(request=EstimateRequestSerializer, responses=EstimateSerializer)
-    @action(detail=False, methods=["post"])
-    def estimate(self, request):
-        """Where the next scheduling pass would put the request, or when it would start; nothing is
-        submitted. The name is optional here."""
-        fields = _submitted(request, EstimateRequestSerializer)
-        if not fields.get("name", "").strip():
-            fields.pop("name", None)
-        estimate = estimate_request(
-            user=request.user,
-            team=team_for_submit(request.user, fields.pop("team")),
-            pool_name=fields.pop("pool"),
-            **fields,
-        )
-        return Response(EstimateSerializer(estimate).data)
-
     @extend_schema(
         responses=LogTailSerializer,
         parameters=[OpenApiParameter("after", int, description="Character offset already read (default 0).")],
@@ -158,8 +139,8 @@ class GpuRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
         return Response(self.get_serializer(gpu_request).data)
 
 
-def _submitted(request, shape=SubmitSerializer) -> dict:
-    serializer = shape(data=request.data)
+def _submitted(request) -> dict:
+    serializer = SubmitSerializer(data=request.data)
     serializer.is_valid(raise_exception=True)
     fields = dict(serializer.validated_data)
     fields.setdefault("team", "")

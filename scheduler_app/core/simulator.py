@@ -3,7 +3,7 @@
 preemptions that checkpoint, lose the work since the last checkpoint, and requeue).
 
 What the queueing benchmark (bench.queueing), the operators' what-if (scheduler_app.whatif.replay) and the
-demo's week of history (scheduler_app.demo.history) run. Pure: no ORM, no clock, no I/O.
+demo's week of history (demo.history) run. Pure: no ORM, no clock, no I/O.
 Units: milli-GPU, seconds on the caller's epoch.
 """
 

@@ -4,7 +4,6 @@ lifecycle rules: {% if r|can_cancel:user %}; and a team's quota use as a section
 
 from django import template
 
-from billing_app import permissions as billing_permissions
 from scheduler_app import permissions
 from scheduler_app.selectors import quota_usage
 
@@ -19,11 +18,6 @@ def can_cancel(request, user) -> bool:
 @register.filter
 def can_release(request, user) -> bool:
     return permissions.can_release(user, request)
-
-
-@register.filter
-def can_accept_resize(offer, user) -> bool:
-    return billing_permissions.can_accept_resize(user, offer)
 
 
 @register.inclusion_tag("portal/teams/_quota.html")

@@ -1,5 +1,6 @@
-"""Operator pages (staff only): drain and reclaim nodes, edit and price pools, set quotas, map teams and
-users to Unix accounts, replay the history under a what-if; each change is audited by its service."""
+"""Operator pages (staff only): drain and reclaim nodes, edit pools, set quotas, map teams and users to Unix
+accounts, replay the history under a what-if; each change is audited by its service. The pools page, with
+the price of each, is billing's (billing_app.views.pool_prices)."""
 
 import datetime as dt
 from functools import wraps
@@ -14,14 +15,11 @@ from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_POST
 
-from billing_app.selectors import prices_in_force
-from billing_app.services import set_pool_price
 from scheduler_app.filters import AuditEventFilter
 from scheduler_app.forms import (
     MigLayoutForm,
     NodeStatusForm,
     PoolForm,
-    PoolPriceForm,
     QuotaForm,
     ReclaimForm,
     TeamUnixAccountForm,
@@ -177,27 +175,6 @@ def node_credential(request, pk):
     )
     add_never_cache_headers(response)
     return response
-
-
-@staff_required
-def pool_index(request):
-    """The pools with the price in force of each; the side form prices a pool (from now or later)."""
-    form = PoolPriceForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        try:
-            price = set_pool_price(actor=request.user, **form.cleaned_data)
-        except ValidationError as error:
-            form.add_service_errors(error)
-        else:
-            when = f"{price.effective_from:%Y-%m-%d %H:%M} UTC"
-            messages.success(
-                request, f"{price.pool.name} costs {price.usd_per_gpu_hour} USD/GPU-h from {when}."
-            )
-            return redirect("operator_pools")
-    in_force = {price.pool_id: price for price in prices_in_force()}
-    pools = [(pool, in_force.get(pool.pk)) for pool in Pool.objects.all()]
-    status = 400 if form.errors else 200
-    return render(request, "portal/operator/pools.html", {"pools": pools, "form": form}, status=status)
 
 
 @staff_required

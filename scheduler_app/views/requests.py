@@ -1,25 +1,19 @@
-"""Request a GPU (the form asks the API for its estimate), list and follow requests, cancel or release."""
+"""Request a GPU (the form asks the API for its estimate), list and follow requests, cancel or release.
+What these pages show of billing (the form's prices, the segments' costs, a resize offer) is billing's:
+its template tags (billing_tags) and its views (billing_app.views)."""
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from billing_app.metering import segment_costs_usd
-from billing_app.resizing import accept_resize, open_resize_offer
-from billing_app.selectors import price_per_hour
 from scheduler_app.choices import RequestState
-from scheduler_app.core.shares import Share
 from scheduler_app.filters import GpuRequestFilter
 from scheduler_app.forms import RequestForm
 from scheduler_app.live.streams import stream_paths
-from scheduler_app.models import Pool
-from scheduler_app.passes.estimates import price_lines
 from scheduler_app.rules.lifecycle import IllegalTransition
 from scheduler_app.selectors import (
     fold_checkpoints,
@@ -48,33 +42,11 @@ def request_new(request):
             return redirect("request_detail", pk=gpu_request.pk)
     context = {
         "form": form,
-        "price_lines": _form_price_lines(form),
         "command_given": bool((form["command"].value() or "").strip()),
         # The script estimates through the API, which names teams by slug.
         "team_slugs": {str(t.pk): t.slug for t in form.fields["team"].queryset},
     }
     return render(request, "portal/requests/new.html", context)
-
-
-@login_required
-def request_new_prices(request):
-    """The price block's lines for the share, pool and model in the query, as the form would show them
-    before any estimate: the form asks for them when its estimate is refused (say, spot without a
-    checkpoint interval yet), so the price still follows the share chosen."""
-    form = RequestForm(request.GET, user=request.user)
-    form.is_valid()  # the share, pool and model may be clean while the fields not sent are not
-    return JsonResponse({"price_lines": _form_price_lines(form)})
-
-
-def _form_price_lines(form: RequestForm) -> list[str]:
-    """The price block before any script runs: the chosen share (or the form's initial one) per hour,
-    on-demand against spot per GPU model (where it would run is the estimate's to say)."""
-    data = getattr(form, "cleaned_data", {}) if form.is_bound else {}
-    share = data.get("share") or Share.parse(form.fields["share"].initial)
-    pool = Pool.objects.filter(name=data["pool"]).first() if data.get("pool") else None
-    model = data.get("gpu_model") or None
-    prices = price_per_hour(share.gpu_milli, share.num_gpus, gpu_model=model, pool=pool)
-    return price_lines(prices, share.label)
 
 
 @login_required
@@ -98,15 +70,12 @@ def _visible_request(request, pk):
 def request_detail(request, pk):
     gpu_request, events = _request_and_timeline(request, pk)
     segments = list(request_segments(gpu_request))
-    for segment, cost in zip(segments, segment_costs_usd(segments, timezone.now()), strict=True):
-        segment.cost_usd = cost
     context = {
         "r": gpu_request,
         "timeline": fold_checkpoints(events),
         "segments": segments,
         "streams": stream_paths(request.user, gpu_request.team),
         "allocation_labels": {str(s.pk): str(s.gpu) for s in segments},
-        "resize": open_resize_offer(gpu_request),
         "max_checkpoint_min": settings.SPOT_MAX_CHECKPOINT_INTERVAL_S // 60,
     }
     return render(request, "portal/requests/detail.html", context)
@@ -135,20 +104,6 @@ def request_cancel(request, pk):
         messages.error(request, f"Not cancelled: {_say(refusal)}")
     else:
         messages.success(request, f"{gpu_request.name} cancelled.")
-    return redirect("request_detail", pk=pk)
-
-
-@login_required
-@require_POST
-def request_resize_accept(request, pk, offer_pk):
-    gpu_request = _visible_request(request, pk)
-    offer = get_object_or_404(gpu_request.resize_offers, pk=offer_pk)
-    try:
-        accept_resize(offer, user=request.user)
-    except REFUSALS as refusal:
-        messages.error(request, f"Not accepted: {_say(refusal)}")
-    else:
-        messages.success(request, "Resize accepted: the scheduler applies it at the job's next checkpoint.")
     return redirect("request_detail", pk=pk)
 
 

@@ -8,7 +8,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from scheduler_app.demo.seed import DEMO_PASSWORD
+from demo.seed import DEMO_PASSWORD
 from tests.e2e.conftest import log_in_at
 from tests.embedded_portal import embedded_portal
 

@@ -2,7 +2,7 @@ import pytest
 from django.urls import reverse
 
 from audit.models import Event
-from scheduler_app.demo.seed import seed_demo
+from demo.seed import seed_demo
 from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, Pool, TeamQuota
 from teams.models import Membership, Team
 

@@ -29,8 +29,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from demo.seed import seed_demo
 from infra.api.throttling import FixedWindowThrottle
-from scheduler_app.demo.seed import seed_demo
 from scheduler_app.models import GpuRequest, Node
 from scheduler_app.services.inventory import issue_agent_credential
 from tests.portal.fuzz_strategies import extreme_date_times, extreme_dates, spiked

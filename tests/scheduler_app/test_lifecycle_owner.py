@@ -10,8 +10,8 @@ from django.db import IntegrityError, connection, connections, transaction
 from django.db.models import F
 from django.urls import reverse
 
+from demo.seed import seed_demo
 from scheduler_app.choices import BillingMode, RequestState
-from scheduler_app.demo.seed import seed_demo
 from scheduler_app.models import Allocation, GpuRequest
 from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.rules.invariants import violations

@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-APPS = ["portal", "teams", "audit", "scheduler_app", "billing_app"]
+APPS = ["portal", "teams", "audit", "scheduler_app", "billing_app", "demo"]
 OWNER = ROOT / "scheduler_app" / "services" / "segments.py"
 WRITES = {"update", "bulk_create", "bulk_update", "create", "get_or_create", "update_or_create", "delete"}
 

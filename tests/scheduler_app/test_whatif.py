@@ -9,9 +9,9 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from billing_app.models import PoolPrice
+from demo.seed import seed_demo
 from scheduler_app import tasks
 from scheduler_app.choices import CapacityType, WhatIfStatus
-from scheduler_app.demo.seed import seed_demo
 from scheduler_app.models import WhatIfRun
 from scheduler_app.passes import dispatch
 from scheduler_app.services.inventory import create_pool

@@ -12,7 +12,7 @@ from audit.models import Event
 from billing_app.budgets import budget_warning, check_budgets
 from billing_app.metering import meter_usage, segment_costs_usd
 from billing_app.models import Budget
-from scheduler_app.demo.seed import seed_demo
+from demo.seed import seed_demo
 from scheduler_app.models import Allocation
 from teams.models import Team
 

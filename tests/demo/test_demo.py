@@ -9,9 +9,9 @@ from django.utils import timezone
 from audit.models import Event
 from billing_app.invariants import billing_errors
 from billing_app.metering import meter_usage
+from demo import history as demo_history
+from demo.seed import seed_demo
 from scheduler_app.choices import RequestState
-from scheduler_app.demo import history as demo_history
-from scheduler_app.demo.seed import seed_demo
 from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, Pool
 from scheduler_app.rules.invariants import over_committed_at_some_moment, violations
 from teams.models import Team
@@ -47,7 +47,7 @@ def test_seed_demo_is_idempotent(db):
 
 def test_demo_passwords_log_in(db, client):
     seed_demo()
-    from scheduler_app.demo.seed import DEMO_PASSWORD
+    from demo.seed import DEMO_PASSWORD
 
     assert client.login(username="alice", password=DEMO_PASSWORD)
 

@@ -9,7 +9,7 @@ from audit.models import Event
 from billing_app.models import PoolPrice
 from billing_app.selectors import price_in_force
 from billing_app.services import set_pool_price
-from scheduler_app.demo.seed import seed_demo
+from demo.seed import seed_demo
 from scheduler_app.models import Pool
 
 pytestmark = pytest.mark.django_db

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from scheduler_app.demo.seed import DEMO_PASSWORD, seed_demo
+from demo.seed import DEMO_PASSWORD, seed_demo
 
 
 class Command(BaseCommand):

@@ -22,8 +22,8 @@ from billing_app.metering import segment_costs_usd
 from billing_app.models import Budget, FeedKind
 from billing_app.public_prices import PriceFileError, read_public_prices
 from billing_app.services import default_public_prices_path, price_pools_from_public
+from demo.history import history_missing, plan_history
 from scheduler_app.choices import BillingMode, CapacityType, RequestState, TaskType
-from scheduler_app.demo.history import history_missing, plan_history
 from scheduler_app.models import Allocation, GpuRequest, Node, Pool, TeamQuota
 from scheduler_app.services.history import record_past_requests
 from scheduler_app.services.inventory import create_pool, register_node

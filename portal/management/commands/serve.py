@@ -24,7 +24,7 @@ class Command(BaseCommand):
     def handle(self, *args, host, port, simulated_agents, **options):
         agents, daphne = None, ["-b", host, "-p", str(port)]
         if simulated_agents:
-            from scheduler_app.demo.agents import SimulatedAgents
+            from demo.agents import SimulatedAgents
 
             agents = SimulatedAgents(f"http://127.0.0.1:{port}")
             agents.start()
