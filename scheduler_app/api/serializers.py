@@ -416,6 +416,16 @@ def _flat(detail, prefix: str = "") -> dict:
     return {prefix or "non_field_errors": detail}
 
 
+class FlatErrors:
+    """Errors of nested items named by place: `gpus[1].uuid`."""
+
+    def to_internal_value(self, data):
+        try:
+            return super().to_internal_value(data)
+        except serializers.ValidationError as error:
+            raise serializers.ValidationError(_flat(error.detail)) from None
+
+
 class SetQuotaSerializer(serializers.Serializer):
     guaranteed_milli = StrictIntegerField(
         min_value=0, max_value=2**31 - 1, help_text="0 removes the guarantee."
