@@ -85,12 +85,7 @@ class AllocationSerializer(serializers.ModelSerializer):
             "gpu_uuid",
             "node_status",
             "node_last_heartbeat_at",
-            "milli",
-            "gpu_memory_mib",
-            "billing_mode",
-            "borrowed",
-            "started_at",
-            "ended_at",
+            *Allocation.SEGMENT_FIELDS,
         ]
 
 
