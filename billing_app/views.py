@@ -26,9 +26,9 @@ from billing_app.selectors import price_histories
 from billing_app.spot_feeds import PriceUploadError
 from billing_app.switching import switch_billing_mode
 from scheduler_app.live.streams import stream_paths
-from scheduler_app.views.requests import REFUSALS, _say, _visible_request
+from scheduler_app.views.requests import _visible_request, told
 from teams.permissions import can_manage_team
-from teams.selectors import teams_visible_to
+from teams.selectors import sole_team, teams_visible_to
 from teams.views import _visible_team
 
 
@@ -63,8 +63,8 @@ def budget_index(request):
     """Each team's spend this month against its budget (operators: every team's); a member of one team
     goes straight to its budget page."""
     teams = list(teams_visible_to(request.user))
-    if len(teams) == 1 and not request.user.is_staff:
-        return redirect("team_budget", slug=teams[0].slug)
+    if team := sole_team(request.user, teams):
+        return redirect("team_budget", slug=team.slug)
     return render(request, "portal/teams/budgets.html", {"spend": team_spend_at_a_glance(teams)})
 
 
@@ -110,14 +110,9 @@ def request_billing(request, pk):
         problems = (f"{form[name].label}: {' '.join(errors)}" for name, errors in form.errors.items())
         messages.error(request, f"Billing not switched: {' '.join(problems)}")
         return redirect("request_detail", pk=pk)
-    try:
+    done = f"{gpu_request.name} is billed {form.cleaned_data['billing_mode']} from now."
+    with told(request, refused="Billing not switched", done=done):
         switch_billing_mode(gpu_request, user=request.user, **form.service_kwargs())
-    except REFUSALS as refusal:
-        messages.error(request, f"Billing not switched: {_say(refusal)}")
-    else:
-        messages.success(
-            request, f"{gpu_request.name} is billed {form.cleaned_data['billing_mode']} from now."
-        )
     return redirect("request_detail", pk=pk)
 
 

@@ -1,5 +1,7 @@
 """Request a GPU (the form asks the API for its estimate), list and follow requests, cancel or release."""
 
+from contextlib import contextmanager
+
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -129,12 +131,8 @@ def _request_and_timeline(request, pk, tries: int = 3):
 @require_POST
 def request_cancel(request, pk):
     gpu_request = _visible_request(request, pk)
-    try:
+    with told(request, refused="Not cancelled", done=f"{gpu_request.name} cancelled."):
         cancel_request(gpu_request, user=request.user)
-    except REFUSALS as refusal:
-        messages.error(request, f"Not cancelled: {_say(refusal)}")
-    else:
-        messages.success(request, f"{gpu_request.name} cancelled.")
     return redirect("request_detail", pk=pk)
 
 
@@ -143,12 +141,9 @@ def request_cancel(request, pk):
 def request_resize_accept(request, pk, offer_pk):
     gpu_request = _visible_request(request, pk)
     offer = get_object_or_404(gpu_request.resize_offers, pk=offer_pk)
-    try:
+    done = "Resize accepted: the scheduler applies it at the job's next checkpoint."
+    with told(request, refused="Not accepted", done=done):
         accept_resize(offer, user=request.user)
-    except REFUSALS as refusal:
-        messages.error(request, f"Not accepted: {_say(refusal)}")
-    else:
-        messages.success(request, "Resize accepted: the scheduler applies it at the job's next checkpoint.")
     return redirect("request_detail", pk=pk)
 
 
@@ -156,14 +151,19 @@ def request_resize_accept(request, pk, offer_pk):
 @require_POST
 def request_release(request, pk):
     gpu_request = _visible_request(request, pk)
-    try:
+    with told(request, refused="Not released", done=f"{gpu_request.name} released; its GPUs are free again."):
         release_request(gpu_request, user=request.user)
-    except REFUSALS as refusal:
-        messages.error(request, f"Not released: {_say(refusal)}")
-    else:
-        messages.success(request, f"{gpu_request.name} released; its GPUs are free again.")
     return redirect("request_detail", pk=pk)
 
 
-def _say(refusal: Exception) -> str:
-    return " ".join(refusal.messages) if isinstance(refusal, ValidationError) else str(refusal)
+@contextmanager
+def told(request, *, refused: str, done: str):
+    """Say on the next page how the action in the block went: `done`, or `refused` and why when a
+    service refused it (one of REFUSALS; anything else propagates)."""
+    try:
+        yield
+    except REFUSALS as refusal:
+        why = " ".join(refusal.messages) if isinstance(refusal, ValidationError) else str(refusal)
+        messages.error(request, f"{refused}: {why}")
+    else:
+        messages.success(request, done)
