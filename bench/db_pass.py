@@ -24,7 +24,7 @@ import random
 import statistics
 import time
 
-from bench.scratch_db import empty_the_cluster, migrated_django
+from bench.scratch_db import bench_user_in_teams, bulk_a100_nodes, empty_the_cluster, migrated_django
 
 GPUS_PER_NODE = 8
 TARGET_S = {1000: 1.0, 8000: 5.0}
@@ -88,29 +88,17 @@ def main() -> None:
 
 def _reset_and_seed(rng: random.Random, size: int, backlog: float):
     """N/8 idle nodes of 8 A100s and N * backlog pending requests of trace shapes, in bulk."""
-    from django.contrib.auth import get_user_model
     from django.utils import timezone
 
     from bench.trace import load_pods
     from scheduler_app.choices import CapacityType
-    from scheduler_app.models import Gpu, GpuRequest, Node, Pool
+    from scheduler_app.models import GpuRequest, Pool
     from scheduler_app.services.requests import validated_request
-    from teams.models import Membership, Team
 
     empty_the_cluster()
     pool = Pool.objects.create(name="a100", gpu_model="A100-80GB", capacity_type=CapacityType.ON_DEMAND)
-    nodes = Node.objects.bulk_create(
-        Node(name=f"bench-{n:04d}", pool=pool, cpu_milli=256_000, memory_mib=2_048_000)
-        for n in range(size // GPUS_PER_NODE)
-    )
-    Gpu.objects.bulk_create(
-        Gpu(node=node, index=i, uuid=f"GPU-{node.name}-{i}", model="A100-80GB", memory_mib=81920)
-        for node in nodes
-        for i in range(GPUS_PER_NODE)
-    )
-    teams = Team.objects.bulk_create(Team(name=f"team-{t}", slug=f"team-{t}") for t in range(4))
-    user = get_user_model().objects.create_user("bench")
-    Membership.objects.bulk_create(Membership(team=team, user=user) for team in teams)
+    bulk_a100_nodes([pool] * (size // GPUS_PER_NODE), GPUS_PER_NODE)
+    user, teams = bench_user_in_teams()
     shapes = [p for p in load_pods() if p.num_gpus]
     now = timezone.now()
     pending, count = [], round(size * backlog)

@@ -22,7 +22,7 @@ import random
 import statistics
 import time
 
-from bench.scratch_db import empty_the_cluster, migrated_django
+from bench.scratch_db import bench_user_in_teams, bulk_a100_nodes, empty_the_cluster, migrated_django
 
 NODES, GPUS_PER_NODE, PENDING = 1000, 8, 8000
 SHAPES = [(125, 1), (250, 1), (500, 1), (750, 1), (1000, 1), (1000, 2), (1000, 4), (1000, 8)]
@@ -90,46 +90,30 @@ def _mixed_fields(rng: random.Random, i: int) -> dict:
 
 def _reset_and_seed(rng: random.Random):
     """The cluster in bulk: cards nearly full of running work, then the pending queue."""
-    from django.contrib.auth import get_user_model
     from django.utils import timezone
 
     from scheduler_app.choices import CapacityType, RequestState
-    from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, PassRecord, Pool
-    from teams.models import Membership, Team
+    from scheduler_app.models import Allocation, GpuRequest, PassRecord, Pool
 
     empty_the_cluster()
     assert not PassRecord.objects.exists()
     on_demand = Pool.objects.create(name="a100", gpu_model="A100-80GB")
     spot = Pool.objects.create(name="a100-spot", gpu_model="A100-80GB", capacity_type=CapacityType.SPOT)
-    nodes = Node.objects.bulk_create(
-        Node(
-            name=f"bench-{n:04d}",
-            pool=spot if n % 4 == 3 else on_demand,
-            cpu_milli=256_000,
-            memory_mib=2_048_000,
-        )
-        for n in range(NODES)
-    )
-    gpus = Gpu.objects.bulk_create(
-        Gpu(node=node, index=i, uuid=f"GPU-{node.name}-{i}", model="A100-80GB", memory_mib=81920)
-        for node in nodes
-        for i in range(GPUS_PER_NODE)
-    )
-    teams = Team.objects.bulk_create(Team(name=f"team-{t}", slug=f"team-{t}") for t in range(4))
-    user = get_user_model().objects.create_user("bench")
-    Membership.objects.bulk_create(Membership(team=team, user=user) for team in teams)
+    gpus = bulk_a100_nodes([spot if n % 4 == 3 else on_demand for n in range(NODES)], GPUS_PER_NODE)
+    user, teams = bench_user_in_teams()
     now = timezone.now()
+
+    def request(i: int, **fields) -> GpuRequest:
+        return GpuRequest(team=teams[i % 4], user=user, cpu_milli=1000, memory_mib=4096, **fields)
+
     running, pieces = [], []
     for i, gpu in enumerate(gpus):
         milli = rng.choice([1000, 1000, 1000, 875, 750])  # nearly full: an eighth or a quarter left at most
         running.append(
-            GpuRequest(
-                team=teams[i % 4],
-                user=user,
+            request(
+                i,
                 name=f"running-{i}",
                 gpu_milli=milli,
-                cpu_milli=1000,
-                memory_mib=4096,
                 state=RequestState.RUNNING,
                 max_duration_s=rng.choice([3600, 4 * 3600, 12 * 3600]),
                 created_at=now - dt.timedelta(hours=1),
@@ -155,14 +139,11 @@ def _reset_and_seed(rng: random.Random):
     for i in range(PENDING):
         milli, count = rng.choice(SHAPES[2:])  # half cards and up: they wait for a card to free up
         pending.append(
-            GpuRequest(
-                team=teams[i % 4],
-                user=user,
+            request(
+                i,
                 name=f"pending-{i}",
                 gpu_milli=milli,
                 num_gpus=count,
-                cpu_milli=1000,
-                memory_mib=4096,
                 max_duration_s=rng.choice([600, 3600, 6 * 3600]),
                 created_at=now - dt.timedelta(seconds=PENDING - i),
             )

@@ -29,8 +29,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from bench import production
-from bench.load import Processes, _purge_broker, _wait_until_up
-from bench.scratch_db import drop_database, recreate_database
+from bench.load import Processes, _purge_broker
+from bench.scratch_db import card_readings, drop_database, recreate_database, register_a100_nodes
 
 ROOT = Path(__file__).resolve().parents[1]
 TEAMS, GPUS_PER_NODE = 5, 8
@@ -53,18 +53,7 @@ def main() -> int:
 
     logs = ROOT / "bench" / "results" / f"fanout-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-logs"
     logs.mkdir(parents=True, exist_ok=True)
-    env = {
-        "DJANGO_SETTINGS_MODULE": "portal.settings",
-        "DEBUG": "0",
-        "SECRET_KEY": "bench-fanout-" + os.urandom(16).hex(),
-        "ALLOWED_HOSTS": "127.0.0.1",
-        "SECURE_SSL_REDIRECT": "0",
-        "DATABASE_URL": args.database_url,
-        "REDIS_URL": args.redis_url,
-        "STATIC_ROOT": str(logs / "static"),
-        "LOG_LEVEL": "WARNING",
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-    }
+    env = production.portal_env("fanout", args.database_url, args.redis_url, logs)
     os.environ.update(env)
     recreate_database(args.database_url)
     try:
@@ -89,12 +78,8 @@ def _run(args, env: dict, logs: Path) -> int:
     connections.close_all()
     _purge_broker(args.redis_url)
     cache.clear()
-    port = production.free_port()
-    commands = production.portal_processes(port, logs)
     with Processes(env, logs) as processes:
-        for name, command in commands.items():
-            processes.start(name, command)
-        _wait_until_up(port)
+        port = processes.start_portal()
         # The agents in a process of their own: their inserts must not hold this process's GIL while the
         # clients read (that would count as delivery lag).
         stop = multiprocessing.get_context("fork").Event()
@@ -117,22 +102,12 @@ def _seed(clients: int, gpus: int) -> tuple[list[tuple[str, str]], list[int]]:
     from scheduler_app.choices import CapacityType
     from scheduler_app.models import Gpu
     from scheduler_app.passes.run import run_scheduling_pass
-    from scheduler_app.services.inventory import create_pool, register_node
+    from scheduler_app.services.inventory import create_pool
     from scheduler_app.services.requests import submit_request
     from teams.models import Membership, Team
 
     pool = create_pool(name="a100", gpu_model="A100-80GB", capacity_type=CapacityType.ON_DEMAND)
-    for n in range(gpus // GPUS_PER_NODE):
-        register_node(
-            pool=pool,
-            name=f"node-{n:03d}",
-            cpu_milli=256_000,
-            memory_mib=2_048_000,
-            gpus=[
-                {"uuid": f"GPU-{n:03d}-{i}", "model": "A100-80GB", "memory_mib": 81920}
-                for i in range(GPUS_PER_NODE)
-            ],
-        )
+    register_a100_nodes([pool], gpus // GPUS_PER_NODE, GPUS_PER_NODE)
     users = get_user_model()
     teams = [Team.objects.create(name=f"Team {i}", slug=f"team-{i}") for i in range(TEAMS)]
     operators = max(1, round(clients * OPERATOR_SHARE))
@@ -164,17 +139,7 @@ def _play_agents(cards: list[int], stop) -> None:
     rng = random.Random(7)
     while not stop.is_set():
         now = timezone.now()
-        GpuSample.objects.bulk_create(
-            GpuSample(
-                gpu_id=card,
-                sampled_at=now,
-                gpu_util_percent=rng.randrange(101),
-                memory_used_mib=rng.randrange(81920),
-                power_mw=250_000,
-                temperature_c=55,
-            )
-            for card in cards
-        )
+        GpuSample.objects.bulk_create(card_readings(cards, now, rng, power_mw=250_000, temperature_c=55))
         stop.wait(max(0.0, 1 - (timezone.now() - now).total_seconds()))
     connection.close()
 

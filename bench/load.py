@@ -61,7 +61,8 @@ def main() -> int:
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     logs = RESULTS / f"load-{stamp}-logs"
     logs.mkdir(parents=True, exist_ok=True)
-    env = _production_env(args, logs)
+    env = production.portal_env("load", args.database_url, args.redis_url, logs)
+    env["API_THROTTLE_RATE"] = THROTTLE_RATE
     os.environ.update(env)
     recreate_database(args.database_url)
     try:
@@ -89,19 +90,15 @@ def _run(args, env: dict, database: str, logs: Path, stamp: str) -> int:
     tokens = _seed()
     connections.close_all()
     _purge_broker(args.redis_url)
-    port = production.free_port()
-    commands = production.portal_processes(port, logs)
     with Processes(env, logs) as processes:
-        for name, command in commands.items():
-            processes.start(name, command)
-        _wait_until_up(port)
+        port = processes.start_portal()
         print(
             f"portal up on 127.0.0.1:{port}; API_THROTTLE_RATE={THROTTLE_RATE} (the bench measures the "
             f"portal, not the throttle); {args.clients} clients for {args.duration:.0f} s"
         )
         meter = CpuMeter(
             {
-                **{name: (lambda name=name: processes.cpu(name)) for name in commands},
+                **{name: (lambda name=name: processes.cpu(name)) for name in processes.commands},
                 "postgres": lambda: load_report.backend_cpu(database),
                 "client": lambda: {os.getpid(): cpu_seconds(os.getpid())},
             }
@@ -134,23 +131,6 @@ def _run(args, env: dict, database: str, logs: Path, stamp: str) -> int:
     path.write_text(json.dumps(result, indent=2) + "\n")
     _print_summary(result, path, logs)
     return 1 if counts else 0
-
-
-def _production_env(args, logs: Path) -> dict:
-    return {
-        "DJANGO_SETTINGS_MODULE": "portal.settings",
-        "DEBUG": "0",
-        "SECRET_KEY": "bench-load-" + os.urandom(16).hex(),
-        "ALLOWED_HOSTS": "127.0.0.1",
-        "SECURE_SSL_REDIRECT": "0",
-        "DATABASE_URL": args.database_url,
-        "REDIS_URL": args.redis_url,
-        "API_THROTTLE_RATE": THROTTLE_RATE,
-        "STATIC_ROOT": str(logs / "static"),
-        "LOG_LEVEL": "WARNING",
-        # the README's commands name `uvicorn` and `celery`: the ones of this Python
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-    }
 
 
 def _seed() -> list[tuple[str, str]]:
@@ -313,6 +293,15 @@ class Processes:
             self.running[name] = subprocess.Popen(
                 command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
+
+    def start_portal(self) -> int:
+        """Start the portal's processes (production.portal_processes) on a free loopback port; the port
+        once the portal answers there."""
+        port = production.free_port()
+        for name, command in production.portal_processes(port, self.logs).items():
+            self.start(name, command)
+        _wait_until_up(port)
+        return port
 
     def kill_and_restart(self, name: str) -> None:
         """SIGKILL the whole process group (main process and pool children), as a crashed host would."""

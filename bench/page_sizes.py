@@ -20,7 +20,7 @@ import random
 import statistics
 import time
 
-from bench.scratch_db import migrated_django, register_a100_nodes
+from bench.scratch_db import card_readings, migrated_django, register_a100_nodes
 
 GPUS_PER_NODE = 8
 POOLS = ("a100-od", "a100-spot", "h100-od", "l4-od")
@@ -159,18 +159,7 @@ def _seed(gpus: int, rng: random.Random) -> None:
         batch_size=5000,
     )
     GpuSample.objects.bulk_create(
-        [
-            GpuSample(
-                gpu_id=card,
-                sampled_at=now,
-                gpu_util_percent=rng.randrange(101),
-                memory_used_mib=rng.randrange(81920),
-                power_mw=300_000,
-                temperature_c=60,
-            )
-            for card in cards
-        ],
-        batch_size=5000,
+        card_readings(cards, now, rng, power_mw=300_000, temperature_c=60), batch_size=5000
     )
     tick()
 

@@ -5,9 +5,11 @@ The production-mode test and bench.load start exactly these commands, so the REA
 drift from what is tested; only the address changes (loopback and a free port).
 """
 
+import os
 import re
 import shlex
 import socket
+import sys
 from pathlib import Path
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -46,6 +48,24 @@ def portal_processes(port: int, logs: Path) -> dict[str, list[str]]:
         "web": command("ASGI server", port),
         "worker": command("Celery worker", port),
         "beat": [*command("Celery beat", port), "--schedule", str(logs / "celerybeat-schedule")],
+    }
+
+
+def portal_env(bench: str, database_url: str, redis_url: str, logs: Path) -> dict[str, str]:
+    """The environment a benchmark starts the portal's processes in: production settings (DEBUG off) on
+    loopback, its own database and Redis, static files with the run's logs."""
+    return {
+        "DJANGO_SETTINGS_MODULE": "portal.settings",
+        "DEBUG": "0",
+        "SECRET_KEY": f"bench-{bench}-" + os.urandom(16).hex(),
+        "ALLOWED_HOSTS": "127.0.0.1",
+        "SECURE_SSL_REDIRECT": "0",
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url,
+        "STATIC_ROOT": str(logs / "static"),
+        "LOG_LEVEL": "WARNING",
+        # the README's commands name `uvicorn` and `celery`: the ones of this Python
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
     }
 
 

@@ -41,9 +41,9 @@ from scheduler_app.live.streams import stream_paths
 from scheduler_app.models import Pool
 from scheduler_app.passes.estimates import price_lines
 from scheduler_app.views.operator import staff_required
-from scheduler_app.views.requests import REFUSALS, _say, _visible_request
+from scheduler_app.views.requests import _visible_request, told
 from teams.permissions import can_manage_team
-from teams.selectors import teams_visible_to
+from teams.selectors import sole_team, teams_visible_to
 from teams.views import _visible_team
 
 
@@ -78,8 +78,8 @@ def budget_index(request):
     """Each team's spend this month against its budget (operators: every team's); a member of one team
     goes straight to its budget page."""
     teams = list(teams_visible_to(request.user))
-    if len(teams) == 1 and not request.user.is_staff:
-        return redirect("team_budget", slug=teams[0].slug)
+    if team := sole_team(request.user, teams):
+        return redirect("team_budget", slug=team.slug)
     return render(request, "portal/teams/budgets.html", {"spend": team_spend_at_a_glance(teams)})
 
 
@@ -125,14 +125,9 @@ def request_billing(request, pk):
         problems = (f"{form[name].label}: {' '.join(errors)}" for name, errors in form.errors.items())
         messages.error(request, f"Billing not switched: {' '.join(problems)}")
         return redirect("request_detail", pk=pk)
-    try:
+    done = f"{gpu_request.name} is billed {form.cleaned_data['billing_mode']} from now."
+    with told(request, refused="Billing not switched", done=done):
         switch_billing_mode(gpu_request, user=request.user, **form.service_kwargs())
-    except REFUSALS as refusal:
-        messages.error(request, f"Billing not switched: {_say(refusal)}")
-    else:
-        messages.success(
-            request, f"{gpu_request.name} is billed {form.cleaned_data['billing_mode']} from now."
-        )
     return redirect("request_detail", pk=pk)
 
 
@@ -141,12 +136,9 @@ def request_billing(request, pk):
 def request_resize_accept(request, pk, offer_pk):
     gpu_request = _visible_request(request, pk)
     offer = get_object_or_404(gpu_request.resize_offers, pk=offer_pk)
-    try:
+    done = "Resize accepted: the scheduler applies it at the job's next checkpoint."
+    with told(request, refused="Not accepted", done=done):
         accept_resize(offer, user=request.user)
-    except REFUSALS as refusal:
-        messages.error(request, f"Not accepted: {_say(refusal)}")
-    else:
-        messages.success(request, "Resize accepted: the scheduler applies it at the job's next checkpoint.")
     return redirect("request_detail", pk=pk)
 
 

@@ -126,16 +126,7 @@ class GpuRequestAdmin(admin.ModelAdmin):
 
 @admin.register(Allocation)
 class AllocationAdmin(RecordAdmin):
-    list_display = [
-        "request",
-        "gpu",
-        "milli",
-        "gpu_memory_mib",
-        "billing_mode",
-        "borrowed",
-        "started_at",
-        "ended_at",
-    ]
+    list_display = ["request", "gpu", *Allocation.SEGMENT_FIELDS]
     list_filter = ["billing_mode", "borrowed", "gpu__node__pool", ("ended_at", admin.EmptyFieldListFilter)]
     search_fields = ["request__name", "gpu__uuid", "gpu__node__name"]
     list_select_related = ["request", "gpu__node"]

@@ -60,6 +60,12 @@ def teams_visible_to(user) -> QuerySet[Team]:
     return Team.objects.filter(memberships__user=user)
 
 
+def sole_team(user, teams: list[Team]) -> Team | None:
+    """The team of a member of just one (an index of teams opens its page at once); None for operators
+    and for members of several."""
+    return teams[0] if len(teams) == 1 and not user.is_staff else None
+
+
 def team_members(team: Team) -> QuerySet[Membership]:
     """The team's members with each one's own Unix account mapping, if any (job_unix_account)."""
     return team.memberships.select_related("user__unix_mapping").order_by("user__username")

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_POST
 
 from teams.forms import AddMemberForm, ApiTokenForm, RoleForm, TeamSecretForm
 from teams.permissions import can_manage_secrets, can_manage_team
-from teams.selectors import team_members, team_secrets, teams_visible_to
+from teams.selectors import sole_team, team_members, team_secrets, teams_visible_to
 from teams.services import (
     add_member,
     change_role,
@@ -51,8 +51,8 @@ def _render_team(request, team, add_form=None, secret_form=None, status=200):
 @login_required
 def team_index(request):
     teams = list(teams_visible_to(request.user))
-    if len(teams) == 1 and not request.user.is_staff:
-        return redirect("team_detail", slug=teams[0].slug)
+    if team := sole_team(request.user, teams):
+        return redirect("team_detail", slug=team.slug)
     return render(request, "portal/teams/index.html", {"teams": teams})
 
 

@@ -92,11 +92,10 @@ def _jitter(now):
     names = _names(jittery)
     for request_id, cards in jittery.items():
         worst = max(cards.values())
-        yield Finding(
-            kind=NoticeKind.UTIL_JITTER,
-            team_id=team_of[request_id],
-            key=f"util_jitter:request:{request_id}",
-            subject=GpuRequest(pk=request_id),
+        yield _on_request(
+            NoticeKind.UTIL_JITTER,
+            request_id,
+            team_of[request_id],
             text=(
                 f"{names[request_id]}: GPU utilization varies by {worst} % (standard deviation over "
                 f"{UTILIZATION_WINDOW_S // 60} min; steady work stays under {UTIL_STDDEV_TARGET_PERCENT} %). "
@@ -149,11 +148,10 @@ def _leaks(now):
     names = _names(leaking)
     for request_id, cards in leaking.items():
         worst = max(cards.values(), key=lambda card: card["growth_percent"])
-        yield Finding(
-            kind=NoticeKind.MEMORY_LEAK,
-            team_id=team_of[request_id],
-            key=f"memory_leak:request:{request_id}",
-            subject=GpuRequest(pk=request_id),
+        yield _on_request(
+            NoticeKind.MEMORY_LEAK,
+            request_id,
+            team_of[request_id],
             text=(
                 f"{names[request_id]}: GPU memory grew {worst['growth_percent']} % in "
                 f"{worst['over_hours']} h ({worst['from_mib']} → {worst['to_mib']} MiB), above the "
@@ -190,11 +188,10 @@ def _idle(now):
     for request_id, row in idle.items():
         release = row["request__team__release_idle_allocations"]
         then = " It is released under your team's policy." if release else " Release it if it is done."
-        yield Finding(
-            kind=NoticeKind.IDLE,
-            team_id=row["request__team_id"],
-            key=f"idle:request:{request_id}",
-            subject=GpuRequest(pk=request_id),
+        yield _on_request(
+            NoticeKind.IDLE,
+            request_id,
+            row["request__team_id"],
             text=(
                 f"{names[request_id]}: its GPUs have been under {IDLE_UTIL_PERCENT} % utilization "
                 f"for {idle_s // 60} min.{then}"
@@ -248,6 +245,18 @@ def _slow_networks(now):
                 ),
                 data={"node_id": row["node_id"], "mean_bytes_per_s": round(mean), "floor_bytes_per_s": floor},
             )
+
+
+def _on_request(kind: str, request_id: int, team_id: int, *, text: str, data: dict) -> Finding:
+    """A finding on a running request: one episode per kind and request, as long as the condition holds."""
+    return Finding(
+        kind=kind,
+        team_id=team_id,
+        key=f"{kind}:request:{request_id}",
+        subject=GpuRequest(pk=request_id),
+        text=text,
+        data=data,
+    )
 
 
 def _names(by_request: dict) -> dict[int, str]:

@@ -10,20 +10,10 @@ from infra.api.fields import (
     StrictChoiceField,
     StrictIntegerField,
 )
-from scheduler_app.api.serializers import _flat
+from scheduler_app.api.serializers import FlatErrors
 from scheduler_app.choices import CgroupVersion, IsolationMode
 from scheduler_app.constants import LOG_CHUNK_MAX_CHARS, MAX_GPUS_PER_NODE
 from scheduler_app.services.agents import MIG_MODES
-
-
-class FlatErrors:
-    """Errors of nested items named by place: `gpus[1].uuid`."""
-
-    def to_internal_value(self, data):
-        try:
-            return super().to_internal_value(data)
-        except serializers.ValidationError as error:
-            raise serializers.ValidationError(_flat(error.detail)) from None
 
 
 class CardSerializer(serializers.Serializer):

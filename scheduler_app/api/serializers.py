@@ -84,12 +84,7 @@ class AllocationSerializer(serializers.ModelSerializer):
             "gpu_uuid",
             "node_status",
             "node_last_heartbeat_at",
-            "milli",
-            "gpu_memory_mib",
-            "billing_mode",
-            "borrowed",
-            "started_at",
-            "ended_at",
+            *Allocation.SEGMENT_FIELDS,
         ]
 
 
@@ -369,6 +364,16 @@ def _flat(detail, prefix: str = "") -> dict:
                 out |= _flat(item, f"{prefix}[{index}]")
         return out
     return {prefix or "non_field_errors": detail}
+
+
+class FlatErrors:
+    """Errors of nested items named by place: `gpus[1].uuid`."""
+
+    def to_internal_value(self, data):
+        try:
+            return super().to_internal_value(data)
+        except serializers.ValidationError as error:
+            raise serializers.ValidationError(_flat(error.detail)) from None
 
 
 class SetQuotaSerializer(serializers.Serializer):

@@ -310,6 +310,9 @@ class Allocation(models.Model):
     started_at = models.DateTimeField(default=timezone.now)
     ended_at = models.DateTimeField(null=True, blank=True)
 
+    # The segment's own fields (not its card's or its request's), as the admin and the API list them.
+    SEGMENT_FIELDS = ("milli", "gpu_memory_mib", "billing_mode", "borrowed", "started_at", "ended_at")
+
     objects = AllocationQuerySet.as_manager()
 
     class Meta:

@@ -13,7 +13,7 @@ from scheduler_app.passes.dispatch import schedule_soon
 from scheduler_app.permissions import can_act_on, can_submit
 from scheduler_app.rules.billing import billing
 from scheduler_app.rules.lifecycle import AlreadyEnded, release_target
-from scheduler_app.services.transitions import move_locked
+from scheduler_app.services.transitions import transition_request
 from teams.environment import environment_problems
 from teams.models import Team
 from teams.permissions import require
@@ -94,7 +94,7 @@ def release_request(request: GpuRequest, *, user, locked: bool = False) -> GpuRe
             reason = "released before it started running: cancelled"
         else:
             reason = "released by user"
-        return move_locked(request, row, to_state, actor=user, reason=reason)
+        return transition_request(request, to_state, locked=row, actor=user, reason=reason)
 
 
 def cancel_request(
@@ -107,4 +107,4 @@ def cancel_request(
         row = request if locked else GpuRequest.objects.select_for_update().get(pk=request.pk)
         if row.is_terminal():
             raise AlreadyEnded(row.pk, row.state)
-        return move_locked(request, row, RequestState.CANCELLED, actor=user, reason=reason)
+        return transition_request(request, RequestState.CANCELLED, locked=row, actor=user, reason=reason)

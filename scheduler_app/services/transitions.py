@@ -3,6 +3,7 @@ also closes its slices, stamps it, writes the events and publishes the live upda
 
 import datetime as dt
 from collections.abc import Iterable
+from contextlib import nullcontext
 
 from django.db import transaction
 from django.utils import timezone
@@ -33,42 +34,29 @@ def transition_request(
     request: GpuRequest,
     to_state: str,
     *,
+    locked: GpuRequest | None = None,
     actor=None,
     reason: str = "",
     actor_name: str = "",
     data: dict | None = None,
 ) -> GpuRequest:
     """The one way a single request changes state; IllegalTransition (nothing written) if not allowed.
-    `data` goes on its event."""
-    with transaction.atomic():
-        locked = GpuRequest.objects.select_for_update().get(pk=request.pk)
-        return move_locked(
-            request, locked, to_state, actor=actor, reason=reason, actor_name=actor_name, data=data
+    `data` goes on its event. `locked`: the row of `request`, locked by the caller in the transaction it
+    has open (it chose `to_state` from the locked state), so the row is not read again."""
+    # A caller that holds the row lock has its transaction open already: no savepoint for it.
+    with transaction.atomic() if locked is None else nullcontext():
+        if locked is None:
+            locked = GpuRequest.objects.select_for_update().get(pk=request.pk)
+        check_transition(locked.state, to_state)
+        _refuse_scheduling_without_cards(to_state)
+        _move(
+            [locked],
+            to_state,
+            actor=actor,
+            actor_name=actor_name,
+            reasons={locked.pk: reason},
+            data={locked.pk: data} if data is not None else None,
         )
-
-
-def move_locked(
-    request: GpuRequest,
-    locked: GpuRequest,
-    to_state: str,
-    *,
-    actor=None,
-    reason: str = "",
-    actor_name: str = "",
-    data: dict | None = None,
-) -> GpuRequest:
-    """transition_request for a caller that holds `locked`, the row of `request` locked in its open
-    transaction (it chose `to_state` from the locked state): no second read of the row."""
-    check_transition(locked.state, to_state)
-    _refuse_scheduling_without_cards(to_state)
-    _move(
-        [locked],
-        to_state,
-        actor=actor,
-        actor_name=actor_name,
-        reasons={locked.pk: reason},
-        data={locked.pk: data} if data is not None else None,
-    )
     for field in GpuRequest._meta.concrete_fields:  # the caller's object as saved; relations stay loaded
         setattr(request, field.attname, getattr(locked, field.attname))
     return request

@@ -2,6 +2,8 @@
 What these pages show of billing (the form's prices, the segments' costs, a resize offer) is billing's:
 its template tags (billing_tags) and its views (billing_app.views)."""
 
+from contextlib import contextmanager
+
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -98,12 +100,8 @@ def _request_and_timeline(request, pk, tries: int = 3):
 @require_POST
 def request_cancel(request, pk):
     gpu_request = _visible_request(request, pk)
-    try:
+    with told(request, refused="Not cancelled", done=f"{gpu_request.name} cancelled."):
         cancel_request(gpu_request, user=request.user)
-    except REFUSALS as refusal:
-        messages.error(request, f"Not cancelled: {_say(refusal)}")
-    else:
-        messages.success(request, f"{gpu_request.name} cancelled.")
     return redirect("request_detail", pk=pk)
 
 
@@ -111,14 +109,19 @@ def request_cancel(request, pk):
 @require_POST
 def request_release(request, pk):
     gpu_request = _visible_request(request, pk)
-    try:
+    with told(request, refused="Not released", done=f"{gpu_request.name} released; its GPUs are free again."):
         release_request(gpu_request, user=request.user)
-    except REFUSALS as refusal:
-        messages.error(request, f"Not released: {_say(refusal)}")
-    else:
-        messages.success(request, f"{gpu_request.name} released; its GPUs are free again.")
     return redirect("request_detail", pk=pk)
 
 
-def _say(refusal: Exception) -> str:
-    return " ".join(refusal.messages) if isinstance(refusal, ValidationError) else str(refusal)
+@contextmanager
+def told(request, *, refused: str, done: str):
+    """Say on the next page how the action in the block went: `done`, or `refused` and why when a
+    service refused it (one of REFUSALS; anything else propagates)."""
+    try:
+        yield
+    except REFUSALS as refusal:
+        why = " ".join(refusal.messages) if isinstance(refusal, ValidationError) else str(refusal)
+        messages.error(request, f"{refused}: {why}")
+    else:
+        messages.success(request, done)

@@ -4,6 +4,7 @@ from __future__ import annotations  # the `list` method would shadow the builtin
 
 import datetime as dt
 import email.utils
+import inspect
 import math
 import random as _random
 import secrets
@@ -51,6 +52,59 @@ DEFAULT_WAIT_S = 60.0  # request_allocation: how long a script waits for capacit
 IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
 
 
+def _request_body(
+    task_type: str = "training",
+    min_gpu: float = 0.5,
+    prefer_spot: bool = True,
+    name: str | None = None,
+    num_gpus: int = 1,
+    pool: str | None = None,
+    gpu_model: str | None = None,
+    gpu_memory_mib: int | None = None,
+    max_duration_s: int | None = None,
+    checkpoint_interval_s: int | None = None,
+    priority: int = 0,
+    command: str = "",
+    team: str | None = None,
+    allow_on_demand_fallback: bool = True,
+    workload_key: str | None = None,
+    environment: Mapping[str, str] | None = None,
+) -> dict:
+    """The API body of a request: the one list of the arguments request_allocation and estimate take."""
+    gpu_milli, num_gpus = _shape(min_gpu, num_gpus)
+    body = {
+        "team": team,
+        "name": name or f"{task_type}-{secrets.token_hex(3)}",
+        "task_type": task_type,
+        "gpu_milli": gpu_milli,
+        "num_gpus": num_gpus,
+        "pool": pool,
+        "gpu_model": gpu_model,
+        "gpu_memory_mib": gpu_memory_mib,
+        "max_duration_s": max_duration_s,
+        "priority": priority,
+        "command": command,
+        "workload_key": workload_key,
+        "environment": None if environment is None else dict(environment),
+        "billing_mode": "spot" if prefer_spot else "on-demand",
+        "allow_on_demand_fallback": prefer_spot and allow_on_demand_fallback,
+        "checkpoint_interval_s": DEFAULT_CHECKPOINT_INTERVAL_S
+        if prefer_spot and checkpoint_interval_s is None
+        else checkpoint_interval_s,
+    }
+    return {k: v for k, v in body.items() if v is not None}
+
+
+def _takes_request_fields(method):
+    """For a method that passes its `*fields, **named` on to _request_body: help() and inspect show
+    _request_body's parameters in their place, before the method's own keyword-only ones."""
+    own = inspect.signature(method)
+    kept = [p for p in own.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    shared = inspect.signature(_request_body).parameters.values()
+    method.__signature__ = own.replace(parameters=[kept[0], *shared, *kept[1:]])
+    return method
+
+
 class ResourceManager:
     """A client for one portal, acting as the user whose personal API token (gpp_…) it holds.
 
@@ -90,26 +144,9 @@ class ResourceManager:
 
     # Requests
 
+    @_takes_request_fields
     def request_allocation(
-        self,
-        task_type: str = "training",
-        min_gpu: float = 0.5,
-        prefer_spot: bool = True,
-        name: str | None = None,
-        num_gpus: int = 1,
-        pool: str | None = None,
-        gpu_model: str | None = None,
-        gpu_memory_mib: int | None = None,
-        max_duration_s: int | None = None,
-        checkpoint_interval_s: int | None = None,
-        priority: int = 0,
-        command: str = "",
-        team: str | None = None,
-        allow_on_demand_fallback: bool = True,
-        workload_key: str | None = None,
-        environment: Mapping[str, str] | None = None,
-        wait: bool = True,
-        timeout_s: float | None = DEFAULT_WAIT_S,
+        self, *fields, wait: bool = True, timeout_s: float | None = DEFAULT_WAIT_S, **named
     ) -> Resource:
         """Submit a request for GPU capacity; it starts pending and the scheduler places it.
 
@@ -129,7 +166,7 @@ class ResourceManager:
         (GPU_PORTAL_*, CUDA_VISIBLE_DEVICES ...: those names are refused); they win over the team's
         secrets of the same name.
         """
-        body = self._request_body(locals())  # every argument, by name: one mapping for submit and estimate
+        body = _request_body(*fields, **named)
         resource = Resource.from_api(self._call("POST", "requests/", json=body, keyed=True))
         if not wait:
             return resource
@@ -144,28 +181,11 @@ class ResourceManager:
                 self.cancel(resource.id)
             raise
 
-    def estimate(
-        self,
-        task_type: str = "training",
-        min_gpu: float = 0.5,
-        prefer_spot: bool = True,
-        name: str | None = None,
-        num_gpus: int = 1,
-        pool: str | None = None,
-        gpu_model: str | None = None,
-        gpu_memory_mib: int | None = None,
-        max_duration_s: int | None = None,
-        checkpoint_interval_s: int | None = None,
-        priority: int = 0,
-        command: str = "",
-        team: str | None = None,
-        allow_on_demand_fallback: bool = True,
-        workload_key: str | None = None,
-        environment: Mapping[str, str] | None = None,
-    ) -> Estimate:
+    @_takes_request_fields
+    def estimate(self, *fields, **named) -> Estimate:
         """Where the same request_allocation(...) would run now, or why and until when it would wait.
         Checked like a submit (same errors); nothing is submitted."""
-        body = self._request_body(locals())
+        body = _request_body(*fields, **named)
         return Estimate.from_api(self._call("POST", "requests/estimate/", json=body))
 
     def get(self, resource_id: int) -> Resource:
@@ -354,32 +374,6 @@ class ResourceManager:
         }
         query = {k: v for k, v in params.items() if v is not None}
         return Quote.from_api(self._call("GET", "prices/quote/", params=query))
-
-    def _request_body(self, args: dict) -> dict:
-        gpu_milli, num_gpus = _shape(args["min_gpu"], args["num_gpus"])
-        spot = args["prefer_spot"]
-        checkpoint = args["checkpoint_interval_s"]
-        body = {
-            "team": args["team"],
-            "name": args["name"] or f"{args['task_type']}-{secrets.token_hex(3)}",
-            "task_type": args["task_type"],
-            "gpu_milli": gpu_milli,
-            "num_gpus": num_gpus,
-            "pool": args["pool"],
-            "gpu_model": args["gpu_model"],
-            "gpu_memory_mib": args["gpu_memory_mib"],
-            "max_duration_s": args["max_duration_s"],
-            "priority": args["priority"],
-            "command": args["command"],
-            "workload_key": args["workload_key"],
-            "environment": None if args["environment"] is None else dict(args["environment"]),
-            "billing_mode": "spot" if spot else "on-demand",
-            "allow_on_demand_fallback": spot and args["allow_on_demand_fallback"],
-            "checkpoint_interval_s": DEFAULT_CHECKPOINT_INTERVAL_S
-            if spot and checkpoint is None
-            else checkpoint,
-        }
-        return {k: v for k, v in body.items() if v is not None}
 
     def _withdrawn(self, busy: ResourceBusyError) -> ResourceBusyError:
         """The busy error after cancelling the request that request_allocation(wait=True) made."""

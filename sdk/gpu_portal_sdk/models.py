@@ -5,6 +5,7 @@ import dataclasses
 import datetime as dt
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Self
 
 PLACED_STATES = frozenset({"scheduled", "running"})
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled", "preempted", "released"})
@@ -16,13 +17,27 @@ def parse_time(value: str | None) -> dt.datetime | None:
     return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
+_TIME = dt.datetime | None
+
+
 def _known(cls, data: dict, **converted) -> dict:
-    names = {f.name for f in dataclasses.fields(cls)}
-    return {k: v for k, v in data.items() if k in names} | converted
+    """The fields of dataclass `cls` found in `data`, its times (fields typed `dt.datetime | None`) parsed,
+    then `converted` over them."""
+    fields = dataclasses.fields(cls)
+    known = {f.name: data[f.name] for f in fields if f.name in data}
+    return known | {f.name: parse_time(data.get(f.name)) for f in fields if f.type == _TIME} | converted
+
+
+class _FromApi:
+    """from_api for an answer of plain fields and times."""
+
+    @classmethod
+    def from_api(cls, data: dict) -> Self:
+        return cls(**_known(cls, data))
 
 
 @dataclass(frozen=True)
-class Allocation:
+class Allocation(_FromApi):
     """One slice of one card that a request holds (a segment): `milli` of GPU `gpu_index` on `node`."""
 
     id: int
@@ -40,21 +55,9 @@ class Allocation:
     node_status: str = ""
     node_last_heartbeat_at: dt.datetime | None = None
 
-    @classmethod
-    def from_api(cls, data: dict) -> "Allocation":
-        return cls(
-            **_known(
-                cls,
-                data,
-                started_at=parse_time(data.get("started_at")),
-                ended_at=parse_time(data.get("ended_at")),
-                node_last_heartbeat_at=parse_time(data.get("node_last_heartbeat_at")),
-            )
-        )
-
 
 @dataclass(frozen=True)
-class Event:
+class Event(_FromApi):
     """One state change in a request's timeline."""
 
     created_at: dt.datetime | None
@@ -62,10 +65,6 @@ class Event:
     from_state: str
     to_state: str
     reason: str
-
-    @classmethod
-    def from_api(cls, data: dict) -> "Event":
-        return cls(**_known(cls, data, created_at=parse_time(data.get("created_at"))))
 
 
 @dataclass(frozen=True)
@@ -130,9 +129,7 @@ class Resource:
 
     @classmethod
     def from_api(cls, data: dict) -> "Resource":
-        times = ("estimated_start_at", "created_at", "scheduled_at", "started_at", "ended_at")
-        converted = {name: parse_time(data.get(name)) for name in times}
-        converted["allocations"] = tuple(Allocation.from_api(a) for a in data.get("allocations", ()))
+        converted = {"allocations": tuple(Allocation.from_api(a) for a in data.get("allocations", ()))}
         if "segments" in data:
             converted["segments"] = tuple(Allocation.from_api(a) for a in data["segments"])
         if "events" in data:
@@ -141,7 +138,7 @@ class Resource:
 
 
 @dataclass(frozen=True)
-class LogTail:
+class LogTail(_FromApi):
     """A piece of a request's log (its job's output as the node's agent shipped it): `text` from character
     offset `start` to `end` (ask for what follows with after=end), and the request's `state` and
     `exit_code` as they were when it was read."""
@@ -156,10 +153,6 @@ class LogTail:
     def ended(self) -> bool:
         """The request has ended: once a read after that brings no text, the log is complete."""
         return self.state in TERMINAL_STATES
-
-    @classmethod
-    def from_api(cls, data: dict) -> "LogTail":
-        return cls(**_known(cls, data))
 
 
 @dataclass(frozen=True)
@@ -294,7 +287,6 @@ class Estimate:
             **_known(
                 cls,
                 data,
-                estimated_start_at=parse_time(data.get("estimated_start_at")),
                 prices=EstimatePrices.from_api(data.get("prices")),
                 quote=Quote.from_api(data.get("quote")),
             )
@@ -372,13 +364,12 @@ class Price:
                 cls,
                 data,
                 usd_per_gpu_hour=Decimal(str(data["usd_per_gpu_hour"])),
-                effective_from=parse_time(data.get("effective_from")),
             )
         )
 
 
 @dataclass(frozen=True)
-class GpuSample:
+class GpuSample(_FromApi):
     """One reading of a whole card by its node's agent: util in %, memory in MiB, power in milliwatts,
     temperature in °C (NVML's units)."""
 
@@ -392,13 +383,9 @@ class GpuSample:
     def power_w(self) -> float:
         return self.power_mw / 1000
 
-    @classmethod
-    def from_api(cls, data: dict) -> "GpuSample":
-        return cls(**_known(cls, data, sampled_at=parse_time(data.get("sampled_at"))))
-
 
 @dataclass(frozen=True)
-class UtilizationPoint:
+class UtilizationPoint(_FromApi):
     """The mean of a card's `samples` readings in one bucket of the window, starting at `at`."""
 
     at: dt.datetime | None
@@ -408,13 +395,9 @@ class UtilizationPoint:
     power_mw: int
     temperature_c: int
 
-    @classmethod
-    def from_api(cls, data: dict) -> "UtilizationPoint":
-        return cls(**_known(cls, data, at=parse_time(data.get("at"))))
-
 
 @dataclass(frozen=True)
-class UtilizationSummary:
+class UtilizationSummary(_FromApi):
     """Over the window's readings: mean util and its population std-dev, in % (None without readings).
     `util_steady`: the std-dev is under the portal's target (15 %)."""
 
@@ -423,10 +406,6 @@ class UtilizationSummary:
     util_stddev_percent: float | None = None
     util_stddev_target_percent: int = 15
     util_steady: bool | None = None
-
-    @classmethod
-    def from_api(cls, data: dict) -> "UtilizationSummary":
-        return cls(**_known(cls, data))
 
 
 @dataclass(frozen=True)
@@ -458,9 +437,6 @@ class GpuUtilization:
                 cls,
                 data,
                 latest=GpuSample.from_api(latest) if latest else None,
-                started_at=parse_time(data.get("started_at")),
-                ended_at=parse_time(data.get("ended_at")),
-                window_start=parse_time(data.get("window_start")),
                 series=tuple(UtilizationPoint.from_api(p) for p in data.get("series", ())),
                 summary=UtilizationSummary.from_api(data.get("summary") or {"samples": 0}),
             )
@@ -494,8 +470,6 @@ class Utilization:
             **_known(
                 cls,
                 data,
-                generated_at=parse_time(data.get("generated_at")),
-                window_start=parse_time(data.get("window_start")),
                 gpus=tuple(GpuUtilization.from_api(g) for g in data.get("gpus", ())),
                 gpu_util=current.get("gpu_util_percent"),
                 mem_util=current.get("mem_util_percent"),
@@ -506,16 +480,12 @@ class Utilization:
 
 
 @dataclass(frozen=True)
-class Team:
+class Team(_FromApi):
     """A team you belong to and your role in it."""
 
     slug: str
     name: str
     role: str
-
-    @classmethod
-    def from_api(cls, data: dict) -> "Team":
-        return cls(**_known(cls, data))
 
 
 @dataclass(frozen=True)

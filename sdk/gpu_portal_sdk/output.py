@@ -161,6 +161,23 @@ def span(seconds: int | None) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+# The columns of `gpu-portal utilization`, one row per slice.
+UTILIZATION_COLUMNS = [
+    "GPU",
+    "MILLI",
+    "UTIL_%",
+    "MEM_MIB",
+    "POWER_W",
+    "TEMP_C",
+    "SAMPLED",
+    "MEAN_%",
+    "STDDEV_%",
+    "SAMPLES",
+    "OVER",
+    "ENDED",
+]
+
+
 def utilization(u: Utilization) -> str:
     if not u.gpus:
         return f"Request {u.request_id} {u.state}: it has held no GPU yet."
@@ -187,21 +204,7 @@ def utilization(u: Utilization) -> str:
                 "held" if g.started_at and not g.ended_at else when(g.ended_at),
             ]
         )
-    header = [
-        "GPU",
-        "MILLI",
-        "UTIL_%",
-        "MEM_MIB",
-        "POWER_W",
-        "TEMP_C",
-        "SAMPLED",
-        "MEAN_%",
-        "STDDEV_%",
-        "SAMPLES",
-        "OVER",
-        "ENDED",
-    ]
-    lines.append(table(header, rows))
+    lines.append(table(UTILIZATION_COLUMNS, rows))
     held = [g for g in u.gpus if g.ended_at is None]
     if not held:
         lines.append("Now: it holds no GPU.")

@@ -7,8 +7,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from infra.api.fields import AwareDateTimeField, StrictCharField, StrictIntegerField
-from scheduler_app.api.agent_serializers import FlatErrors
-from scheduler_app.api.serializers import _flat
+from scheduler_app.api.serializers import FlatErrors
 from scheduler_app.choices import RequestState
 from scheduler_app.constants import (
     MAX_GPUS_PER_NODE,
@@ -40,7 +39,7 @@ class GpuReadingSerializer(serializers.Serializer):
     )
 
 
-class SampleBatchSerializer(serializers.Serializer):
+class SampleBatchSerializer(FlatErrors, serializers.Serializer):
     """The node's cards read at one moment. Errors name each place: `gpus[1].uuid`."""
 
     sampled_at = AwareDateTimeField(help_text="When the agent read the cards (node clock, with timezone).")
@@ -52,24 +51,12 @@ class SampleBatchSerializer(serializers.Serializer):
         help_text="Optional: the node's network throughput at that moment, bytes/s received + sent (psutil).",
     )
 
-    def to_internal_value(self, data):
-        try:
-            return super().to_internal_value(data)
-        except serializers.ValidationError as error:
-            raise serializers.ValidationError(_flat(error.detail)) from None
 
-
-class SampleMomentsSerializer(serializers.Serializer):
+class SampleMomentsSerializer(FlatErrors, serializers.Serializer):
     """Several moments of one node in one request (an agent sending a few seconds at once, or catching
     up): errors name `moments[0].gpus[1].uuid`."""
 
     moments = SampleBatchSerializer(many=True, min_length=1, max_length=MAX_MOMENTS_PER_SAMPLE_BATCH)
-
-    def to_internal_value(self, data):
-        try:
-            return super().to_internal_value(data)
-        except serializers.ValidationError as error:
-            raise serializers.ValidationError(_flat(error.detail)) from None
 
 
 class SampleBatchAcceptedSerializer(serializers.Serializer):

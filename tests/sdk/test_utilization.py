@@ -10,6 +10,7 @@ import time_machine
 from django.utils import timezone
 from gpu_portal_sdk import GpuSample, NotFoundError, Utilization
 from gpu_portal_sdk.cli import NOT_FOUND, main
+from gpu_portal_sdk.output import UTILIZATION_COLUMNS
 
 from scheduler_app.services.inventory import issue_agent_credential
 from scheduler_app.services.placement import Slice, allocate
@@ -110,20 +111,7 @@ def test_cli_shows_a_table_and_json(as_member, placed, agent_posts, capsys):
     assert main(["utilization", str(placed.id)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(f"Request {placed.id} scheduled: readings over 5 min from ")
-    assert lines[1].split() == [
-        "GPU",
-        "MILLI",
-        "UTIL_%",
-        "MEM_MIB",
-        "POWER_W",
-        "TEMP_C",
-        "SAMPLED",
-        "MEAN_%",
-        "STDDEV_%",
-        "SAMPLES",
-        "OVER",
-        "ENDED",
-    ]
+    assert lines[1].split() == UTILIZATION_COLUMNS
     row = lines[2].split()
     assert row[:6] == ["node-1/gpu0", "500", "90", "30001", "301.5", "66"]
     assert row[-6:] == ["50.0", "40.0", "2", "5", "min", "held"]
