@@ -8,7 +8,6 @@ import datetime as dt
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -94,11 +93,8 @@ def team_budget_set(request, slug):
     team = _visible_team(request, slug)
     form = BudgetForm(request.POST)
     if form.is_valid():
-        try:
+        with form.service_errors():
             set_budget(team, actor=request.user, **form.cleaned_data)
-        except ValidationError as error:
-            form.add_service_errors(error)
-        else:
             messages.success(request, "Budget saved.")
             return redirect("team_budget", slug=slug)
     return _render_budget(request, team, form=form, status=400)
@@ -169,11 +165,8 @@ def pool_prices(request):
     (from now or later)."""
     form = PoolPriceForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        try:
+        with form.service_errors():
             price = set_pool_price(actor=request.user, **form.cleaned_data)
-        except ValidationError as error:
-            form.add_service_errors(error)
-        else:
             when = f"{price.effective_from:%Y-%m-%d %H:%M} UTC"
             messages.success(
                 request, f"{price.pool.name} costs {price.usd_per_gpu_hour} USD/GPU-h from {when}."
@@ -229,11 +222,8 @@ def pricing_feed(request):
     if form.is_valid():
         values = dict(form.cleaned_data)
         pool = values.pop("pool")
-        try:
+        with form.service_errors():
             set_spot_feed(pool, actor=request.user, **values)
-        except ValidationError as error:
-            form.add_service_errors(error)
-        else:
             messages.success(request, f"{pool.name} now follows the {values['kind']} feed.")
             return redirect("prices")
     return _page_again(request, PriceUploadForm(), feed_form=form)

@@ -6,6 +6,8 @@ text into values and attaches the service's ValidationError to its own fields,
 so the message a user reads is the one the API gives.
 """
 
+from contextlib import contextmanager
+
 from django import forms
 from django.core.exceptions import ValidationError
 
@@ -37,6 +39,15 @@ class ServiceErrorsMixin:
         for name, messages in error.message_dict.items():
             field = self.service_fields.get(name, name)
             self.add_error(field if field in self.fields else None, messages)
+
+    @contextmanager
+    def service_errors(self):
+        """Put the ValidationError the block raises on this form, and go on after the block: a view calls
+        the service and says it went through inside the block, and shows the form again after it."""
+        try:
+            yield
+        except ValidationError as error:
+            self.add_service_errors(error)
 
     def service_error_dict(self) -> dict[str, list[str]]:
         """The form's errors keyed by field ('__all__' for the rest), for JSON answers."""

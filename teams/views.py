@@ -67,11 +67,8 @@ def member_add(request, slug):
     team = _visible_team(request, slug)
     form = AddMemberForm(request.POST)
     if form.is_valid():
-        try:
+        with form.service_errors():
             add_member(team, actor=request.user, **form.cleaned_data)
-        except ValidationError as error:
-            form.add_service_errors(error)
-        else:
             messages.success(request, f"{form.cleaned_data['username']} added to {team.name}.")
             return redirect("team_detail", slug=slug)
     return _render_team(request, team, add_form=form, status=400)
@@ -116,11 +113,8 @@ def secret_set(request, slug):
     team = _visible_team(request, slug)
     form = TeamSecretForm(request.POST)
     if form.is_valid():
-        try:
+        with form.service_errors():
             _, created = set_team_secret(team, actor=request.user, **form.cleaned_data)
-        except ValidationError as error:
-            form.add_service_errors(error)
-        else:
             done = "added" if created else "replaced"
             messages.success(
                 request, f"Secret {form.cleaned_data['name']} {done}; jobs placed from now get it."
@@ -153,11 +147,8 @@ def token_index(request):
     form = ApiTokenForm(request.POST or None)
     token = secret = None
     if request.method == "POST" and form.is_valid():
-        try:
+        with form.service_errors():
             token, secret = create_api_token(request.user, **form.service_kwargs())
-        except ValidationError as error:
-            form.add_service_errors(error)
-        else:
             form = ApiTokenForm()
     context = {
         "form": form,

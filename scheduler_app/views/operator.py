@@ -8,7 +8,7 @@ from functools import wraps
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -91,11 +91,8 @@ def node_status(request, pk):
     node = get_object_or_404(Node.objects.select_related("pool"), pk=pk)
     form = NodeStatusForm(request.POST or None, initial={"status": node.status})
     if request.method == "POST" and form.is_valid():
-        try:
+        with form.service_errors():
             set_node_status(node, actor=request.user, **form.cleaned_data)
-        except ValidationError as error:
-            form.add_service_errors(error)
-        else:
             messages.success(request, f"{node.name} is now {node.get_status_display().lower()}.")
             return redirect("operator_nodes")
     return _node_page(request, node, form)
@@ -109,7 +106,7 @@ def node_reclaim(request, pk):
     form = ReclaimForm(request.POST)
     if form.is_valid():
         deadline = timezone.now() + dt.timedelta(seconds=form.cleaned_data["grace_s"])
-        try:
+        with form.service_errors():
             stopping = reclaim_node(
                 node,
                 deadline=deadline,
@@ -117,9 +114,6 @@ def node_reclaim(request, pk):
                 notice_id=form.cleaned_data["notice_id"],
                 actor=request.user,
             )
-        except ValidationError as error:
-            form.add_service_errors(error)
-        else:
             messages.success(
                 request,
                 f"{node.name} reclaimed: {stopping} job(s) checkpoint and stop by {deadline:%H:%M:%S} UTC.",
@@ -137,11 +131,8 @@ def node_mig_layout(request, pk):
     form = MigLayoutForm(request.POST, node=node)
     if form.is_valid():
         gpu = node.gpus.get(index=form.cleaned_data["gpu_index"])
-        try:
+        with form.service_errors():
             set_mig_layout(gpu, form.cleaned_data["mig_layout"], actor=request.user)
-        except ValidationError as error:
-            form.add_service_errors(error)
-        else:
             messages.success(request, f"{gpu} MIG layout: {gpu.mig_layout or 'none'}.")
             return redirect("operator_node", pk=node.pk)
     return _node_page(request, node, NodeStatusForm(initial={"status": node.status}), mig=form, status=400)
@@ -191,11 +182,8 @@ def pool_edit(request, pk):
         if not changes:
             messages.info(request, f"Nothing changed on {pool.name}.")
             return redirect("operator_pools")
-        try:
+        with form.service_errors():
             update_pool(pool, actor=request.user, **changes)
-        except ValidationError as error:
-            form.add_service_errors(error)
-        else:
             messages.success(request, f"Pool {pool.name} updated.")
             return redirect("operator_pools")
     return render(request, "portal/operator/pool_form.html", {"pool": pool, "form": form})
@@ -205,11 +193,8 @@ def pool_edit(request, pk):
 def quota_index(request):
     form = QuotaForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        try:
+        with form.service_errors():
             quota = set_team_quota(actor=request.user, **form.cleaned_data)
-        except ValidationError as error:
-            form.add_service_errors(error)
-        else:
             said = f"{quota.team.name} is guaranteed {quota.guaranteed_milli} milli-GPU on {quota.pool.name}."
             messages.success(request, said)
             return redirect("operator_quotas")
@@ -225,11 +210,8 @@ def identity_index(request):
     form = TeamUnixAccountForm(request.POST or None, prefix="team")
     if request.method == "POST" and form.is_valid():
         team = form.cleaned_data["team"]
-        try:
+        with form.service_errors():
             set_team_unix_account(team, unix_account=form.cleaned_data["unix_account"], actor=request.user)
-        except ValidationError as error:
-            form.add_service_errors(error)
-        else:
             runs_as = (
                 team.unix_account or f"{team.default_unix_account()}, the identity each node's agent creates"
             )
@@ -244,13 +226,10 @@ def identity_user(request):
     form = UserUnixAccountForm(request.POST, prefix="user")
     if form.is_valid():
         user = form.cleaned_data["username"]
-        try:
+        with form.service_errors():
             mapped = set_user_unix_account(
                 user, unix_account=form.cleaned_data["unix_account"], actor=request.user
             )
-        except ValidationError as error:
-            form.add_service_errors(error)
-        else:
             runs_as = mapped or "their team's account"
             messages.success(request, f"{user.get_username()}'s jobs run as {runs_as} in every team.")
             return redirect("operator_identities")
@@ -276,11 +255,8 @@ def what_if(request):
     """The scenario form and the latest runs; a started run opens its own page, which follows it."""
     form = WhatIfForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        try:
+        with form.service_errors():
             run = start_what_if(actor=request.user, data=form.scenario())
-        except ValidationError as error:
-            form.add_service_errors(error)
-        else:
             return redirect("operator_what_if_run", pk=run.pk)
     runs = WhatIfRun.objects.select_related("created_by")[:RECENT_WHAT_IFS]
     status = 400 if form.errors else 200

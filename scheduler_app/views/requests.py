@@ -35,11 +35,8 @@ REFUSALS = (NotAllowed, ValidationError, IllegalTransition)
 def request_new(request):
     form = RequestForm(request.POST or None, user=request.user)
     if request.method == "POST" and form.is_valid():
-        try:
+        with form.service_errors():
             gpu_request = submit_request(user=request.user, **form.service_kwargs())
-        except ValidationError as error:
-            form.add_service_errors(error)
-        else:
             messages.success(request, f"{gpu_request.name} submitted; it is pending a scheduling pass.")
             return redirect("request_detail", pk=gpu_request.pk)
     context = {
