@@ -34,13 +34,14 @@ from billing_app.selectors import price_histories, price_per_hour, prices_in_for
 from billing_app.services import set_pool_price
 from billing_app.spot_feeds import PriceUploadError
 from billing_app.switching import switch_billing_mode
+from infra.messages import told
 from scheduler_app.core.shares import Share
 from scheduler_app.forms import RequestForm
 from scheduler_app.live.streams import stream_paths
 from scheduler_app.models import Pool
 from scheduler_app.passes.estimates import price_lines
 from scheduler_app.views.operator import staff_required
-from scheduler_app.views.requests import _visible_request, told
+from scheduler_app.views.requests import _visible_request
 from teams.permissions import can_manage_team
 from teams.selectors import sole_team, teams_visible_to
 from teams.views import _visible_team

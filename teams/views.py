@@ -3,7 +3,10 @@ manage the members and the secrets), and personal API tokens (create: the secret
 answer to the POST; list; revoke).
 
 The team page's quota and notices sections come from scheduler_app's and audit's inclusion tags, loaded
-by its template: teams sits below both apps and imports neither."""
+by its template: teams sits below both apps and imports neither.
+
+The member actions say on the team's page what a service refused (its ValidationError); who may not
+manage the team gets the 403 page (NotAllowed propagates), as from the API."""
 
 from django.conf import settings
 from django.contrib import messages
@@ -13,6 +16,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from infra.messages import told
+from teams.choices import Role
 from teams.forms import AddMemberForm, ApiTokenForm, RoleForm, TeamSecretForm
 from teams.permissions import can_manage_secrets, can_manage_team
 from teams.selectors import sole_team, team_members, team_secrets, teams_visible_to
@@ -31,6 +36,12 @@ from teams.services import (
 def _visible_team(request, slug):
     """The team if the user is in it (or operates the platform); 404 otherwise, whether it exists or not."""
     return get_object_or_404(teams_visible_to(request.user), slug=slug)
+
+
+def _visible_membership(request, slug, membership_id):
+    """A membership of a team the user sees; 404 otherwise. It holds the team read here as its `team`."""
+    team = _visible_team(request, slug)
+    return get_object_or_404(team.memberships.select_related("user"), pk=membership_id)
 
 
 def _render_team(request, team, add_form=None, secret_form=None, status=200):
@@ -77,32 +88,24 @@ def member_add(request, slug):
 @login_required
 @require_POST
 def member_role(request, slug, membership_id):
-    team = _visible_team(request, slug)
-    membership = get_object_or_404(team.memberships.select_related("user"), pk=membership_id)
+    membership = _visible_membership(request, slug, membership_id)
     form = RoleForm(request.POST)
     if not form.is_valid():
         messages.error(request, f"Role not changed: {' '.join(form.errors['role'])}")
         return redirect("team_detail", slug=slug)
-    try:
-        changed = change_role(membership, actor=request.user, **form.cleaned_data)
-    except ValidationError as error:
-        messages.error(request, f"Role not changed: {' '.join(error.messages)}")
-    else:
-        messages.success(request, f"{membership.user} is now {changed.get_role_display().lower()}.")
+    done = f"{membership.user} is now {Role(form.cleaned_data['role']).label.lower()}."
+    with told(request, refused="Role not changed", done=done, refusals=ValidationError):
+        change_role(membership, actor=request.user, **form.cleaned_data)
     return redirect("team_detail", slug=slug)
 
 
 @login_required
 @require_POST
 def member_remove(request, slug, membership_id):
-    team = _visible_team(request, slug)
-    membership = get_object_or_404(team.memberships.select_related("user"), pk=membership_id)
-    try:
+    membership = _visible_membership(request, slug, membership_id)
+    done = f"{membership.user} removed from {membership.team.name}."
+    with told(request, refused="Not removed", done=done, refusals=ValidationError):
         remove_member(membership, actor=request.user)
-    except ValidationError as error:
-        messages.error(request, f"Not removed: {' '.join(error.messages)}")
-    else:
-        messages.success(request, f"{membership.user} removed from {team.name}.")
     return redirect("team_detail", slug=slug)
 
 

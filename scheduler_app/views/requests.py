@@ -2,21 +2,18 @@
 What these pages show of billing (the form's prices, the segments' costs, a resize offer) is billing's:
 its template tags (billing_tags) and its views (billing_app.views)."""
 
-from contextlib import contextmanager
-
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from infra.messages import told
 from scheduler_app.choices import RequestState
 from scheduler_app.filters import GpuRequestFilter
 from scheduler_app.forms import RequestForm
 from scheduler_app.live.streams import stream_paths
-from scheduler_app.rules.lifecycle import IllegalTransition
 from scheduler_app.selectors import (
     fold_checkpoints,
     request_events,
@@ -25,10 +22,8 @@ from scheduler_app.selectors import (
     requests_visible_to,
 )
 from scheduler_app.services.requests import cancel_request, release_request, submit_request
-from teams.permissions import NotAllowed
 
 PAGE_SIZE = 25
-REFUSALS = (NotAllowed, ValidationError, IllegalTransition)
 
 
 @login_required
@@ -96,29 +91,20 @@ def _request_and_timeline(request, pk, tries: int = 3):
 @login_required
 @require_POST
 def request_cancel(request, pk):
-    gpu_request = _visible_request(request, pk)
-    with told(request, refused="Not cancelled", done=f"{gpu_request.name} cancelled."):
-        cancel_request(gpu_request, user=request.user)
-    return redirect("request_detail", pk=pk)
+    return _act_on(request, pk, cancel_request, refused="Not cancelled", done="{name} cancelled.")
 
 
 @login_required
 @require_POST
 def request_release(request, pk):
+    done = "{name} released; its GPUs are free again."
+    return _act_on(request, pk, release_request, refused="Not released", done=done)
+
+
+def _act_on(request, pk, service, *, refused: str, done: str):
+    """Call `service` on the visible request for the user, say how it went (`done` names the request as
+    {name}) and go back to the request's page."""
     gpu_request = _visible_request(request, pk)
-    with told(request, refused="Not released", done=f"{gpu_request.name} released; its GPUs are free again."):
-        release_request(gpu_request, user=request.user)
+    with told(request, refused=refused, done=done.format(name=gpu_request.name)):
+        service(gpu_request, user=request.user)
     return redirect("request_detail", pk=pk)
-
-
-@contextmanager
-def told(request, *, refused: str, done: str):
-    """Say on the next page how the action in the block went: `done`, or `refused` and why when a
-    service refused it (one of REFUSALS; anything else propagates)."""
-    try:
-        yield
-    except REFUSALS as refusal:
-        why = " ".join(refusal.messages) if isinstance(refusal, ValidationError) else str(refusal)
-        messages.error(request, f"{refused}: {why}")
-    else:
-        messages.success(request, done)
