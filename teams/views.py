@@ -17,20 +17,11 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from infra.messages import told
+from teams import services
 from teams.choices import Role
 from teams.forms import AddMemberForm, ApiTokenForm, RoleForm, TeamSecretForm
 from teams.permissions import can_manage_secrets, can_manage_team
 from teams.selectors import sole_team, team_members, team_secrets, teams_visible_to
-from teams.services import (
-    add_member,
-    change_role,
-    create_api_token,
-    delete_team_secret,
-    remove_member,
-    revoke_api_token,
-    set_idle_release,
-    set_team_secret,
-)
 
 
 def _visible_team(request, slug):
@@ -79,7 +70,7 @@ def member_add(request, slug):
     form = AddMemberForm(request.POST)
     if form.is_valid():
         with form.service_errors():
-            add_member(team, actor=request.user, **form.cleaned_data)
+            services.add_member(team, actor=request.user, **form.cleaned_data)
             messages.success(request, f"{form.cleaned_data['username']} added to {team.name}.")
             return redirect("team_detail", slug=slug)
     return _render_team(request, team, add_form=form, status=400)
@@ -95,7 +86,7 @@ def member_role(request, slug, membership_id):
         return redirect("team_detail", slug=slug)
     done = f"{membership.user} is now {Role(form.cleaned_data['role']).label.lower()}."
     with told(request, refused="Role not changed", done=done, refusals=ValidationError):
-        change_role(membership, actor=request.user, **form.cleaned_data)
+        services.change_role(membership, actor=request.user, **form.cleaned_data)
     return redirect("team_detail", slug=slug)
 
 
@@ -105,7 +96,7 @@ def member_remove(request, slug, membership_id):
     membership = _visible_membership(request, slug, membership_id)
     done = f"{membership.user} removed from {membership.team.name}."
     with told(request, refused="Not removed", done=done, refusals=ValidationError):
-        remove_member(membership, actor=request.user)
+        services.remove_member(membership, actor=request.user)
     return redirect("team_detail", slug=slug)
 
 
@@ -117,7 +108,7 @@ def secret_set(request, slug):
     form = TeamSecretForm(request.POST)
     if form.is_valid():
         with form.service_errors():
-            _, created = set_team_secret(team, actor=request.user, **form.cleaned_data)
+            _, created = services.set_team_secret(team, actor=request.user, **form.cleaned_data)
             done = "added" if created else "replaced"
             messages.success(
                 request, f"Secret {form.cleaned_data['name']} {done}; jobs placed from now get it."
@@ -130,7 +121,7 @@ def secret_set(request, slug):
 @require_POST
 def secret_delete(request, slug, name):
     team = _visible_team(request, slug)
-    delete_team_secret(get_object_or_404(team_secrets(team), name=name), actor=request.user)
+    services.delete_team_secret(get_object_or_404(team_secrets(team), name=name), actor=request.user)
     messages.success(request, f"Secret {name} deleted.")
     return redirect("team_detail", slug=slug)
 
@@ -140,7 +131,7 @@ def secret_delete(request, slug, name):
 def idle_policy(request, slug):
     team = _visible_team(request, slug)
     release = request.POST.get("release") == "1"
-    set_idle_release(team, release=release, actor=request.user)
+    services.set_idle_release(team, release=release, actor=request.user)
     messages.success(request, "Idle work will be released." if release else "Idle work will only be noticed.")
     return redirect("team_detail", slug=slug)
 
@@ -151,7 +142,7 @@ def token_index(request):
     token = secret = None
     if request.method == "POST" and form.is_valid():
         with form.service_errors():
-            token, secret = create_api_token(request.user, **form.service_kwargs())
+            token, secret = services.create_api_token(request.user, **form.service_kwargs())
             form = ApiTokenForm()
     context = {
         "form": form,
@@ -167,6 +158,6 @@ def token_index(request):
 @require_POST
 def token_revoke(request, pk):
     token = get_object_or_404(request.user.api_tokens, pk=pk)
-    revoke_api_token(token, user=request.user)
+    services.revoke_api_token(token, user=request.user)
     messages.success(request, f"Token {token.name} revoked; it no longer works.")
     return redirect("tokens")
