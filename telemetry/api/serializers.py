@@ -152,17 +152,19 @@ class SegmentSeriesSerializer(serializers.Serializer):
     )
 
 
-class RequestTelemetrySerializer(serializers.Serializer):
+# The range and resolution of an answer of card readings; each answer adds its series. A comment, not a
+# docstring: the schema would give a docstring to each answer as its description.
+class _CardReadingsSerializer(serializers.Serializer):
     resolution_s = serializers.IntegerField(help_text="Seconds per bucket: 1 (raw samples), 60 or 3600.")
     start = serializers.DateTimeField()
     end = serializers.DateTimeField()
+
+
+class RequestTelemetrySerializer(_CardReadingsSerializer):
     cards = SegmentSeriesSerializer(many=True)
 
 
-class GpuTelemetrySerializer(serializers.Serializer):
-    resolution_s = serializers.IntegerField(help_text="Seconds per bucket: 1 (raw samples), 60 or 3600.")
-    start = serializers.DateTimeField()
-    end = serializers.DateTimeField()
+class GpuTelemetrySerializer(_CardReadingsSerializer):
     points = TelemetryPointSerializer(many=True)
 
 
