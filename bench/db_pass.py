@@ -16,7 +16,6 @@ on a shared machine the CPU time moves less with the load); with --profile N, cP
 top N functions (cumulative) of one more full pass of each size and of the pass after a submit.
 """
 
-import argparse
 import cProfile
 import datetime as dt
 import pstats
@@ -24,17 +23,20 @@ import random
 import statistics
 import time
 
-from bench.scratch_db import bench_user_in_teams, bulk_a100_nodes, empty_the_cluster, migrated_django
+from bench.scratch_db import (
+    arguments,
+    bench_user_in_teams,
+    bulk_a100_nodes,
+    empty_the_cluster,
+    migrated_django,
+)
 
 GPUS_PER_NODE = 8
 TARGET_S = {1000: 1.0, 8000: 5.0}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/gpu_portal_bench")
+    parser = arguments(__doc__, "gpu_portal_bench")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 8000], help="pending = GPUs")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seed", type=int, default=42)

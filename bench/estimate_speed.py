@@ -14,7 +14,6 @@ estimate apart (it loads the stored state and plans the turns, once per pass per
 with --profile N, also the top N functions by cumulative time over the estimates (cProfile).
 """
 
-import argparse
 import cProfile
 import datetime as dt
 import pstats
@@ -22,19 +21,20 @@ import random
 import statistics
 import time
 
-from bench.scratch_db import bench_user_in_teams, bulk_a100_nodes, empty_the_cluster, migrated_django
+from bench.scratch_db import (
+    arguments,
+    bench_user_in_teams,
+    bulk_a100_nodes,
+    empty_the_cluster,
+    migrated_django,
+)
 
 NODES, GPUS_PER_NODE, PENDING = 1000, 8, 8000
 SHAPES = [(125, 1), (250, 1), (500, 1), (750, 1), (1000, 1), (1000, 2), (1000, 4), (1000, 8)]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--database-url", default="postgres://postgres@127.0.0.1:5432/gpu_portal_bench_estimate"
-    )
+    parser = arguments(__doc__, "gpu_portal_bench_estimate")
     parser.add_argument("--estimates", type=int, default=50)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--profile", type=int, default=0, help="print the top N functions (cumulative)")

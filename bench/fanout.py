@@ -16,7 +16,6 @@ worker). Prints the lag's median, p95, p99 and max, and the ticks each client go
 seconds measured. Target: p95 under 1 s.
 """
 
-import argparse
 import asyncio
 import datetime as dt
 import multiprocessing
@@ -30,7 +29,7 @@ from pathlib import Path
 
 from bench import production
 from bench.load import Processes, _purge_broker
-from bench.scratch_db import card_readings, drop_database, recreate_database, register_a100_nodes
+from bench.scratch_db import arguments, card_readings, drop_database, recreate_database, register_a100_nodes
 
 ROOT = Path(__file__).resolve().parents[1]
 TEAMS, GPUS_PER_NODE = 5, 8
@@ -39,12 +38,7 @@ TICK_PREFIX = '{"type":"tick","at":"'
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--database-url", default="postgres://postgres@127.0.0.1:5432/gpu_portal_bench_fanout"
-    )
+    parser = arguments(__doc__, "gpu_portal_bench_fanout")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/5")
     parser.add_argument("--clients", type=int, default=500)
     parser.add_argument("--gpus", type=int, default=512)

@@ -13,7 +13,6 @@ throughput. Prints samples stored per second (counted in the database afterwards
 peak memory, and whether every row arrived. Target: at least 20,000 samples/s (10,000 GPUs at 1 Hz).
 """
 
-import argparse
 import datetime as dt
 import multiprocessing
 import os
@@ -21,16 +20,11 @@ import random
 import resource
 import time
 
-from bench.scratch_db import migrated_django, recreate_database
-
-DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/gpu_portal_bench_ingest"
+from bench.scratch_db import arguments, migrated_django, recreate_database
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--database-url", default=DEFAULT_URL)
+    parser = arguments(__doc__, "gpu_portal_bench_ingest")
     parser.add_argument("--nodes", type=int, default=1250)
     parser.add_argument("--gpus-per-node", type=int, default=8)
     parser.add_argument("--agents", type=int, default=4)

@@ -15,7 +15,6 @@ count target fails (5xx, open slices of ended requests, over-committed cards, pe
 left without a reason); the speed target is reported, not enforced.
 """
 
-import argparse
 import contextlib
 import datetime as dt
 import http.client
@@ -32,7 +31,7 @@ from pathlib import Path
 
 from bench import production
 from bench.cpu_usage import CpuMeter, cpu_seconds, tree_cpu
-from bench.scratch_db import database_name, drop_database, recreate_database
+from bench.scratch_db import arguments, database_name, drop_database, recreate_database, register_a100_nodes
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -46,10 +45,7 @@ EIGHTHS = [125 * k for k in range(1, 9)]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/gpu_portal_d_load")
+    parser = arguments(__doc__, "gpu_portal_d_load")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/4")
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of load")
@@ -140,23 +136,13 @@ def _seed() -> list[tuple[str, str]]:
 
     from demo.seed import seed_demo
     from scheduler_app.models import Pool
-    from scheduler_app.services.inventory import register_node
     from teams.models import Membership, Team
     from teams.services import create_api_token
 
     seed_demo()
     on_demand, spot = Pool.objects.get(name="a100-80gb"), Pool.objects.get(name="a100-80gb-spot")
-    for n in range(LOAD_NODES):
-        register_node(
-            pool=spot if n < SPOT_NODES else on_demand,
-            name=f"load-{n:02d}",
-            cpu_milli=256_000,
-            memory_mib=2_048_000,
-            gpus=[
-                {"uuid": f"GPU-load-{n}-{i}", "model": "A100-80GB", "memory_mib": 81920}
-                for i in range(GPUS_PER_NODE)
-            ],
-        )
+    pools = [spot] * SPOT_NODES + [on_demand] * (LOAD_NODES - SPOT_NODES)
+    register_a100_nodes(pools, LOAD_NODES, GPUS_PER_NODE, prefix="load")
     teams = [Team.objects.create(name=f"Load {t}", slug=f"load-{t}") for t in range(TEAMS)]
     tokens = []
     expires = timezone.now() + dt.timedelta(days=1)

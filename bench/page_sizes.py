@@ -13,14 +13,13 @@ templates cached, DEBUG off) and prints the median of --runs, the HTML's bytes a
 Targets: the cluster page under 300 KB and 300 ms at 8,000 GPUs.
 """
 
-import argparse
 import datetime as dt
 import gzip
 import random
 import statistics
 import time
 
-from bench.scratch_db import card_readings, migrated_django, register_a100_nodes
+from bench.scratch_db import arguments, card_readings, migrated_django, register_a100_nodes
 
 GPUS_PER_NODE = 8
 POOLS = ("a100-od", "a100-spot", "h100-od", "l4-od")
@@ -28,10 +27,7 @@ HISTORY_PER_CARD = 5
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/gpu_portal_bench_pages")
+    parser = arguments(__doc__, "gpu_portal_bench_pages")
     parser.add_argument("--sizes", default="128,1024,8000")
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()

@@ -13,7 +13,6 @@ throttle cache). Prints the queries of one submit (CaptureQueriesContext), the m
 submit, and the cProfile functions (CPU time) with the most cumulative time over the calls `--profile` names.
 """
 
-import argparse
 import cProfile
 import datetime as dt
 import io
@@ -23,14 +22,11 @@ import sys
 import time
 
 from bench.load import _purge_broker, submit_body
-from bench.scratch_db import drop_database, recreate_database
+from bench.scratch_db import arguments, drop_database, recreate_database
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/gpu_portal_d_profile")
+    parser = arguments(__doc__, "gpu_portal_d_profile")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/4")
     parser.add_argument("--submits", type=int, default=300)
     parser.add_argument("--top", type=int, default=25)

@@ -1,8 +1,17 @@
-"""The benchmarks' own PostgreSQL databases: made, emptied and dropped through the server's
-`postgres` database, named by the URL the benchmark is given."""
+"""The benchmarks' own PostgreSQL databases: named by the URL the benchmark is given (its
+--database-url), made, emptied and dropped through the server's `postgres` database, and seeded."""
 
+import argparse
 import os
 import urllib.parse
+
+
+def arguments(doc: str, database: str) -> argparse.ArgumentParser:
+    """A benchmark's command line: its docstring as the help, and --database-url, by default the local
+    server's database `database`."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--database-url", default=f"postgres://postgres@127.0.0.1:5432/{database}")
+    return parser
 
 
 def database_name(url: str) -> str:
@@ -71,18 +80,20 @@ def _admin(url: str):
     return psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True)
 
 
-def register_a100_nodes(pools, count: int, gpus_per_node: int = 8) -> None:
-    """Register `count` identical A100 nodes of `gpus_per_node` cards, round-robin over `pools`."""
+def register_a100_nodes(pools, count: int, gpus_per_node: int = 8, prefix: str = "node") -> None:
+    """Register `count` identical A100 nodes of `gpus_per_node` cards, round-robin over `pools`, named
+    `prefix`-0000 on."""
     from scheduler_app.services.inventory import register_node
 
     for n in range(count):
+        name = f"{prefix}-{n:04d}"
         register_node(
             pool=pools[n % len(pools)],
-            name=f"node-{n:04d}",
+            name=name,
             cpu_milli=256_000,
             memory_mib=2_048_000,
             gpus=[
-                {"uuid": f"GPU-{n:04d}-{i}", "model": "A100-80GB", "memory_mib": 81920}
+                {"uuid": f"GPU-{name}-{i}", "model": "A100-80GB", "memory_mib": 81920}
                 for i in range(gpus_per_node)
             ],
         )

@@ -43,7 +43,6 @@ the mean work lost (the requeue's `work_lost_s`: from its last checkpoint to its
 saw it) against half the checkpoint interval, and the share requeued before the deadline.
 """
 
-import argparse
 import json
 import logging
 import os
@@ -58,9 +57,8 @@ from contextlib import suppress
 
 import requests
 
-from bench.scratch_db import migrated_django, recreate_database
+from bench.scratch_db import arguments, migrated_django, recreate_database
 
-DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/gpu_portal_bench_soak"
 PORTAL = "http://soak.invalid"
 UTILIZATION = 0.6  # the share of the cluster's GPU-hours the request stream asks for
 SHARES = (250, 500, 1000)
@@ -90,10 +88,7 @@ save
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--database-url", default=DEFAULT_URL)
+    parser = arguments(__doc__, "gpu_portal_bench_soak")
     parser.add_argument("--nodes", type=int, default=25)
     parser.add_argument("--gpus-per-node", type=int, default=8)
     parser.add_argument("--hours", type=float, default=30.0, help="simulated hours of requests")

@@ -12,12 +12,11 @@ the background task does, and prints the time to read the history, the progress 
 total, and the result's headline figures.
 """
 
-import argparse
 import datetime as dt
 import random
 import time
 
-from bench.scratch_db import migrated_django, recreate_database, register_a100_nodes
+from bench.scratch_db import arguments, migrated_django, recreate_database, register_a100_nodes
 
 GPUS_PER_NODE = 8
 POOLS = ("a100-od", "a100-spot", "h100-od", "l4-od")
@@ -28,12 +27,7 @@ LONGEST_RUN = dt.timedelta(hours=4)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--database-url", default="postgres://postgres@127.0.0.1:5432/gpu_portal_bench_whatif"
-    )
+    parser = arguments(__doc__, "gpu_portal_bench_whatif")
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--requests", type=int, default=100_000)
     parser.add_argument("--days", type=float, default=7)
