@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "teams",
     "audit",
     "scheduler_app",
+    "slurm_backend",
     "telemetry",
     "billing_app",
     "demo",
@@ -201,6 +202,11 @@ TELEMETRY_NETWORK_FLOOR_BYTES_PER_S = env_int("TELEMETRY_NETWORK_FLOOR_BYTES_PER
 # GET /metrics (Prometheus, DCGM exporter names): this bearer token, or a signed-in staff user.
 METRICS_BEARER_TOKEN = env_secret("METRICS_BEARER_TOKEN")
 
+# Slurm pools (slurm_backend): how often the portal reads Slurm and submits the work placed there, and
+# how long a job it stops (cancelled, released, preempted) has after SIGTERM before SIGKILL.
+SLURM_SYNC_INTERVAL_S = env_int("SLURM_SYNC_INTERVAL_S", 2, minimum=1)
+SLURM_STOP_GRACE_S = env_int("SLURM_STOP_GRACE_S", 30, minimum=0)
+
 # The periodic work, in production (Celery beat) and in the embedded default (scheduler_app.passes.dispatch's
 # EmbeddedWorker runs the same tasks in-process, each at its "schedule" in seconds). The embedded worker
 # runs the entries due together in this order: the watchdogs before the pass, so it sees the nodes they
@@ -216,6 +222,8 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(SCHEDULER_INTERVAL_S),
     },
     "scheduling-pass": {"task": "scheduler_app.scheduling_pass", "schedule": float(SCHEDULER_INTERVAL_S)},
+    # Slurm pools: their nodes, the work placed on them submitted, their jobs' states and output read.
+    "slurm-sync": {"task": "slurm_backend.sync", "schedule": float(SLURM_SYNC_INTERVAL_S)},
     # The live streams' 1 Hz deltas; a tick not started within its second is dropped, not queued.
     "live-tick": {"task": "scheduler_app.live_tick", "schedule": 1.0, "options": {"expires": 1.0}},
     "telemetry-upkeep": {"task": "scheduler_app.telemetry_upkeep", "schedule": float(TELEMETRY_INTERVAL_S)},

@@ -10,8 +10,8 @@ from scheduler_app.services.transitions import transition_requests
 
 @admin.register(Pool)
 class PoolAdmin(admin.ModelAdmin):
-    list_display = ["name", "gpu_model", "capacity_type", "granularity_milli", "mig_mode"]
-    list_filter = ["capacity_type", "gpu_model"]
+    list_display = ["name", "gpu_model", "capacity_type", "granularity_milli", "mig_mode", "backend"]
+    list_filter = ["capacity_type", "gpu_model", "backend"]
     search_fields = ["name", "gpu_model"]
     # Set on the operator pool page or the API (update_pool): only with no work on the pool.
     readonly_fields = ["mig_mode"]

@@ -11,6 +11,14 @@ class BillingMode(models.TextChoices):
     SPOT = "spot", "Spot"
 
 
+class Backend(models.TextChoices):
+    """Who runs a pool's work on its nodes: the portal's node agent, or a cluster manager the portal
+    drives as if it were each node's agent (slurm_backend)."""
+
+    AGENT = "agent", "Node agent"
+    SLURM = "slurm", "Slurm (slurmrestd)"
+
+
 class NodeStatus(models.TextChoices):
     READY = "ready", "Ready"
     DRAINING = "draining", "Draining"

@@ -9,6 +9,7 @@ from django.db import models
 from django.db.models import Q, Sum
 
 from scheduler_app.choices import (
+    Backend,
     CapacityType,
     CgroupVersion,
     IsolationMode,
@@ -39,6 +40,12 @@ class Pool(models.Model):
         default=MigMode.OFF,
         help_text="MIG: work gets whole GPU instances within the cards' geometry (core/mig.py).",
     )
+    backend = models.CharField(
+        max_length=16,
+        choices=Backend.choices,
+        default=Backend.AGENT,
+        help_text="Who runs the work on its nodes: their agents, or Slurm (the pool's Slurm connection).",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -51,6 +58,7 @@ class Pool(models.Model):
                 condition=Q(capacity_type__in=CapacityType.values), name="pool_capacity_valid"
             ),
             models.CheckConstraint(condition=Q(mig_mode__in=MigMode.values), name="pool_mig_mode_valid"),
+            models.CheckConstraint(condition=Q(backend__in=Backend.values), name="pool_backend_valid"),
         ]
 
     def __str__(self) -> str:

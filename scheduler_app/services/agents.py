@@ -195,12 +195,15 @@ def report_finished(
     generation: int | None = None,
     stopped_at: dt.datetime | None = None,
     host_memory_exceeded_mib: int | None = None,
+    failed_because: str = "",
 ) -> GpuRequest:
     """The job's process ended: exit status 0 is succeeded, anything else failed; the status is kept.
     `stopped_at`: when it ended, as the agent saw it (see stop_time); a report comes up to a round later.
     `host_memory_exceeded_mib`: its cgroup's memory limit (MiB) killed it; it fails saying so, whatever
     its status, and even while it was being moved: the kill is the job's own end, not a stop for the
-    move, and a requeue would run it into the same limit again.
+    move, and a requeue would run it into the same limit again. `failed_because`: a cluster manager's
+    own word on why it ended the job (Slurm's TIMEOUT, a cancel outside the portal): it fails with that
+    reason, whatever its status, unless it was stopped for a move.
 
     A request that had already ended (released, cancelled, stopped by the watchdog) keeps its state
     and takes the exit status if it has none; one that left this node (requeued, moved) is left as
@@ -220,12 +223,11 @@ def report_finished(
         return _end_here(
             node, request_id, RequestState.FAILED, reason, exit_code=exit_code, generation=generation
         )
-    outcome = RequestState.SUCCEEDED if exit_code == 0 else RequestState.FAILED
+    outcome = RequestState.SUCCEEDED if exit_code == 0 and not failed_because else RequestState.FAILED
     if stopped := _stopped_for_move(node, request_id, generation, stopped_at):
         return stopped
-    return _end_here(
-        node, request_id, outcome, exit_reason(exit_code), exit_code=exit_code, generation=generation
-    )
+    reason = failed_because or exit_reason(exit_code)
+    return _end_here(node, request_id, outcome, reason, exit_code=exit_code, generation=generation)
 
 
 def stop_time(reported: dt.datetime | None, now: dt.datetime | None = None) -> dt.datetime:

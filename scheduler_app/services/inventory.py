@@ -119,9 +119,10 @@ def node_for_agent_token(token: str) -> Node | None:
 
 
 def update_pool(pool: Pool, *, actor, **fields) -> Pool:
-    """Operators change a pool's description, granularity or capacity type; logged with the old values."""
+    """Operators change a pool's description, granularity, capacity type or backend; logged with the old
+    values. The backend changes only with no work on the pool's cards: who runs it cannot change under it."""
     require(can_operate(actor), "Only platform operators change pools.")
-    allowed = {"description", "granularity_milli", "capacity_type", "gpu_model", "mig_mode"}
+    allowed = {"description", "granularity_milli", "capacity_type", "gpu_model", "mig_mode", "backend"}
     if unknown := set(fields) - allowed:
         raise ValidationError({name: "This field cannot be changed here." for name in unknown})
     with transaction.atomic():
@@ -130,6 +131,9 @@ def update_pool(pool: Pool, *, actor, **fields) -> Pool:
             _check_mig_mode_change(locked, fields["mig_mode"])
             if not fields["mig_mode"]:  # out of MIG, the cards are whole again
                 Gpu.objects.filter(node__pool=locked).update(mig_layout="")
+        moving = "backend" in fields and fields["backend"] != locked.backend
+        if moving and Allocation.objects.committed().filter(gpu__node__pool=locked).exists():
+            raise ValidationError({"backend": f"Pool {locked.name} has work on its cards: drain it first."})
         before = {name: getattr(locked, name) for name in fields}
         for name, value in fields.items():
             setattr(locked, name, value)

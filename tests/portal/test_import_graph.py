@@ -12,7 +12,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Lowest first: an app may import only the apps before it. infra is the shared library; portal is the
 # project (settings, URLs, the home page), which puts every app together.
-LAYERS = ["infra", "teams", "audit", "scheduler_app", "telemetry", "billing_app", "demo", "portal"]
+LAYERS = [
+    "infra",
+    "teams",
+    "audit",
+    "scheduler_app",
+    "slurm_backend",
+    "telemetry",
+    "billing_app",
+    "demo",
+    "portal",
+]
 # Packages beside the Django apps, deployed on their own: they import no app (agent uses the SDK).
 STANDALONE = {"agent": {"gpu_portal_sdk"}, "gpu_portal_sdk": set()}
 PACKAGES = {name: ROOT / name for name in [*LAYERS, "agent"]}

@@ -3,7 +3,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from twisted.internet import reactor, threads
 
-from scheduler_app.passes.dispatch import embedded_ticker, embedded_what_if, embedded_worker
+from scheduler_app.passes.dispatch import embedded_slurm, embedded_ticker, embedded_what_if, embedded_worker
 
 
 class Command(BaseCommand):
@@ -39,6 +39,7 @@ class Command(BaseCommand):
             embedded_worker.start()  # its first round runs every entry of the schedule, a pass among them
             embedded_ticker.start()
             embedded_what_if.start()
+            embedded_slurm.start()
         try:
             CommandLineInterface().run([*daphne, "portal.asgi:application"])
         finally:
@@ -46,3 +47,4 @@ class Command(BaseCommand):
                 embedded_worker.stop()
                 embedded_ticker.stop()
                 embedded_what_if.stop()
+                embedded_slurm.stop()

@@ -1,0 +1,111 @@
+"""The pool's nodes and cards kept as Slurm lists its partition, through the inventory's own owners
+(register_node, reconcile_gpus, set_node_status, handle_node_loss, record_heartbeat).
+
+Slurm's state maps to the node's status: idle, mixed, allocated -> ready; drain (drained, draining)
+-> draining; down, fail or not responding -> lost, through the lost-node path, so its work is
+requeued from its checkpoint. Only a change of what Slurm says moves the portal's node, so an
+operator's own drain in the portal stays. A node Slurm answers for counts as heard from.
+"""
+
+from django.db import transaction
+
+from scheduler_app.choices import NodeStatus
+from scheduler_app.models import Node
+from scheduler_app.services.agents import reconcile_gpus
+from scheduler_app.services.inventory import record_heartbeat, register_node, set_node_status
+from scheduler_app.services.node_health import handle_node_loss
+from slurm_backend.gres import NodeGres, parse_node_gres
+from slurm_backend.models import SlurmConnection, SlurmNode
+
+SLURM = "slurm"
+LOST_STATES = {"down", "fail", "failing", "future", "unknown"}
+LOST_FLAGS = {"NOT_RESPONDING", "FAIL", "POWERED_DOWN", "POWER_DOWN"}
+DRAIN_FLAGS = {"DRAIN", "DRAINED", "DRAINING"}
+
+
+def status_for(state: str, flags: list[str]) -> str:
+    """The portal's node status for Slurm's base state and flags."""
+    flags = {flag.upper() for flag in flags}
+    if state.lower() in LOST_STATES or flags & LOST_FLAGS:
+        return NodeStatus.LOST
+    if state.lower() in ("drained", "draining") or flags & DRAIN_FLAGS:
+        return NodeStatus.DRAINING
+    return NodeStatus.READY
+
+
+def card_uuid(connection: SlurmConnection, node_name: str, index: int) -> str:
+    """A card's stable id: Slurm names no UUIDs, so the pool, node and gres index stand for one."""
+    return f"SLURM-{connection.pool.name}-{node_name}-{index}"
+
+
+def partition_nodes(connection: SlurmConnection, listed: list[dict]) -> list[dict]:
+    return [n for n in listed if connection.partition in (n.get("partitions") or [])]
+
+
+def sync_nodes(connection: SlurmConnection, listed: list[dict]) -> list[str]:
+    """Make the pool's nodes what Slurm lists in the partition; returns the problems found (a node
+    name taken by another pool, a node without cards), for the connection's last error."""
+    problems = []
+    for entry in partition_nodes(connection, listed):
+        gres = parse_node_gres(entry.get("gres", ""))
+        name = entry["name"]
+        if not gres.cards:
+            problems.append(f"Slurm node {name} has no gpu gres")
+            continue
+        node = Node.objects.filter(name=name).select_related("pool").first()
+        if node is not None and node.pool_id != connection.pool_id:
+            problems.append(f"Slurm node {name} is already a node of pool {node.pool.name}")
+            continue
+        if node is None:
+            node = _add(connection, entry, gres)
+        else:
+            _reconcile_cards(connection, node, gres)
+        _follow_state(connection, node, entry)
+    return problems
+
+
+def _cards(connection: SlurmConnection, name: str, gres: NodeGres) -> list[dict]:
+    return [
+        {
+            "uuid": card_uuid(connection, name, index),
+            "model": connection.pool.gpu_model,
+            "memory_mib": connection.card_memory_mib,
+        }
+        for index in range(gres.cards)
+    ]
+
+
+def _add(connection: SlurmConnection, entry: dict, gres: NodeGres) -> Node:
+    node, _ = register_node(
+        pool=connection.pool,
+        name=entry["name"],
+        cpu_milli=int(entry.get("cpus") or 1) * 1000,
+        memory_mib=int(entry.get("real_memory") or 1),
+        gpus=_cards(connection, entry["name"], gres),
+    )
+    return node
+
+
+def _reconcile_cards(connection: SlurmConnection, node: Node, gres: NodeGres) -> None:
+    if node.gpus.count() != gres.cards:
+        cards = [{**card, "mig_mode": "unsupported"} for card in _cards(connection, node.name, gres)]
+        reconcile_gpus(node, cards)
+
+
+def _follow_state(connection: SlurmConnection, node: Node, entry: dict) -> None:
+    flags = entry.get("state_flags") or []
+    state = " ".join([entry.get("state", ""), *flags]).strip()
+    status = status_for(entry.get("state", ""), flags)
+    reason = f"Slurm: {state}" + (f" ({entry['reason']})" if entry.get("reason") else "")
+    with transaction.atomic():
+        seen = SlurmNode.objects.select_for_update().filter(node=node).first()
+        if status != NodeStatus.LOST:
+            node = record_heartbeat(node)
+        if seen is None or seen.status != status:
+            if status == NodeStatus.LOST and node.status != NodeStatus.LOST:
+                handle_node_loss(node, reason=reason)
+            elif status != NodeStatus.LOST:
+                set_node_status(node, status, actor_name=SLURM, reason=reason)
+        SlurmNode.objects.update_or_create(
+            node=node, defaults={"connection": connection, "state": state[:100], "status": status}
+        )

@@ -1,0 +1,255 @@
+"""One sync of a Slurm pool: the portal acting as each Slurm node's agent.
+
+It reads what the agent reads (scheduler_app.selectors.node_work: what must run, and by omission what
+must stop) and reports what the agent reports, through the same services (report_started,
+report_finished, append_log; the nodes through the inventory's owners, slurm_backend.nodes). So the
+lifecycle owner, metering, budgets and the live pages do not know Slurm is there: this module only
+starts, watches, signals and stops Slurm jobs.
+"""
+
+import datetime as dt
+import logging
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from scheduler_app.choices import Backend
+from scheduler_app.models import GpuRequest, Node
+from scheduler_app.rules.lifecycle import ACTIVE_STATES
+from scheduler_app.selectors import node_work
+from scheduler_app.services.agents import append_log, report_finished, report_started
+from scheduler_app.services.migration import requeue_from_checkpoint
+from slurm_backend import jobs
+from slurm_backend.client import SlurmClient, SlurmError, SlurmUnavailable
+from slurm_backend.gres import card_indexes
+from slurm_backend.models import SlurmConnection, SlurmJob, SlurmTeamAccount
+from slurm_backend.nodes import SLURM, sync_nodes
+from slurm_backend.output import ship_output
+
+log = logging.getLogger(__name__)
+
+CLAIM_S = 60  # a sync holds its pool this long at most; another worker's sync of it waits until then
+CANNOT_START = (
+    126  # the status a run Slurm refused is reported with, as the agent reports one it cannot start
+)
+RAN = {"RUNNING", "COMPLETING", "COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY"}
+ENDED = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "OUT_OF_MEMORY",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+}
+REQUEUED = {"NODE_FAIL", "PREEMPTED", "BOOT_FAIL"}  # not the job's doing: it runs again elsewhere
+
+
+def client_for(connection: SlurmConnection) -> SlurmClient:
+    return SlurmClient(connection.url, connection.token())
+
+
+def sync_all() -> dict[str, str]:
+    """Sync every Slurm pool; per pool "ok" or its error."""
+    return {
+        connection.pool.name: sync_pool(connection) or "ok"
+        for connection in SlurmConnection.objects.select_related("pool").filter(pool__backend=Backend.SLURM)
+    }
+
+
+def sync_pool(connection: SlurmConnection, now: dt.datetime | None = None) -> str:
+    """Read Slurm, follow its jobs, submit and stop what the work lists say; returns the problems
+    found ("" none), also kept on the connection. Claimed first: one sync of a pool at a time."""
+    now = now or timezone.now()
+    claimed = SlurmConnection.objects.filter(pk=connection.pk).exclude(sync_claimed_until__gt=now)
+    if not claimed.update(sync_claimed_until=now + dt.timedelta(seconds=CLAIM_S)):
+        return "another sync of this pool is running"
+    problems: list[str] = []
+    try:
+        client = client_for(connection)
+        try:
+            problems += sync_nodes(connection, client.nodes())
+            listed = {job["job_id"]: job for job in client.jobs()}
+            problems += _follow(connection, listed, now)
+            problems += _start_and_stop(connection, client, listed, now)
+        except (SlurmUnavailable, SlurmError) as error:
+            problems.append(str(error))
+    finally:
+        text = "; ".join(problems)[:500]
+        SlurmConnection.objects.filter(pk=connection.pk).update(
+            sync_claimed_until=None, last_synced_at=now, last_error=text
+        )
+    if problems:
+        log.warning("Slurm pool %s: %s", connection.pool.name, text)
+    return text
+
+
+def _follow(connection: SlurmConnection, listed: dict[int, dict], now: dt.datetime) -> list[str]:
+    """Report what each open job did since the last sync: started, wrote, ended."""
+    problems = []
+    for row in SlurmJob.objects.filter(connection=connection, ended_at__isnull=True).select_related("node"):
+        job = listed.get(row.job_id)
+        if job is None:  # Slurm forgets an ended job after MinJobAge: too long unseen
+            _end(row, CANNOT_START, now, failed_because=f"Slurm no longer knows job {row.job_id}")
+            problems.append(f"Slurm job {row.job_id} disappeared")
+            continue
+        state = job["job_state"]
+        if state in RAN and row.state not in RAN:
+            _started(row, job)
+        ship_output(row, row.node)
+        if state in ENDED:
+            _finished(row, job, now)
+        elif state != row.state:
+            SlurmJob.objects.filter(pk=row.pk).update(state=state)
+    return problems
+
+
+def _started(row: SlurmJob, job: dict) -> None:
+    """The run is running: the cards Slurm gave it are recorded (within a node Slurm picks the card
+    that gives the shards; the portal's slice keeps the card it planned), the request moves to running."""
+    cards = ",".join(str(i) for i in card_indexes(job.get("gres_detail") or []))
+    SlurmJob.objects.filter(pk=row.pk).update(state="RUNNING", cards=cards)
+    row.state, row.cards = "RUNNING", cards
+    report_started(row.node, row.request_id, generation=row.generation)
+
+
+def _exit_status(wait_status: int) -> int:
+    """Slurm's exit_code is the wait status: the exit status, or minus the signal that killed it."""
+    return -(wait_status & 0x7F) if wait_status & 0x7F else (wait_status >> 8) & 0xFF
+
+
+def _finished(row: SlurmJob, job: dict, now: dt.datetime) -> None:
+    state, status = job["job_state"], _exit_status(int(job.get("exit_code") or 0))
+    ended = dt.datetime.fromtimestamp(job["end_time"], tz=dt.UTC) if job.get("end_time") else now
+    why = job.get("state_reason") or ""
+    if state in REQUEUED:
+        _requeue(row, ended, f"Slurm ended the job: {state} ({why})")
+        _close(row, state, now)
+    elif state == "OUT_OF_MEMORY":
+        request = GpuRequest.objects.only("memory_mib").get(pk=row.request_id)
+        _end(row, status, ended, state=state, host_memory_exceeded_mib=request.memory_mib)
+    elif state == "TIMEOUT":
+        limit = job.get("time_limit")
+        _end(row, status, ended, state=state, failed_because=f"killed at its time limit of {limit} min")
+    elif state == "CANCELLED" and row.stop_sent_at is None:
+        _end(row, status, ended, state=state, failed_because="cancelled in Slurm, outside the portal")
+    elif state in ("COMPLETED", "CANCELLED") or (state == "FAILED" and status):
+        _end(row, status, ended, state=state)
+    else:
+        _end(row, status, ended, state=state, failed_because=f"Slurm: {state} ({why})")
+
+
+def _end(row: SlurmJob, status: int, ended: dt.datetime, *, state: str = "", **how) -> None:
+    report_finished(row.node, row.request_id, status, generation=row.generation, stopped_at=ended, **how)
+    _close(row, state or row.state, ended)
+
+
+def _close(row: SlurmJob, state: str, ended: dt.datetime) -> None:
+    SlurmJob.objects.filter(pk=row.pk).update(state=state, ended_at=max(ended, row.submitted_at))
+
+
+def _requeue(row: SlurmJob, stopped_at: dt.datetime, reason: str) -> None:
+    """Requeue the run from its checkpoint, if it is still the request's current run."""
+    with transaction.atomic():
+        current = (
+            GpuRequest.objects.select_for_update()
+            .filter(pk=row.request_id, placements=row.generation, state__in=ACTIVE_STATES)
+            .exists()
+        )
+        if current:
+            requeue_from_checkpoint([row.request_id], stopped_at=stopped_at, reason=reason, actor_name=SLURM)
+
+
+def _start_and_stop(
+    connection: SlurmConnection, client: SlurmClient, listed: dict[int, dict], now: dt.datetime
+) -> list[str]:
+    """Submit each run the work lists hold and Slurm has not; signal those being moved; stop the
+    open jobs no list holds any more (cancelled, released, preempted, requeued)."""
+    problems, wanted = [], set()
+    runs = {(r.request_id, r.generation): r for r in SlurmJob.objects.filter(connection=connection)}
+    by_name = {job["name"]: job for job in listed.values() if job["job_state"] not in ENDED}
+    busy = Node.objects.filter(pool=connection.pool_id, gpus__allocations__ended_at__isnull=True).distinct()
+    for node in busy:
+        for work in node_work(node):
+            key = (work["request_id"], work["generation"])
+            wanted.add(key)
+            row = runs.get(key)
+            if row is None:
+                problems += _submit(connection, client, node, work, by_name, now)
+            elif work["stop_by"] and row.ended_at is None:
+                _stop(client, row, now, kill_at=work["stop_by"])
+    grace = dt.timedelta(seconds=settings.SLURM_STOP_GRACE_S)
+    for key, row in runs.items():
+        if key not in wanted and row.ended_at is None:
+            _stop(client, row, now, kill_at=(row.stop_sent_at or now) + grace)
+    return problems
+
+
+def _submit(
+    connection: SlurmConnection,
+    client: SlurmClient,
+    node: Node,
+    work: dict,
+    by_name: dict[str, dict],
+    now: dt.datetime,
+) -> list[str]:
+    """Submit the run (or adopt the job a lost answer left in Slurm, found by its name). A refusal
+    fails the request with Slurm's words, in its log too, as the agent fails a job it cannot start."""
+    request = GpuRequest.objects.select_related("team").get(pk=work["request_id"])
+    account = jobs.account_name(work, request.team.default_unix_account())
+    name = jobs.job_name(request.pk, work["generation"])
+    if found := by_name.get(name):
+        job_id = found["job_id"]
+    else:
+        slurm_account = (
+            SlurmTeamAccount.objects.filter(connection=connection, team=request.team_id)
+            .values_list("account", flat=True)
+            .first()
+        )
+        job = jobs.description(
+            connection,
+            node.name,
+            work,
+            account=account,
+            slurm_account=slurm_account or "",
+            max_duration_s=request.max_duration_s,
+        )
+        try:
+            job_id = client.submit(job, jobs.script(work, account), as_user=account)
+        except SlurmError as error:
+            append_log(node, request.pk, work["log_offset"], f"GPU Portal: Slurm refused the job: {error}\n")
+            report_finished(
+                node,
+                request.pk,
+                CANNOT_START,
+                generation=work["generation"],
+                failed_because=f"Slurm refused the job: {error}"[:300],
+            )
+            return [f"request {request.pk}: {error}"]
+    SlurmJob.objects.create(
+        connection=connection,
+        request=request,
+        generation=work["generation"],
+        node=node,
+        job_id=job_id,
+        output_path=jobs.output_path(connection, request.pk, work["generation"]),
+        log_base=work["log_offset"],
+        submitted_at=now,
+    )
+    return []
+
+
+def _stop(client: SlurmClient, row: SlurmJob, now: dt.datetime, *, kill_at: dt.datetime) -> None:
+    """SIGTERM once (the job may checkpoint), SIGKILL at `kill_at`; its end is read back like any."""
+    try:
+        if row.stop_sent_at is None:
+            client.signal(row.job_id, "TERM")
+            SlurmJob.objects.filter(pk=row.pk).update(stop_sent_at=now)
+        elif row.kill_sent_at is None and now >= kill_at:
+            client.signal(row.job_id, "KILL")
+            SlurmJob.objects.filter(pk=row.pk).update(kill_sent_at=now)
+    except SlurmError:  # it ended meanwhile: the next sync reads its end
+        log.info("Slurm job %s: already gone when signalled", row.job_id)
