@@ -69,9 +69,11 @@ def run_script(checkout: Path, script: str, var_dir: str | None) -> subprocess.C
     """bin/`script` in the scratch checkout, from elsewhere, with PORTAL_VAR_DIR=`var_dir` (None: unset).
 
     python, ruff and pytest only log; a manage.py command fails unless the directory the setting names
-    is there when it runs. The packages' install is a stand-in too (bin/test would install them)."""
+    is there when it runs. The packages' install is a stand-in too (bin/test would install them), and so
+    is the Slurm test cluster bin/test starts."""
     shutil.copy(ROOT / "bin" / script, checkout / "bin")
     shutil.copy(ROOT / "bin" / "_packages.sh", checkout / "bin")
+    stand_in(checkout / "bin", "slurm-test-cluster")
     venv_bin = checkout / ".venv" / "bin"
     stand_in(venv_bin, "python", '[[ "$1" != manage.py || -d "${PORTAL_VAR_DIR-var}" ]] || exit 3')
     for tool in ("ruff", "pytest"):
@@ -104,6 +106,8 @@ def test_scripts_create_the_var_dir_the_setting_names_and_run_again(checkout, tm
     assert var_dir.is_dir()
     assert not (checkout / "var").exists()
     assert calls(checkout / ".venv" / "bin")[-1].strip() == last  # it ran to its end
+    if script == "test":  # the Slurm backend's tests run against the cluster it starts first
+        assert [line.strip() for line in calls(checkout / "bin")] == ["slurm-test-cluster start"] * 2
 
 
 @pytest.mark.parametrize(("var_dir", "made"), [(None, "var"), ("scratch/db", "scratch/db")])
