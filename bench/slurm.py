@@ -54,10 +54,6 @@ class Timing:
     portal_s: float
     slurm_s: float
 
-    @property
-    def added_s(self) -> float:
-        return self.portal_s - self.slurm_s
-
 
 @dataclass(frozen=True)
 class Batch:
@@ -209,7 +205,7 @@ def submit_to_running(connection, user, team, count: int, sync_interval_s: float
     docstring), beside its Slurm job's own submit-to-start; each cancelled once it runs."""
     from scheduler_app.choices import RequestState
     from scheduler_app.passes.run import run_scheduling_pass
-    from scheduler_app.services.requests import cancel_request, submit_request
+    from scheduler_app.services.requests import cancel_request
     from slurm_backend.models import SlurmJob
     from slurm_backend.sync import client_for, sync_pool
 
@@ -218,16 +214,7 @@ def submit_to_running(connection, user, team, count: int, sync_interval_s: float
     origin = time.monotonic()
     for index in range(count):
         time.sleep(rng.uniform(0, sync_interval_s))
-        request = submit_request(
-            user=user,
-            team=team,
-            pool_name=connection.pool.name,
-            name=f"bench-{index}",
-            gpu_milli=ONE_SHARD,
-            cpu_milli=1000,
-            memory_mib=1000,
-            command="sleep 300",
-        )
+        request = one_shard(connection, user, team, f"bench-{index}")
         run_scheduling_pass()
         deadline = time.monotonic() + 120
         while request.state != RequestState.RUNNING:
@@ -251,28 +238,31 @@ def submit_to_running(connection, user, team, count: int, sync_interval_s: float
     return timings
 
 
+def one_shard(connection, user, team, name: str):
+    """A request of one shard (1 CPU, 1,000 MiB) that sleeps, submitted through the portal's service."""
+    from scheduler_app.services.requests import submit_request
+
+    return submit_request(
+        user=user,
+        team=team,
+        pool_name=connection.pool.name,
+        name=name,
+        gpu_milli=ONE_SHARD,
+        cpu_milli=1000,
+        memory_mib=1000,
+        command="sleep 300",
+    )
+
+
 def one_pass(connection, user, team, count: int) -> Batch:
     """`count` one-shard requests pending, then one scheduling pass and one sync, each timed."""
     from scheduler_app.choices import RequestState
     from scheduler_app.models import GpuRequest
     from scheduler_app.passes.run import run_scheduling_pass
-    from scheduler_app.services.requests import submit_request
     from slurm_backend.models import SlurmJob
     from slurm_backend.sync import client_for, sync_pool
 
-    submitted = [
-        submit_request(
-            user=user,
-            team=team,
-            pool_name=connection.pool.name,
-            name=f"batch-{index}",
-            gpu_milli=ONE_SHARD,
-            cpu_milli=1000,
-            memory_mib=1000,
-            command="sleep 300",
-        ).pk
-        for index in range(count)
-    ]
+    submitted = [one_shard(connection, user, team, f"batch-{index}").pk for index in range(count)]
     started = time.perf_counter()
     run_scheduling_pass()
     passed = time.perf_counter()
@@ -302,7 +292,7 @@ def report_timings(sync_interval_s: float, timings: list[Timing]) -> None:
     rows = {
         "portal": [t.portal_s for t in timings],
         "slurm": [t.slurm_s for t in timings],
-        "added": [t.added_s for t in timings],
+        "added": [t.portal_s - t.slurm_s for t in timings],
     }
     summary = ", ".join(
         f"{name} median {statistics.median(values):.2f} s p95 {percentile(values, 95):.2f} s"
