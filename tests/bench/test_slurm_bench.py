@@ -3,7 +3,7 @@ Slurm test: flock /tmp/slurm-tests.lock pytest ...): both parts measure what the
 
 import random
 
-from bench.slurm import one_pass, percentile, sched_interval, submit_to_running
+from bench.slurm import Timing, one_pass, percentile, report_timings, sched_interval, submit_to_running
 from tests.slurm_backend.conftest import no_slurm_jobs, slurm_cluster, slurm_pool, team_accounts
 
 __all__ = ["no_slurm_jobs", "slurm_cluster", "slurm_pool", "team_accounts"]  # the fixtures used here
@@ -26,3 +26,11 @@ def test_the_percentile_is_the_nearest_rank():
     values = [float(v) for v in range(1, 21)]
 
     assert (percentile(values, 50), percentile(values, 95), percentile(values, 100)) == (10.0, 19.0, 20.0)
+
+
+def test_the_report_sets_the_portals_time_beside_slurms_and_judges_the_added_p95(capsys):
+    report_timings(2.0, [Timing(portal_s=3.0, slurm_s=2.0), Timing(portal_s=2.5, slurm_s=2.0)])
+
+    printed = capsys.readouterr().out
+    assert "added median 0.75 s p95 1.00 s" in printed and "portal p95 - Slurm p95 1.00 s" in printed
+    assert "target on the added p95: met" in printed
