@@ -1,5 +1,6 @@
 """python -m agent [run] --portal URL --credential-file FILE   run the node agent (as root)
 python -m agent probe                                       print what NVML reports here
+python -m agent --monitor-only --portal URL --credential-file FILE   only report the cards' use (Slurm)
 
 Settings also come from the environment: GPU_PORTAL_URL, GPU_PORTAL_NODE_CREDENTIAL or
 GPU_PORTAL_NODE_CREDENTIAL_FILE, GPU_PORTAL_SIMULATE (a number of simulated GPUs) for
@@ -81,6 +82,12 @@ def _parser(command: str) -> argparse.ArgumentParser:
             default=240.0,
             help="Cut off from the portal this long, stop the jobs (they will run elsewhere); keep it plus "
             "--grace-s under the portal's NODE_LOST_AFTER_S (default 240; 0: never).",
+        )
+        parser.add_argument(
+            "--monitor-only",
+            action="store_true",
+            help="Only report the cards' readings and the host's use: ask for no work, start, stop or "
+            "isolate no job (a node whose jobs another cluster manager runs, e.g. Slurm; no root needed).",
         )
         parser.add_argument(
             "--no-isolation",
@@ -219,8 +226,8 @@ def run(args, nvml) -> int:
     from agent.node_agent import NodeAgent
 
     try:
-        isolation = _isolation(args)
-        credential = _credential(args.credential_file, isolated=isolation.isolated)
+        isolation = None if args.monitor_only else _isolation(args)
+        credential = _credential(args.credential_file, owner=_credential_owner(isolation))
     except (IsolationUnavailable, ValueError) as error:
         print(f"Cannot start: {error}.", file=sys.stderr)
         return 2
@@ -244,6 +251,7 @@ def run(args, nvml) -> int:
         NodeClient(args.portal, credential),
         nvml,
         isolation=isolation,
+        monitor_only=args.monitor_only,
         interval_s=args.interval_s,
         grace_s=args.grace_s,
         mps=mps,
@@ -284,16 +292,25 @@ def _isolation(args) -> Isolation:
     )
 
 
-def _credential(path: str | None, *, isolated: bool) -> str:
-    """The node's credential, from its file or the environment (then removed from it). On an isolated
-    node the file must be root's alone: any job could otherwise act as the node."""
+def _credential_owner(isolation: Isolation | None) -> int | None:
+    """Whose alone the credential file must be: root's on an isolated node, the agent's own where it only
+    monitors (other users' jobs run there too); anyone's on a single-tenant node."""
+    if isolation is None:
+        return os.geteuid()
+    return 0 if isolation.isolated else None
+
+
+def _credential(path: str | None, *, owner: int | None) -> str:
+    """The node's credential, from its file or the environment (then removed from it). Unless `owner` is
+    None the file must be that user's alone: any job could otherwise act as the node."""
     if path:
         status = os.stat(path)
-        if isolated and (status.st_uid != 0 or status.st_mode & 0o077):
+        if owner is not None and (status.st_uid != owner or status.st_mode & 0o077):
             mode = stat.filemode(status.st_mode)
+            whose = "root" if owner == 0 else str(owner)
             raise ValueError(
-                f"the credential file {path} must be root's and private ({mode}, uid {status.st_uid}): "
-                f"chown root {path}; chmod 600 {path}"
+                f"the credential file {path} must be {whose}'s and private ({mode}, uid {status.st_uid}): "
+                f"chown {whose} {path}; chmod 600 {path}"
             )
         return Path(path).read_text().strip()
     return os.environ.pop("GPU_PORTAL_NODE_CREDENTIAL", "").strip()

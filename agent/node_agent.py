@@ -54,6 +54,11 @@ class NodeAgent:
     it plus `grace_s` under the portal's NODE_LOST_AFTER_S). Their exits are not reported: if the
     portal did not move them meanwhile, they start again from their checkpoints once it answers.
 
+    `monitor_only`: on a node whose jobs another cluster manager runs (Slurm), the agent only reports:
+    the cards' readings and the host's use, never asking for work, starting, stopping or isolating a
+    job (no `isolation`). Readings go under the names the portal's registration answer gives each card
+    (on a Slurm node, Slurm's cards by index); a card it names "" is not reported.
+
     `cloud_notices` (an agent.cloud_notices.CloudNoticeWatcher) and `checkpoint_sync` (an
     agent.checkpoint_sync.CheckpointSync) are off when None. With the watcher, a reclaim notice the
     cloud gives this node is sent to the portal once (which moves the node's work); with the sync,
@@ -66,7 +71,8 @@ class NodeAgent:
         client,
         nvml,
         *,
-        isolation,
+        isolation=None,
+        monitor_only: bool = False,
         interval_s: float = 2.0,
         grace_s: float = 30.0,
         mps: bool | None = None,
@@ -82,6 +88,8 @@ class NodeAgent:
         self.grace_s = grace_s
         self.mps = mps_available() if mps is None else mps
         self.isolation = isolation
+        self.monitor_only = monitor_only
+        self.card_names: dict[str, str] = {}  # NVML's UUID -> the portal's name for the card ("": none)
         self.card_minors: dict[str, int] = {}  # card UUID -> its /dev/nvidia<minor>
         self.sample_period_s = sample_period_s
         self.send_samples_every_s = interval_s if send_samples_every_s is None else send_samples_every_s
@@ -150,6 +158,8 @@ class NodeAgent:
             self._ship_logs,
             self._sample,
         ]
+        if self.monitor_only:
+            steps = [self._watch_usage, self._sample]
         for step in steps if self.registered else [self._register]:
             try:
                 step()
@@ -198,10 +208,10 @@ class NodeAgent:
         if self.registered:
             return
         cards = read_cards(self.nvml)
-        answer = self.client.register(
-            [card.registration() for card in cards], isolation=self.isolation.report()
-        )
+        isolation = None if self.monitor_only else self.isolation.report()
+        answer = self.client.register([card.registration() for card in cards], isolation=isolation)
         self.card_minors = {card.uuid: card.minor for card in cards}
+        self.card_names = dict(zip((card.uuid for card in cards), answer["cards"], strict=True))
         log.info(
             "registered node %s: %d new cards, %d changed, not reported: %s",
             answer["node"],
@@ -209,12 +219,13 @@ class NodeAgent:
             len(answer["updated"]),
             ", ".join(answer["missing"]) or "none",
         )
-        # Fencing: jobs an earlier agent of this node left running are not ours to keep (the portal may
-        # have moved their work); what is still placed here starts again from its checkpoint.
         self.owner = f"{answer['node']} at {self.client.api_url}"
-        stop_stale_jobs(self.owner, self.grace_s)
-        if left := self.isolation.attach(answer["node"]):  # whatever escaped its session, in its cgroup
-            log.warning("ended %d job cgroup(s) an earlier agent left", left)
+        if not self.monitor_only:
+            # Fencing: jobs an earlier agent of this node left running are not ours to keep (the portal
+            # may have moved their work); what is still placed here starts again from its checkpoint.
+            stop_stale_jobs(self.owner, self.grace_s)
+            if left := self.isolation.attach(answer["node"]):  # whatever escaped its session, its cgroup
+                log.warning("ended %d job cgroup(s) an earlier agent left", left)
         self.registered_at = dt.datetime.now(dt.UTC)
         self.registered = True
 
@@ -421,7 +432,7 @@ class NodeAgent:
         due = time.monotonic() - self._sent_at >= self.send_samples_every_s - self.interval_s / 2
         if not self.unsent or not due:
             return
-        moments = list(self.unsent)
+        moments = [(at, self._named(readings)) for at, readings in self.unsent]
         try:
             self.client.sample_moments(moments)
         except ValidationError:
@@ -430,6 +441,11 @@ class NodeAgent:
             raise
         self.unsent.clear()
         self._sent_at = time.monotonic()
+
+    def _named(self, readings: list[dict]) -> list[dict]:
+        """The readings under the portal's names for the cards, without the cards it has none for."""
+        named = [{**r, "uuid": self.card_names.get(r["uuid"], r["uuid"])} for r in readings]
+        return [r for r in named if r["uuid"]]
 
 
 def sync_key(checkpoint_dir) -> str:

@@ -63,6 +63,11 @@ class RegisteredSerializer(serializers.Serializer):
     missing = serializers.ListField(
         child=serializers.CharField(), help_text="Known cards NVML did not report."
     )
+    cards = serializers.ListField(
+        child=serializers.CharField(allow_blank=True),
+        help_text="For each reported card, in order, the UUID to report its readings under: its own; on a "
+        "Slurm node, that of Slurm's card of the same index (empty: Slurm has no such card).",
+    )
 
 
 class HeartbeatSerializer(serializers.Serializer):

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from audit.events import log_event
 from audit.models import Event
-from scheduler_app.choices import IsolationMode, RequestState
+from scheduler_app.choices import Backend, IsolationMode, RequestState
 from scheduler_app.constants import (
     CHECKPOINT_EVENT,
     EXIT_CODE_RANGE,
@@ -87,6 +87,24 @@ def reconcile_gpus(node: Node, cards: Sequence[Mapping]) -> dict[str, list[str]]
             data = {"added": added, "updated": updated, "missing": missing}
             log_event(node, "gpus reconciled", actor_name=AGENT, reason=reason, data=data)
     return {"added": added, "updated": updated, "missing": missing}
+
+
+def match_cards(node: Node, cards: Sequence[Mapping]) -> dict[str, list[str]]:
+    """The cards an agent reports, read against the node's: the names the portal knows them by (`cards`,
+    in the order reported; the agent reports its readings under them), and on an agent's node the
+    changes reconcile_gpus made (`added`, `updated`, `missing`).
+
+    On a node of a Slurm pool the cards are the Slurm sync's (one per gpu gres, named by its index):
+    an agent there only watches, and changes none. The agent's i-th card is Slurm's card of index i
+    (the order of gres.conf's device files, which NVML's follows); "" names a reported card Slurm has
+    no card for, and `missing` the node's cards beyond those reported.
+    """
+    if node.pool.backend != Backend.SLURM:
+        changes = reconcile_gpus(node, cards)
+        return {**changes, "cards": [card["uuid"] for card in cards]}
+    slurm_cards = list(Gpu.objects.filter(node=node).order_by("index").values_list("uuid", flat=True))
+    named = [slurm_cards[i] if i < len(slurm_cards) else "" for i in range(len(cards))]
+    return {"added": [], "updated": [], "missing": slurm_cards[len(cards) :], "cards": named}
 
 
 def record_isolation(node: Node, isolation: Mapping | None) -> Node:

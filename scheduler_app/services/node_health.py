@@ -18,7 +18,7 @@ from scheduler_app.choices import NodeStatus
 from scheduler_app.constants import HEARTBEAT_WATCHDOG as WATCHDOG
 from scheduler_app.models import Allocation, Node
 from scheduler_app.selectors import lost_for_silence
-from scheduler_app.services.agents import reconcile_gpus, record_isolation
+from scheduler_app.services.agents import match_cards, record_isolation
 from scheduler_app.services.inventory import AGENT, record_heartbeat, set_node_status
 from scheduler_app.services.migration import requeue_from_checkpoint
 
@@ -74,11 +74,12 @@ def register_agent(
     node: Node, cards: Sequence[Mapping], isolation: Mapping | None = None
 ) -> tuple[Node, dict[str, list[str]]]:
     """The node's agent (re)started and reported its cards and how it isolates jobs: the cards are
-    reconciled (see reconcile_gpus), the isolation recorded (record_isolation), and the call counts as
-    a heartbeat. With NODE_RETURN_TO_SERVICE, a node the watchdog lost for its silence is back in
-    service, logged; one an operator marked lost stays lost either way."""
+    reconciled, or on a Slurm node only matched to Slurm's (see match_cards), the isolation recorded
+    (record_isolation), and the call counts as a heartbeat. With NODE_RETURN_TO_SERVICE, a node the
+    watchdog lost for its silence is back in service, logged; one an operator marked lost stays lost
+    either way."""
     with transaction.atomic():
-        changes = reconcile_gpus(node, cards)  # locks the node until the end of the transaction
+        changes = match_cards(node, cards)  # reconciling locks the node until the end of the transaction
         node = record_heartbeat(record_isolation(node, isolation))
         node.refresh_from_db()
         if settings.NODE_RETURN_TO_SERVICE and (loss := lost_for_silence(node)):

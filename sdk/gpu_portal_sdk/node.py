@@ -22,7 +22,8 @@ class NodeClient:
     def register(self, gpus: Sequence[dict], isolation: dict | None = None) -> dict:
         """Register or reconcile the node's cards: [{uuid, model, memory_mib, mig_mode}]. `isolation`:
         how the agent runs jobs, {mode: "isolated"|"unisolated", namespaces: bool, cgroup: "v2"|"v1"|"none"};
-        not sent when None (the portal then shows the node's isolation as unknown)."""
+        not sent when None (the portal then shows the node's isolation as unknown). The answer's `cards`
+        names each reported card as the portal knows it (on a Slurm node, Slurm's card of its index)."""
         body = {"gpus": list(gpus), **({"isolation": dict(isolation)} if isolation is not None else {})}
         return self._post("agent/register/", body)
 

@@ -242,3 +242,24 @@ def test_the_agent_tells_the_portal_how_it_isolates_its_jobs(monkeypatch):
 
     assert isolated.isolation.report() == {"mode": "isolated", "namespaces": True, "cgroup": "v1"}
     assert unisolated.isolation.report() == {"mode": "unisolated", "namespaces": False, "cgroup": "none"}
+
+
+def test_a_monitor_only_agent_starts_without_root_and_isolates_nothing(monkeypatch, tmp_path):
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+
+    code, agent = started_agent(monkeypatch, "--monitor-only")
+
+    assert code == 0 and agent.monitor_only and agent.isolation is None
+
+
+def test_a_monitor_only_agent_refuses_a_credential_file_others_can_read(capsys, tmp_path):
+    credential = tmp_path / "credential"
+    credential.write_text("node_secret")
+    credential.chmod(0o640)
+
+    flags = ["--portal", "http://127.0.0.1:9", "--simulate", "1", "--credential-file", str(credential)]
+
+    code = main(["--monitor-only", *flags])
+
+    assert code == 2
+    assert f"chmod 600 {credential}" in capsys.readouterr().err

@@ -70,6 +70,7 @@ def test_register_adds_new_cards_updates_known_ones_and_names_the_missing(agent,
         "added": ["GPU-new"],
         "updated": ["GPU-node-1-0"],
         "missing": ["GPU-node-1-1"],
+        "cards": ["GPU-node-1-0", "GPU-new"],
     }
     first = Gpu.objects.get(uuid="GPU-node-1-0")
     assert (first.mig_capable, first.mig_enabled) == (True, True)
@@ -88,6 +89,26 @@ def test_registering_the_same_cards_again_changes_nothing(agent, node):
 
     assert response.json()["added"] == response.json()["updated"] == response.json()["missing"] == []
     assert Event.objects.count() == before
+
+
+def test_an_agent_on_a_slurm_node_changes_none_of_its_cards_and_learns_them_by_index(agent, node):
+    node.pool.backend = "slurm"
+    node.pool.save(update_fields=["backend"])
+    before = list(Gpu.objects.filter(node=node).order_by("index").values_list("uuid", "memory_mib"))
+    body = {"gpus": [card("GPU-nvml-a", memory_mib=16384), card("GPU-nvml-b"), card("GPU-nvml-c")]}
+
+    response = agent.post(AGENT + "register/", body, format="json")
+
+    assert response.status_code == 200, response.json()
+    assert response.json() == {
+        "node": "node-1",
+        "node_status": "ready",
+        "added": [],
+        "updated": [],
+        "missing": [],
+        "cards": ["GPU-node-1-0", "GPU-node-1-1", ""],  # the third card: Slurm has none
+    }
+    assert list(Gpu.objects.filter(node=node).order_by("index").values_list("uuid", "memory_mib")) == before
 
 
 @pytest.mark.parametrize(
