@@ -11,10 +11,14 @@ import pytest
 from audit.models import Event
 from scheduler_app.choices import NodeStatus, RequestState
 from scheduler_app.models import Node
-from scheduler_app.services.requests import submit_request
-from slurm_backend.models import SlurmJob
-from tests.slurm_backend.conftest import CLUSTER, slurm, sync_until
-from tests.slurm_backend.test_slurm_pool import state_of
+from tests.slurm_backend.conftest import (
+    CLUSTER,
+    run_again_elsewhere,
+    run_until_running,
+    slurm,
+    submit,
+    sync_until,
+)
 from tests.waiting import wait_until
 
 
@@ -31,11 +35,16 @@ def killable_slurmd(slurm_cluster, slurm_pool):
 
     yield kill
     for name in killed:
+        # start waits until both nodes answer again; no_slurm_jobs then ends what still runs there (the
+        # job the dead daemon left, whose signals did not reach it) and waits for the empty partition.
         subprocess.run([CLUSTER, "start"], capture_output=True, text=True, check=True, timeout=120)
         wait_until(
-            lambda name=name: slurm(slurm_cluster, "sinfo", "-h", "-n", name, "-o", "%T").strip() == "idle",
-            timeout_s=300,  # the controller retries what it sent the dead daemon before it trusts it again
-            what=f"{name} idle again",
+            lambda name=name: (
+                slurm(slurm_cluster, "sinfo", "-h", "-n", name, "-o", "%T").strip()
+                in ("idle", "mixed", "allocated")
+            ),
+            timeout_s=120,
+            what=f"{name} answering again",
             step_s=1,
         )
 
@@ -43,11 +52,8 @@ def killable_slurmd(slurm_cluster, slurm_pool):
 def test_a_killed_slurmd_marks_the_node_lost_and_its_work_runs_again_elsewhere(
     slurm_pool, killable_slurmd, team_accounts, member, team
 ):
-    request = submit_request(
-        user=member, team=team, pool_name="slurm", name="victim", gpu_milli=250, command="sleep 300"
-    )
-    sync_until(slurm_pool, lambda: state_of(request) == RequestState.RUNNING, what="the request running")
-    node = SlurmJob.objects.get(request=request).node
+    request = submit(member, team, "victim", "sleep 300")
+    node = run_until_running(slurm_pool, request).node
 
     killable_slurmd(node.name)
 
@@ -59,14 +65,4 @@ def test_a_killed_slurmd_marks_the_node_lost_and_its_work_runs_again_elsewhere(
     )
     requeued = Event.objects.filter(object_id=request.pk, to_state=RequestState.PENDING).latest("pk")
     assert "Slurm" in requeued.reason
-    sync_until(
-        slurm_pool,
-        lambda: (
-            state_of(request) == RequestState.RUNNING
-            and SlurmJob.objects.filter(request=request).count() == 2
-        ),
-        what="the request running again",
-    )
-    again = SlurmJob.objects.get(request=request, generation=2)
-    assert again.node_id != node.pk
-    assert {a.gpu.node_id for a in request.allocations.filter(ended_at__isnull=True)} == {again.node_id}
+    run_again_elsewhere(slurm_pool, request, left=node)

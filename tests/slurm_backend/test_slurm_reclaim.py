@@ -15,10 +15,8 @@ from scheduler_app.models import Node
 from scheduler_app.rules.invariants import unresumed_moves
 from scheduler_app.services.inventory import update_pool
 from scheduler_app.services.migration import reclaim_node
-from scheduler_app.services.requests import submit_request
 from slurm_backend.models import SlurmJob
-from tests.slurm_backend.conftest import slurm, sync_until
-from tests.slurm_backend.test_slurm_pool import log_of, state_of
+from tests.slurm_backend.conftest import log_of, run_again_elsewhere, slurm, state_of, submit, sync_until
 
 RESUMABLE = (
     'if [ -e "$GPU_PORTAL_CHECKPOINT_DIR/.checkpointed" ]; then echo resumed; else echo fresh; fi; '
@@ -51,15 +49,8 @@ def test_a_spot_reclaim_drains_the_node_in_slurm_and_the_work_resumes_elsewhere_
     slurm_pool, slurm_cluster, resumed_nodes, shared_checkpoints, team_accounts, member, team, operator
 ):
     update_pool(slurm_pool.pool, actor=operator, capacity_type=CapacityType.SPOT)
-    request = submit_request(
-        user=member,
-        team=team,
-        pool_name="slurm",
-        name="resumable",
-        gpu_milli=250,
-        billing_mode=BillingMode.SPOT,
-        checkpoint_interval_s=60,
-        command=RESUMABLE,
+    request = submit(
+        member, team, "resumable", RESUMABLE, billing_mode=BillingMode.SPOT, checkpoint_interval_s=60
     )
     sync_until(
         slurm_pool,
@@ -69,24 +60,12 @@ def test_a_spot_reclaim_drains_the_node_in_slurm_and_the_work_resumes_elsewhere_
     node = SlurmJob.objects.get(request=request).node
 
     reclaim_node(node, deadline=timezone.now() + dt.timedelta(seconds=60), source="test notice")
-    sync_until(
-        slurm_pool,
-        lambda: (
-            state_of(request) == RequestState.RUNNING
-            and SlurmJob.objects.filter(request=request).count() == 2
-        ),
-        what="the request running again",
-    )
+    run_again_elsewhere(slurm_pool, request, left=node)
     sync_until(slurm_pool, lambda: "resumed" in log_of(request), what="the second run's first words")
 
-    assert slurm(slurm_cluster, "sinfo", "-h", "-n", node.name, "-o", "%T %E").split()[0] in (
-        "drained",
-        "draining",
-    )
-    assert "spot reclaim" in slurm(slurm_cluster, "sinfo", "-h", "-n", node.name, "-o", "%E")
+    state, reason = slurm(slurm_cluster, "sinfo", "-h", "-n", node.name, "-o", "%T|%E").strip().split("|")
+    assert state in ("drained", "draining") and "spot reclaim" in reason
     assert Node.objects.get(pk=node.pk).status == NodeStatus.RECLAIMED
-    again = SlurmJob.objects.get(request=request, generation=2)
-    assert again.node_id != node.pk
     said = [word for word in log_of(request).split() if word in ("fresh", "saved", "resumed")]
     assert said == ["fresh", "saved", "resumed"]  # Slurm's own line on the stop stands between
     assert unresumed_moves() == []
