@@ -20,6 +20,7 @@ LIVE_READING_MAX_AGE_S = 15  # the live stream shows a card's util only while it
 
 # The node agent's protocol.
 CHECKPOINT_EVENT = "checkpoint"  # what a job's reported checkpoint writes in its request's event log
+CARDS_EVENT = "cards changed"  # a cluster manager ran the slices on other cards of their node
 # Who marks a silent node suspect and then lost, in the event log: a node lost by this actor stopped
 # answering (what NODE_RETURN_TO_SERVICE may undo), not an operator's choice.
 HEARTBEAT_WATCHDOG = "heartbeat watchdog"

@@ -9,6 +9,7 @@ from scheduler_app.constants import MILLI_PER_GPU
 # "gpu:fake:4", "shard:fake:32", "gpu:a100:2(S:0-1)", "gpu:4"
 _ENTRY = re.compile(r"(?P<name>[a-z]+)(?::(?P<type>[^:(,]+))?:(?P<count>\d+)")
 _INDEX = re.compile(r"IDX:(?P<ranges>[\d,\-]+)")
+_SHARDS = re.compile(r"^shard(?::[^:(]+)?:(?P<count>\d+)")
 
 
 @dataclass(frozen=True)
@@ -72,3 +73,8 @@ def card_indexes(gres_detail: list[str]) -> list[int]:
                 if low.isdigit():
                     found.update(range(int(low), int(high or low) + 1))
     return sorted(found)
+
+
+def shard_count(gres_detail: list[str]) -> int:
+    """The shards a running job holds, from its `gres_detail` (["shard:2(IDX:0)"] -> 2; 0 for cards)."""
+    return sum(int(m["count"]) for detail in gres_detail or [] if (m := _SHARDS.match(detail)))

@@ -55,7 +55,8 @@ def environment(work: dict, account: str) -> dict:
 
 def script(work: dict, account: str) -> str:
     """The batch script: drop to `account` when Slurm started it as root, then run the command."""
-    command = work["command"].strip() or HOLD
+    # The account makes its checkpoint directory (slurm_backend.checkpoints), as the agent does.
+    command = 'mkdir -p "$GPU_PORTAL_CHECKPOINT_DIR" 2>/dev/null; ' + (work["command"].strip() or HOLD)
     run = f"/bin/sh -c {shlex.quote(command)}"
     user = shlex.quote(account)
     return (

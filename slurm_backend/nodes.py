@@ -2,8 +2,9 @@
 (register_node, reconcile_gpus, set_node_status, handle_node_loss, record_heartbeat).
 
 Slurm's state maps to the node's status: idle, mixed, allocated -> ready; drain (drained, draining)
--> draining; down, fail or not responding -> lost, through the lost-node path, so its work is
-requeued from its checkpoint. Only a change of what Slurm says moves the portal's node, so an
+-> draining, except on a node the portal reclaimed (a spot notice), which the portal drains in Slurm
+itself (drain_reclaimed); down, fail or not responding -> lost, through the lost-node path, so its
+work is requeued from its checkpoint. Only a change of what Slurm says moves the portal's node, so an
 operator's own drain in the portal stays. A node Slurm answers for counts as heard from.
 """
 
@@ -14,6 +15,8 @@ from scheduler_app.models import Node
 from scheduler_app.services.agents import reconcile_gpus
 from scheduler_app.services.inventory import record_heartbeat, register_node, set_node_status
 from scheduler_app.services.node_health import handle_node_loss
+from slurm_backend.client import SlurmError
+from slurm_backend.control import drain_node
 from slurm_backend.gres import NodeGres, parse_node_gres
 from slurm_backend.models import SlurmConnection, SlurmNode
 
@@ -99,13 +102,30 @@ def _follow_state(connection: SlurmConnection, node: Node, entry: dict) -> None:
     reason = f"Slurm: {state}" + (f" ({entry['reason']})" if entry.get("reason") else "")
     with transaction.atomic():
         seen = SlurmNode.objects.select_for_update().filter(node=node).first()
+        reclaimed = node.status == NodeStatus.RECLAIMED  # the drain Slurm shows is the portal's own
         if status != NodeStatus.LOST:
             node = record_heartbeat(node)
         if seen is None or seen.status != status:
             if status == NodeStatus.LOST and node.status != NodeStatus.LOST:
                 handle_node_loss(node, reason=reason)
-            elif status != NodeStatus.LOST:
+            elif status != NodeStatus.LOST and not (reclaimed and status == NodeStatus.DRAINING):
                 set_node_status(node, status, actor_name=SLURM, reason=reason)
         SlurmNode.objects.update_or_create(
             node=node, defaults={"connection": connection, "state": state[:100], "status": status}
         )
+
+
+def drain_reclaimed(connection: SlurmConnection) -> list[str]:
+    """Drain in Slurm each node of the pool the portal has reclaimed (a spot notice) and Slurm has not
+    drained yet, so Slurm starts nothing there either; returns the problems."""
+    problems = []
+    for seen in (
+        SlurmNode.objects.filter(connection=connection, node__status=NodeStatus.RECLAIMED)
+        .exclude(status__in=[NodeStatus.DRAINING, NodeStatus.LOST])
+        .select_related("node")
+    ):
+        try:
+            drain_node(seen.node.name, f"gpu-portal: spot reclaim of {seen.node.name}")
+        except SlurmError as error:
+            problems.append(str(error))
+    return problems

@@ -20,11 +20,12 @@ from scheduler_app.rules.lifecycle import ACTIVE_STATES
 from scheduler_app.selectors import node_work
 from scheduler_app.services.agents import append_log, report_finished, report_started
 from scheduler_app.services.migration import requeue_from_checkpoint
-from slurm_backend import jobs
+from scheduler_app.services.placement import follow_cards
+from slurm_backend import checkpoints, jobs
 from slurm_backend.client import SlurmClient, SlurmError, SlurmUnavailable
 from slurm_backend.gres import card_indexes
 from slurm_backend.models import SlurmConnection, SlurmJob, SlurmTeamAccount
-from slurm_backend.nodes import SLURM, sync_nodes
+from slurm_backend.nodes import SLURM, drain_reclaimed, sync_nodes
 from slurm_backend.output import ship_output
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ def sync_pool(connection: SlurmConnection, now: dt.datetime | None = None) -> st
         client = client_for(connection)
         try:
             problems += sync_nodes(connection, client.nodes())
+            problems += drain_reclaimed(connection)
             listed = {job["job_id"]: job for job in client.jobs()}
             problems += _follow(connection, listed, now)
             problems += _start_and_stop(connection, client, listed, now)
@@ -90,7 +92,8 @@ def sync_pool(connection: SlurmConnection, now: dt.datetime | None = None) -> st
 def _follow(connection: SlurmConnection, listed: dict[int, dict], now: dt.datetime) -> list[str]:
     """Report what each open job did since the last sync: started, wrote, ended."""
     problems = []
-    for row in SlurmJob.objects.filter(connection=connection, ended_at__isnull=True).select_related("node"):
+    open_jobs = SlurmJob.objects.filter(connection=connection, ended_at__isnull=True)
+    for row in open_jobs.select_related("node", "request__team"):
         job = listed.get(row.job_id)
         if job is None:  # Slurm forgets an ended job after MinJobAge: too long unseen
             _end(row, CANNOT_START, now, failed_because=f"Slurm no longer knows job {row.job_id}")
@@ -98,8 +101,10 @@ def _follow(connection: SlurmConnection, listed: dict[int, dict], now: dt.dateti
             continue
         state = job["job_state"]
         if state in RAN and row.state not in RAN:
-            _started(row, job)
+            problems += _started(row, job)
         ship_output(row, row.node)
+        if state in RAN:
+            checkpoints.report_new(row.node, row.request, row.generation)
         if state in ENDED:
             _finished(row, job, now)
         elif state != row.state:
@@ -107,13 +112,20 @@ def _follow(connection: SlurmConnection, listed: dict[int, dict], now: dt.dateti
     return problems
 
 
-def _started(row: SlurmJob, job: dict) -> None:
-    """The run is running: the cards Slurm gave it are recorded (within a node Slurm picks the card
-    that gives the shards; the portal's slice keeps the card it planned), the request moves to running."""
-    cards = ",".join(str(i) for i in card_indexes(job.get("gres_detail") or []))
+def _started(row: SlurmJob, job: dict) -> list[str]:
+    """The run is running: the cards Slurm gave it are recorded and, where Slurm picked other cards
+    of the node than the portal planned, its slices follow them (placement.follow_cards); the
+    request moves to running."""
+    indexes = card_indexes(job.get("gres_detail") or [])
+    cards = ",".join(str(i) for i in indexes)
     SlurmJob.objects.filter(pk=row.pk).update(state="RUNNING", cards=cards)
     row.state, row.cards = "RUNNING", cards
-    report_started(row.node, row.request_id, generation=row.generation)
+    refused = ""
+    if indexes:
+        refused = follow_cards(row.node, row.request_id, row.generation, indexes, actor_name=SLURM)
+    resumed = checkpoints.found(row.request)
+    report_started(row.node, row.request_id, generation=row.generation, resumed_from=resumed)
+    return [f"Slurm job {row.job_id} runs on cards {cards} of {row.node.name}: {refused}"] if refused else []
 
 
 def _exit_status(wait_status: int) -> int:
@@ -123,7 +135,7 @@ def _exit_status(wait_status: int) -> int:
 
 def _finished(row: SlurmJob, job: dict, now: dt.datetime) -> None:
     state, status = job["job_state"], _exit_status(int(job.get("exit_code") or 0))
-    ended = dt.datetime.fromtimestamp(job["end_time"], tz=dt.UTC) if job.get("end_time") else now
+    ended = _end_time(row, job, now)
     why = job.get("state_reason") or ""
     if state in REQUEUED:
         _requeue(row, ended, f"Slurm ended the job: {state} ({why})")
@@ -140,6 +152,17 @@ def _finished(row: SlurmJob, job: dict, now: dt.datetime) -> None:
         _end(row, status, ended, state=state)
     else:
         _end(row, status, ended, state=state, failed_because=f"Slurm: {state} ({why})")
+
+
+def _end_time(row: SlurmJob, job: dict, now: dt.datetime) -> dt.datetime:
+    """When the job ended. Slurm keeps whole seconds: a job that ended in the second its TERM was sent
+    ended after it (on it), not before the portal asked it to stop."""
+    if not job.get("end_time"):
+        return now
+    ended = dt.datetime.fromtimestamp(job["end_time"], tz=dt.UTC)
+    if row.stop_sent_at and ended <= row.stop_sent_at < ended + dt.timedelta(seconds=1):
+        return row.stop_sent_at
+    return ended
 
 
 def _end(row: SlurmJob, status: int, ended: dt.datetime, *, state: str = "", **how) -> None:

@@ -4,7 +4,7 @@ Each function returns human-readable violations (empty when the rule holds).
 """
 
 import datetime as dt
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Callable, Iterable, Mapping, Set
 
 from django.db.models import Count, F, Q, Sum
 
@@ -14,6 +14,16 @@ from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.models import Allocation, Gpu, GpuRequest
 from scheduler_app.rules.billing import billing
 from scheduler_app.rules.lifecycle import ACTIVE_STATES, TERMINAL_STATES
+
+_backend_checks: list[Callable[[], list[str]]] = []
+
+
+def register_backend_check(check: Callable[[], list[str]]) -> None:
+    """A backend's comparison of the portal's slices with its cluster's own allocation, run by
+    violations(): the backend's app registers it in its AppConfig.ready() (scheduling cannot import
+    the backends, which read it)."""
+    if check not in _backend_checks:
+        _backend_checks.append(check)
 
 
 def over_committed_gpus() -> list[str]:
@@ -119,6 +129,7 @@ def violations() -> list[str]:
         *active_requests_without_their_slices(),
         *terminal_requests_without_end(),
         *mig_slices_outside_their_layout(),
+        *(problem for check in _backend_checks for problem in check()),
     ]
 
 

@@ -8,12 +8,14 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from audit.events import log_event
 from infra.conflicts import StateConflict
 from scheduler_app.choices import MigMode, RequestState
-from scheduler_app.constants import MILLI_PER_GPU
+from scheduler_app.constants import CARDS_EVENT, MILLI_PER_GPU
 from scheduler_app.core.mig import LayoutError, parse_layout
 from scheduler_app.models import Allocation, Gpu, GpuRequest, Node
-from scheduler_app.services.segments import add_segments
+from scheduler_app.rules.lifecycle import ACTIVE_STATES
+from scheduler_app.services.segments import add_segments, reopen_segments
 from scheduler_app.services.transitions import mark_scheduled
 
 
@@ -138,6 +140,62 @@ def allocate(
         raise OverCommitError(refused[request.pk])
     request.refresh_from_db()
     return list(Allocation.objects.committed().filter(request=request).order_by("gpu_id"))
+
+
+def follow_cards(
+    node: Node, request_id: int, generation: int, indexes: Sequence[int], *, actor_name: str, now=None
+) -> str:
+    """The run `generation` of the request runs on these cards of `node` (by index), as its cluster
+    manager chose them within the node: its open slices there move to them (closed, and reopened on
+    the card at `now`), so the next pass plans on what runs. Under the node's share lock, the cards'
+    and the request's row locks, like `place`; refused with the reason ("" when done or nothing to
+    do) when a card would go over 1000 milli-GPU or its memory, or the run is no longer current."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        Node.objects.select_for_update(no_key=True).filter(pk=node.pk).first()
+        cards = {
+            gpu.index: gpu
+            for gpu in Gpu.objects.select_for_update(no_key=True).filter(node=node).order_by("pk")
+        }
+        request = (
+            GpuRequest.objects.select_for_update()
+            .filter(pk=request_id, placements=generation, state__in=ACTIVE_STATES)
+            .first()
+        )
+        if request is None:
+            return f"request {request_id} run {generation} is no longer current"
+        held = list(Allocation.objects.committed().filter(request=request, gpu__node=node).order_by("gpu_id"))
+        wanted = [cards[i] for i in sorted(indexes) if i in cards]
+        if len(wanted) != len(held) or any(piece.mig_instance for piece in held):
+            return f"request {request_id} holds {len(held)} slice(s) here, not one on each of cards {indexes}"
+        targets = iter(card for card in wanted if card.pk not in {piece.gpu_id for piece in held})
+        moving = [piece for piece in held if piece.gpu_id not in {card.pk for card in wanted}]
+        to_cards = {piece.pk: next(targets) for piece in moving}
+        if not moving:
+            return ""
+        committed = Allocation.objects.committed_by_gpu([card.pk for card in to_cards.values()])
+        for piece in moving:
+            card = to_cards[piece.pk]
+            milli, memory = committed.get(card.pk, (0, 0))
+            if milli + piece.milli > MILLI_PER_GPU or memory + piece.gpu_memory_mib > card.memory_mib:
+                return f"{card} has no room for request {request_id}'s {piece.milli} milli-GPU"
+        reopen_segments(
+            request,
+            moving,
+            billing_mode=moving[0].billing_mode,
+            at=now,
+            to_cards={pk: card.pk for pk, card in to_cards.items()},
+        )
+        where = ", ".join(str(c) for c in wanted)
+        log_event(
+            request,
+            CARDS_EVENT,
+            from_state=request.state,
+            actor_name=actor_name,
+            reason=f"runs on {where}, as {actor_name} chose within the node",
+            data={"cards": [c.index for c in wanted], "node": node.name},
+        )
+    return ""
 
 
 def _refusal(request: GpuRequest | None, start: PlannedStart, gpus, committed) -> str:

@@ -8,7 +8,7 @@ event or publishes: the state change that calls it does.
 """
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from django.db.models import F, QuerySet, Value
 from django.db.models.functions import Greatest
@@ -29,16 +29,22 @@ def close_segments(request_ids: Iterable[int], at: dt.datetime) -> int:
 
 
 def reopen_segments(
-    request: GpuRequest, segments: Sequence[Allocation], *, billing_mode: str, at: dt.datetime
+    request: GpuRequest,
+    segments: Sequence[Allocation],
+    *,
+    billing_mode: str,
+    at: dt.datetime,
+    to_cards: Mapping[int, int] | None = None,
 ) -> list[Allocation]:
-    """Close these open segments of `request` at `at` and open a copy of each on the same card, billed
-    `billing_mode` from then: each segment keeps one rate."""
+    """Close these open segments of `request` at `at` and open a copy of each, billed `billing_mode`
+    from then: each segment keeps one rate. `to_cards` (segment pk -> card id): a copy on that card
+    instead of the same one, for a slice that runs on another card of its node."""
     _close(Allocation.objects.filter(pk__in=[s.pk for s in segments]), at)
     return add_segments(
         [
             Allocation(
                 request=request,
-                gpu_id=s.gpu_id,
+                gpu_id=(to_cards or {}).get(s.pk, s.gpu_id),
                 milli=s.milli,
                 gpu_memory_mib=s.gpu_memory_mib,
                 mig_instance=s.mig_instance,

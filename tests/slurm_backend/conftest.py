@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 
 from agent.isolation.identity import Identities
+from scheduler_app.choices import RequestState
+from scheduler_app.models import GpuRequest, LogChunk, Node
 from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.inventory import create_pool
-from slurm_backend.models import SlurmConnection
+from scheduler_app.services.requests import submit_request
+from slurm_backend.models import SlurmConnection, SlurmJob
 from slurm_backend.services import connect_pool
 from slurm_backend.sync import sync_pool
 from tests.waiting import wait_until
@@ -85,3 +88,46 @@ def sync_until(connection: SlurmConnection, condition, what: str, timeout_s: flo
         return condition()
 
     wait_until(synced, timeout_s=timeout_s, what=what, step_s=0.5)
+
+
+def submit(user, team, name: str, command: str, gpu_milli: int = 250, **fields) -> GpuRequest:
+    """A request on the pool "slurm" the slurm_pool fixture connects."""
+    return submit_request(
+        user=user, team=team, pool_name="slurm", name=name, gpu_milli=gpu_milli, command=command, **fields
+    )
+
+
+def log_of(request: GpuRequest) -> str:
+    return "".join(LogChunk.objects.filter(request=request).order_by("offset").values_list("text", flat=True))
+
+
+def state_of(request: GpuRequest) -> str:
+    request.refresh_from_db()
+    return request.state
+
+
+def run_until_running(
+    connection: SlurmConnection, request: GpuRequest, what: str = "the request running"
+) -> SlurmJob:
+    """Sync until the request runs; its current run's Slurm job."""
+    sync_until(connection, lambda: state_of(request) == RequestState.RUNNING, what=what)
+    return SlurmJob.objects.get(request=request, generation=request.placements)
+
+
+def run_until_ended(connection: SlurmConnection, job: SlurmJob) -> SlurmJob:
+    """Sync until the portal has read the job's end; the job as it ended."""
+    sync_until(connection, lambda: SlurmJob.objects.get(pk=job.pk).ended_at is not None, what="the job ended")
+    return SlurmJob.objects.get(pk=job.pk)
+
+
+def run_again_elsewhere(connection: SlurmConnection, request: GpuRequest, left: Node) -> SlurmJob:
+    """Sync until the request's second run runs; asserts it is not on `left`. Its Slurm job."""
+    sync_until(
+        connection,
+        lambda: state_of(request) == RequestState.RUNNING and request.placements == 2,
+        what="the request running again",
+    )
+    again = SlurmJob.objects.get(request=request, generation=2)
+    assert again.node_id != left.pk
+    assert {a.gpu.node_id for a in request.allocations.filter(ended_at__isnull=True)} == {again.node_id}
+    return again

@@ -1,21 +1,21 @@
 """A Slurm pool against the real daemons: its nodes imported from the partition, fractional and gang
-requests run as Slurm jobs pinned where the portal placed them, a cancel and a failing exit ending in
-their states. The invariants are checked after each test (tests/conftest.py)."""
+requests run as Slurm jobs pinned where the portal placed them, a cancel, a release and a failing
+exit ending in their states. The invariants are checked after each test (tests/conftest.py)."""
 
+from audit.models import Event
 from scheduler_app.choices import NodeStatus, RequestState
-from scheduler_app.models import Allocation, GpuRequest, LogChunk, Node
-from scheduler_app.services.requests import cancel_request, submit_request
+from scheduler_app.models import Allocation, Node
+from scheduler_app.services.requests import cancel_request, release_request
 from slurm_backend.models import SlurmJob, SlurmNode
-from tests.slurm_backend.conftest import slurm, sync_until
-
-
-def log_of(request: GpuRequest) -> str:
-    return "".join(LogChunk.objects.filter(request=request).order_by("offset").values_list("text", flat=True))
-
-
-def state_of(request: GpuRequest) -> str:
-    request.refresh_from_db()
-    return request.state
+from tests.slurm_backend.conftest import (
+    log_of,
+    run_until_ended,
+    run_until_running,
+    slurm,
+    state_of,
+    submit,
+    sync_until,
+)
 
 
 def test_connecting_imports_the_partitions_nodes_with_their_cards_and_shard_granularity(slurm_pool):
@@ -33,9 +33,7 @@ def test_four_quarter_card_requests_of_two_teams_share_one_card_through_shards(
     slurm_pool, slurm_cluster, team_accounts, member, outsider, team, other_team
 ):
     requests = [
-        submit_request(
-            user=user, team=t, pool_name="slurm", name=f"q{i}", gpu_milli=250, command="id -un; sleep 300"
-        )
+        submit(user, t, f"q{i}", "id -un; sleep 300")
         for i, (user, t) in enumerate(
             [(member, team), (member, team), (outsider, other_team), (outsider, other_team)]
         )
@@ -63,19 +61,10 @@ def test_four_quarter_card_requests_of_two_teams_share_one_card_through_shards(
 
 
 def test_a_two_card_gang_runs_on_one_node(slurm_pool, slurm_cluster, team_accounts, member, team):
-    gang = submit_request(
-        user=member,
-        team=team,
-        pool_name="slurm",
-        name="gang",
-        gpu_milli=1000,
-        num_gpus=2,
-        command="sleep 300",
-    )
+    gang = submit(member, team, "gang", "sleep 300", gpu_milli=1000, num_gpus=2)
 
-    sync_until(slurm_pool, lambda: state_of(gang) == RequestState.RUNNING, what="the gang running")
+    job = run_until_running(slurm_pool, gang, what="the gang running")
 
-    job = SlurmJob.objects.get(request=gang)
     assert slurm(slurm_cluster, "squeue", "-h", "-j", str(job.job_id), "-o", "%b %N").split() == [
         "gres:gpu:2",
         job.node.name,
@@ -87,14 +76,11 @@ def test_a_two_card_gang_runs_on_one_node(slurm_pool, slurm_cluster, team_accoun
 def test_a_cancel_ends_the_slurm_job_and_the_request_stays_cancelled(
     slurm_pool, slurm_cluster, team_accounts, member, team
 ):
-    request = submit_request(
-        user=member, team=team, pool_name="slurm", name="long", gpu_milli=500, command="sleep 300"
-    )
-    sync_until(slurm_pool, lambda: state_of(request) == RequestState.RUNNING, what="the request running")
-    job = SlurmJob.objects.get(request=request)
+    request = submit(member, team, "long", "sleep 300", gpu_milli=500)
+    job = run_until_running(slurm_pool, request)
 
     cancel_request(request, user=member)
-    sync_until(slurm_pool, lambda: SlurmJob.objects.get(pk=job.pk).ended_at is not None, what="the job ended")
+    run_until_ended(slurm_pool, job)
 
     assert slurm(slurm_cluster, "squeue", "-h", "-j", str(job.job_id)).strip() == ""
     request.refresh_from_db()
@@ -103,9 +89,7 @@ def test_a_cancel_ends_the_slurm_job_and_the_request_stays_cancelled(
 
 
 def test_a_failing_exit_ends_failed_with_its_status_and_log(slurm_pool, team_accounts, member, team):
-    request = submit_request(
-        user=member, team=team, pool_name="slurm", name="broken", gpu_milli=125, command="echo boom; exit 3"
-    )
+    request = submit(member, team, "broken", "echo boom; exit 3", gpu_milli=125)
 
     sync_until(slurm_pool, lambda: state_of(request) == RequestState.FAILED, what="the request failed")
 
@@ -113,3 +97,17 @@ def test_a_failing_exit_ends_failed_with_its_status_and_log(slurm_pool, team_acc
     assert request.exit_code == 3
     assert "boom" in log_of(request)
     assert request.allocations.filter(ended_at__isnull=True).count() == 0
+
+
+def test_a_release_cancels_the_slurm_job_and_the_request_ends_released(
+    slurm_pool, slurm_cluster, team_accounts, member, team
+):
+    request = submit(member, team, "done", "sleep 300")
+    job = run_until_running(slurm_pool, request)
+
+    release_request(request, user=member)
+    run_until_ended(slurm_pool, job)
+
+    assert slurm(slurm_cluster, "squeue", "-h", "-j", str(job.job_id)).strip() == ""
+    assert state_of(request) == RequestState.RELEASED
+    assert Event.objects.filter(object_id=request.pk).latest("pk").reason == "released by user"
