@@ -21,6 +21,7 @@ urlpatterns = [
     path("", include("teams.urls")),
     path("", include("audit.urls")),
     path("", include("billing_app.urls")),
+    path("", include("slurm_backend.urls")),
     path("admin/", admin.site.urls),
 ]
 

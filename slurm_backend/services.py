@@ -1,12 +1,16 @@
-"""Connecting a pool to a Slurm cluster: the operator's one write here. The rest is the sync's."""
+"""Connecting a pool to a Slurm cluster and disconnecting it: the operator's writes here. The rest is
+the sync's."""
 
+from pathlib import Path
+
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from audit.events import log_event
 from scheduler_app.choices import Backend
 from scheduler_app.models import Pool
 from scheduler_app.services.inventory import update_pool
-from slurm_backend.client import SlurmClient
+from slurm_backend.client import SlurmClient, SlurmError, SlurmUnavailable
 from slurm_backend.gres import parse_node_gres
 from slurm_backend.models import SlurmConnection
 from slurm_backend.nodes import partition_nodes, sync_nodes
@@ -20,23 +24,30 @@ def connect_pool(
     url: str,
     partition: str,
     output_dir: str,
-    token: str = "",
+    token: str | None = None,
     card_memory_mib: int = 81920,
 ) -> tuple[SlurmConnection, list[str]]:
-    """Put `pool` in front of a Slurm partition: slurmrestd is asked for the partition's nodes first
-    (SlurmUnavailable or SlurmError when it cannot say; nothing is written then), the pool's
-    granularity becomes one shard of a card, its backend slurm, and its nodes and cards are imported.
+    """Put `pool` in front of a Slurm partition, or change how it reaches it: slurmrestd is asked for
+    the partition's nodes first (a ValidationError naming the field when it cannot say or lists none;
+    nothing is written then), the pool's granularity becomes one shard of a card, its backend slurm,
+    and its nodes and cards are imported. `token`: the JWT for http(s); None keeps the one stored.
     Returns the connection and the problems the import found. Logged on the pool."""
     require(can_operate(actor), "Only platform operators connect pools to Slurm.")
+    stored = SlurmConnection.objects.filter(pool=pool).first()
     connection = SlurmConnection(
         pool=pool, url=url, partition=partition, output_dir=output_dir, card_memory_mib=card_memory_mib
     )
-    connection.set_token(token)
+    connection.set_token(stored.token() if token is None and stored else token or "")
     connection.full_clean(validate_unique=False)
-    listed = SlurmClient(url, token).nodes()
-    shards = {
-        parse_node_gres(n.get("gres", "")).granularity_milli() for n in partition_nodes(connection, listed)
-    }
+    _check_reachable_settings(connection)
+    try:
+        listed = SlurmClient(url, connection.token()).nodes()
+    except (SlurmUnavailable, SlurmError) as error:
+        raise ValidationError({"url": str(error)}) from None
+    nodes = partition_nodes(connection, listed)
+    if not nodes:
+        raise ValidationError({"partition": f"Slurm lists no node in partition {partition}."})
+    shards = {parse_node_gres(n.get("gres", "")).granularity_milli() for n in nodes}
     with transaction.atomic():
         connection.save()
         changes = {"backend": Backend.SLURM}
@@ -53,3 +64,37 @@ def connect_pool(
             data={"url": url, "partition": partition, "problems": problems},
         )
     return connection, problems
+
+
+def _check_reachable_settings(connection: SlurmConnection) -> None:
+    """What the portal itself needs before it asks Slurm: a token for http(s), and the output directory
+    on this host (the portal reads the jobs' output there)."""
+    if not connection.url.startswith("unix:") and not connection.token_encrypted:
+        raise ValidationError({"token": "slurmrestd over http(s) needs a JWT (scontrol token)."})
+    folder = Path(connection.output_dir)
+    if not folder.is_absolute() or not folder.is_dir():
+        raise ValidationError(
+            {"output_dir": f"{connection.output_dir} is not a directory on the portal's host."}
+        )
+
+
+def disconnect_pool(pool: Pool, *, actor) -> Pool:
+    """Give the pool back to the portal's own agents: its backend becomes agent (only with no work on
+    its cards, as update_pool says) and its Slurm connection is forgotten with its token; the nodes stay,
+    to be run by agents or removed. Logged on the pool."""
+    require(can_operate(actor), "Only platform operators disconnect pools from Slurm.")
+    with transaction.atomic():
+        connection = SlurmConnection.objects.select_for_update().filter(pool=pool).first()
+        if connection is None:
+            raise ValidationError({"pool": f"Pool {pool.name} is not connected to Slurm."})
+        pool = update_pool(pool, actor=actor, backend=Backend.AGENT)
+        url, partition = connection.url, connection.partition
+        connection.delete()
+        log_event(
+            pool,
+            "slurm disconnected",
+            actor=actor,
+            reason=f"slurmrestd {url}, partition {partition}",
+            data={"url": url, "partition": partition},
+        )
+    return pool

@@ -42,6 +42,7 @@ from scheduler_app.api.views import (
     TeamQuotaViewSet,
 )
 from scheduler_app.api.whatif_views import WhatIfRunView, WhatIfView
+from slurm_backend.api.views import PoolSlurmView
 from teams.api.views import ApiTokenViewSet, TeamViewSet, UserUnixAccountView
 from telemetry.api.views import (
     GpuSampleIngestView,
@@ -78,6 +79,7 @@ urlpatterns = [
     path("prices/premiums/", SharePremiumView.as_view(), name="share-premiums"),
     path("pools/<slug:name>/spot-feed/", SpotFeedView.as_view(), name="pool-spot-feed"),
     path("pools/<slug:name>/price/", PoolPriceView.as_view(), name="pool-price"),
+    path("pools/<slug:name>/slurm/", PoolSlurmView.as_view(), name="pool-slurm"),
     path("teams/<slug:slug>/statement/", StatementView.as_view(), name="team-statement"),
     path("teams/<slug:slug>/statement.csv", StatementCsvView.as_view(), name="team-statement-csv"),
     path("teams/<slug:slug>/budget/", BudgetView.as_view(), name="team-budget"),

@@ -442,8 +442,16 @@ class ReclaimSerializer(serializers.Serializer):
 class PoolDetailSerializer(serializers.ModelSerializer):
     class Meta:
         model = Pool
-        fields = ["name", "gpu_model", "capacity_type", "granularity_milli", "description", "mig_mode"]
-        read_only_fields = ["name", "gpu_model", "capacity_type"]
+        fields = [
+            "name",
+            "gpu_model",
+            "capacity_type",
+            "granularity_milli",
+            "description",
+            "mig_mode",
+            "backend",
+        ]
+        read_only_fields = ["name", "gpu_model", "capacity_type", "backend"]
 
 
 class PoolChangeSerializer(serializers.Serializer):

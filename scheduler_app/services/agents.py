@@ -236,16 +236,23 @@ def report_finished(
         errors["host_memory_exceeded_mib"] = "Give the limit that killed it in whole MiB, 1 or more."
     if errors:
         raise ValidationError(errors)
+    ended = stop_time(stopped_at) if stopped_at else None
     if limit is not None:
         reason = f"exceeded its host memory limit ({limit} MiB)"
         return _end_here(
-            node, request_id, RequestState.FAILED, reason, exit_code=exit_code, generation=generation
+            node,
+            request_id,
+            RequestState.FAILED,
+            reason,
+            exit_code=exit_code,
+            generation=generation,
+            at=ended,
         )
     outcome = RequestState.SUCCEEDED if exit_code == 0 and not failed_because else RequestState.FAILED
     if stopped := _stopped_for_move(node, request_id, generation, stopped_at):
         return stopped
     reason = failed_because or exit_reason(exit_code)
-    return _end_here(node, request_id, outcome, reason, exit_code=exit_code, generation=generation)
+    return _end_here(node, request_id, outcome, reason, exit_code=exit_code, generation=generation, at=ended)
 
 
 def stop_time(reported: dt.datetime | None, now: dt.datetime | None = None) -> dt.datetime:
@@ -337,8 +344,11 @@ def _end_here(
     *,
     exit_code: int | None = None,
     generation: int | None = None,
+    at: dt.datetime | None = None,
 ):
-    """End the request as `outcome` if it is running (or about to) on this node; see report_finished."""
+    """End the request as `outcome` if it is running (or about to) on this node; see report_finished.
+    `at`: when the process ended (its slices close then, so it is billed until its end, not until the
+    report), never before the request started or was placed."""
     request = _own_request(node, request_id)
     with transaction.atomic():
         locked = GpuRequest.objects.select_for_update().get(pk=request.pk)
@@ -356,7 +366,9 @@ def _end_here(
             transition_request(locked, RequestState.RUNNING, actor_name=AGENT, reason="process started")
         if exit_code is not None:
             GpuRequest.objects.filter(pk=locked.pk).update(exit_code=exit_code)
-        return transition_request(locked, outcome, actor_name=AGENT, reason=reason)
+        if at is not None:
+            at = max(at, locked.started_at or at, locked.scheduled_at or at)
+        return transition_request(locked, outcome, actor_name=AGENT, reason=reason, now=at)
 
 
 def exit_reason(exit_code: int) -> str:

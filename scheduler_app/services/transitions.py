@@ -39,10 +39,12 @@ def transition_request(
     reason: str = "",
     actor_name: str = "",
     data: dict | None = None,
+    now: dt.datetime | None = None,
 ) -> GpuRequest:
     """The one way a single request changes state; IllegalTransition (nothing written) if not allowed.
     `data` goes on its event. `locked`: the row of `request`, locked by the caller in the transaction it
-    has open (it chose `to_state` from the locked state), so the row is not read again."""
+    has open (it chose `to_state` from the locked state), so the row is not read again. `now`: when it
+    happened (a reported end), if not now."""
     # A caller that holds the row lock has its transaction open already: no savepoint for it.
     with transaction.atomic() if locked is None else nullcontext():
         if locked is None:
@@ -56,6 +58,7 @@ def transition_request(
             actor_name=actor_name,
             reasons={locked.pk: reason},
             data={locked.pk: data} if data is not None else None,
+            now=now,
         )
     for field in GpuRequest._meta.concrete_fields:  # the caller's object as saved; relations stay loaded
         setattr(request, field.attname, getattr(locked, field.attname))

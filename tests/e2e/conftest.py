@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+# The real Slurm test cluster's fixtures, for the browser test of a Slurm pool.
+from tests.slurm_backend.conftest import no_slurm_jobs, slurm_cluster  # noqa: F401
+
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 

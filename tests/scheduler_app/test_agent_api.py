@@ -1,9 +1,11 @@
 """The node agent's protocol (/api/v1/agent/…): node credential only, own work only, idempotent reports,
 bad reports refused in the error envelope with nothing changed."""
 
+import datetime as dt
 import io
 
 import pytest
+import time_machine
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
@@ -192,6 +194,25 @@ def test_finished_ends_it_by_exit_status_and_a_repeat_changes_nothing(agent, pla
     assert (placed.state, placed.exit_code) == (state, exit_code)
     assert events_of(placed) == ["pending", "scheduled", "running", state]
     assert not placed.allocations.committed().exists()
+
+
+def test_a_finished_job_is_billed_until_it_ended_not_until_the_report(agent, placed):
+    """stopped_at: when the process ended; its slices close then (never before it started)."""
+    with time_machine.travel(placed.scheduled_at + dt.timedelta(seconds=1), tick=False):
+        agent.post(AGENT + f"requests/{placed.pk}/started/")
+    ended = placed.scheduled_at + dt.timedelta(seconds=7)
+
+    with time_machine.travel(ended + dt.timedelta(seconds=2), tick=False):
+        response = agent.post(
+            AGENT + f"requests/{placed.pk}/finished/",
+            {"exit_code": 0, "stopped_at": ended.isoformat()},
+            format="json",
+        )
+
+    assert response.status_code == 200
+    placed.refresh_from_db()
+    assert placed.ended_at == ended
+    assert set(placed.allocations.values_list("ended_at", flat=True)) == {ended}
 
 
 def test_finished_after_the_user_released_it_keeps_the_users_decision(agent, placed, member):
