@@ -7,22 +7,14 @@ import ast
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Lowest first: an app may import only the apps before it. infra is the shared library; portal is the
-# project (settings, URLs, the home page), which puts every app together.
-LAYERS = [
-    "infra",
-    "teams",
-    "audit",
-    "scheduler_app",
-    "slurm_backend",
-    "telemetry",
-    "billing_app",
-    "demo",
-    "portal",
-]
+# Lowest first: an app may import only the apps before it. The apps are installed in this order, but
+# for the project, portal (settings, URLs, the home page), which puts every app together and comes last.
+PROJECT = "portal"
+LAYERS = [app for app in settings.INSTALLED_APPS if (ROOT / app).is_dir() and app != PROJECT] + [PROJECT]
 # Packages beside the Django apps, deployed on their own: they import no app (agent uses the SDK).
 STANDALONE = {"agent": {"gpu_portal_sdk"}, "gpu_portal_sdk": set()}
 PACKAGES = {name: ROOT / name for name in [*LAYERS, "agent"]}
