@@ -2,18 +2,19 @@
 submit-to-start for the same jobs and its scheduling interval; (b) many fractional requests placed
 into Slurm in one pass.
 
-    sudo .venv/bin/python -m bench.slurm [--requests 30] [--sync-intervals 2 1 0]
+    sudo .venv/bin/python -m bench.slurm [--requests 30]
                                          [--batch 1000] [--batch-nodes 32] [--batch-cpus 32]
                                          [--database-url postgres://postgres@127.0.0.1:5432/gpu_portal_bench_slurm]
 
 Holds the Slurm lock (/tmp/slurm-tests.lock) throughout, on a scratch PostgreSQL database (made
 afresh for each part). (a) runs on bin/slurm-test-cluster's default cluster (2 nodes of 4 cards, 8
-shards each): --requests requests of one shard, one at a time, each submitted through the portal's
-service (submit_request), scheduled by the pass it asks for (run at once, as the embedded worker
-does), then the Slurm sync (sync_pool) run every --sync-interval seconds (0: back to back) until the
-request is RUNNING; a random wait (seeded) before each submit puts it anywhere in the sync's cycle,
-as in production. Portal: started_at - created_at of the request; Slurm: start_time - submit_time
-of its job (slurmrestd's record, whole seconds). Each request is cancelled once measured. (b) stops
+shards each) with the embedded default's own threads (scheduler_app.passes.dispatch: the worker whose
+pass a submit wakes, and the Slurm thread: the sync every SLURM_SYNC_INTERVAL_S, run at once after a
+pass that places work on the pool, and follow_starts every SLURM_START_POLL_MS): --requests requests
+of one shard, one at a time, each submitted through the portal's service (submit_request) after a
+random wait (seeded) that puts it anywhere in the sync's cycle, and watched until RUNNING. Portal:
+started_at - created_at of the request; Slurm: start_time - submit_time of its job (slurmrestd's
+record, whole seconds). Each request is cancelled once measured. (b) stops
 the default cluster, starts one of --batch-nodes nodes (4 cards of 8 shards, --batch-cpus CPUs each)
 in its own directory, submits --batch one-shard requests, and times one scheduling pass and the one
 sync that submits what it placed; then counts the jobs Slurm accepted, cancels them all, stops that
@@ -45,6 +46,7 @@ BATCH_DIR = "/var/tmp/gpu-portal-slurm-bench"
 BATCH_PORTS = {"SLURM_TEST_CTLD_PORT": "16917", "SLURM_TEST_NODE_PORT": "17101"}
 ONE_SHARD = 125  # milli-GPU: one of a card's 8 shards
 TARGET_ADDED_P95_S = 1.0
+POLL_S = 0.01  # how often (a) reads a request's state while it waits for RUNNING
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,6 @@ class Batch:
 def main() -> None:
     parser = arguments(__doc__, "gpu_portal_bench_slurm")
     parser.add_argument("--requests", type=int, default=30)
-    parser.add_argument("--sync-intervals", type=float, nargs="+", default=[2.0, 1.0, 0.0])
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--batch-nodes", type=int, default=32)
     parser.add_argument("--batch-cpus", type=int, default=32)
@@ -100,9 +101,7 @@ def run_submit_to_running(args) -> None:
     fresh_database(args.database_url)
     connection, user, team = setup(cluster)
     try:
-        for interval in args.sync_intervals:
-            timings = submit_to_running(connection, user, team, args.requests, interval, random.Random(7))
-            report_timings(interval, timings)
+        report_timings(submit_to_running(connection, user, team, args.requests, random.Random(7)))
     finally:
         clear_partition(cluster)
 
@@ -200,42 +199,54 @@ def setup(cluster: dict[str, str]):
     return connection, user, team
 
 
-def submit_to_running(connection, user, team, count: int, sync_interval_s: float, rng) -> list[Timing]:
+def submit_to_running(connection, user, team, count: int, rng) -> list[Timing]:
     """`count` requests one after another, each timed from its submit to its RUNNING (see the module's
-    docstring), beside its Slurm job's own submit-to-start; each cancelled once it runs."""
+    docstring), beside its Slurm job's own submit-to-start; each cancelled once it runs. The embedded
+    default's worker and Slurm threads run meanwhile, as in `manage.py serve`."""
+    from scheduler_app.passes.dispatch import embedded_slurm, embedded_worker
+
+    embedded_worker.start()
+    embedded_slurm.start()
+    try:
+        return _timed(connection, user, team, count, rng)
+    finally:
+        embedded_slurm.stop()
+        embedded_worker.stop()
+
+
+def _timed(connection, user, team, count: int, rng) -> list[Timing]:
     from scheduler_app.choices import RequestState
-    from scheduler_app.passes.run import run_scheduling_pass
     from scheduler_app.services.requests import cancel_request
     from slurm_backend.models import SlurmJob
-    from slurm_backend.sync import client_for, sync_pool
+    from slurm_backend.sync import client_for
 
     client = client_for(connection)
     timings = []
-    origin = time.monotonic()
     for index in range(count):
-        time.sleep(rng.uniform(0, sync_interval_s))
+        time.sleep(rng.uniform(0, settings_value("SLURM_SYNC_INTERVAL_S")))
         request = one_shard(connection, user, team, f"bench-{index}")
-        run_scheduling_pass()
         deadline = time.monotonic() + 120
         while request.state != RequestState.RUNNING:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"request {request.pk} not running after 120 s: {request.state}")
-            if sync_interval_s:  # the sync's next beat, on its own clock
-                beats = math.ceil((time.monotonic() - origin) / sync_interval_s)
-                time.sleep(max(0.0, origin + beats * sync_interval_s - time.monotonic()))
-            sync_pool(connection)
+            time.sleep(POLL_S)
             request.refresh_from_db()
         job_id = SlurmJob.objects.get(request=request).job_id
-        job = next(j for j in client.jobs() if j["job_id"] == job_id)
+        job = client.job(job_id)
         timings.append(
             Timing(
                 portal_s=(request.started_at - request.created_at).total_seconds(),
                 slurm_s=float(job["start_time"] - job["submit_time"]),
             )
         )
-        cancel_request(request, user=user)
-        sync_pool(connection)  # its job is signalled; its end is read by a later sync
+        cancel_request(request, user=user)  # its job is stopped by the threads' next sync
     return timings
+
+
+def settings_value(name: str):
+    from django.conf import settings
+
+    return getattr(settings, name)
 
 
 def one_shard(connection, user, team, name: str):
@@ -288,7 +299,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
 
 
-def report_timings(sync_interval_s: float, timings: list[Timing]) -> None:
+def report_timings(timings: list[Timing]) -> None:
     rows = {
         "portal": [t.portal_s for t in timings],
         "slurm": [t.slurm_s for t in timings],
@@ -301,7 +312,8 @@ def report_timings(sync_interval_s: float, timings: list[Timing]) -> None:
     over = percentile(rows["portal"], 95) - percentile(rows["slurm"], 95)
     met = "met" if percentile(rows["added"], 95) <= TARGET_ADDED_P95_S else "NOT met"
     print(
-        f"(a) sync every {sync_interval_s:g} s, {len(timings)} requests: {summary}; "
+        f"(a) sync every {settings_value('SLURM_SYNC_INTERVAL_S')} s, starts followed every "
+        f"{settings_value('SLURM_START_POLL_MS')} ms, {len(timings)} requests: {summary}; "
         f"portal p95 - Slurm p95 {over:.2f} s (target on the added p95: {met})",
         flush=True,
     )

@@ -206,6 +206,11 @@ METRICS_BEARER_TOKEN = env_secret("METRICS_BEARER_TOKEN")
 # how long a job it stops (cancelled, released, preempted) has after SIGTERM before SIGKILL.
 SLURM_SYNC_INTERVAL_S = env_int("SLURM_SYNC_INTERVAL_S", 2, minimum=1)
 SLURM_STOP_GRACE_S = env_int("SLURM_STOP_GRACE_S", 30, minimum=0)
+# Between syncs, the jobs submitted and not yet running are asked after this often (only those, and
+# only for SLURM_START_WATCH_S after their submit), so a request shows running within a fraction of a
+# second of Slurm starting it rather than at the next sync.
+SLURM_START_POLL_MS = env_int("SLURM_START_POLL_MS", 250, minimum=50)
+SLURM_START_WATCH_S = env_int("SLURM_START_WATCH_S", 60, minimum=0)
 
 # The periodic work, in production (Celery beat) and in the embedded default (scheduler_app.passes.dispatch's
 # EmbeddedWorker runs the same tasks in-process, each at its "schedule" in seconds). The embedded worker
@@ -224,6 +229,11 @@ CELERY_BEAT_SCHEDULE = {
     "scheduling-pass": {"task": "scheduler_app.scheduling_pass", "schedule": float(SCHEDULER_INTERVAL_S)},
     # Slurm pools: their nodes, the work placed on them submitted, their jobs' states and output read.
     "slurm-sync": {"task": "slurm_backend.sync", "schedule": float(SLURM_SYNC_INTERVAL_S)},
+    "slurm-starts": {
+        "task": "slurm_backend.follow_starts",
+        "schedule": SLURM_START_POLL_MS / 1000,
+        "options": {"expires": SLURM_START_POLL_MS / 1000},
+    },
     # The live streams' 1 Hz deltas; a tick not started within its second is dropped, not queued.
     "live-tick": {"task": "scheduler_app.live_tick", "schedule": 1.0, "options": {"expires": 1.0}},
     "telemetry-upkeep": {"task": "scheduler_app.telemetry_upkeep", "schedule": float(TELEMETRY_INTERVAL_S)},

@@ -103,6 +103,10 @@ class SlurmClient:
     def jobs(self) -> list[dict]:
         return self.call("GET", "/jobs")["jobs"]
 
+    def job(self, job_id: int) -> dict:
+        """One job, as `jobs` lists it; SlurmError when Slurm does not know it."""
+        return self.call("GET", f"/job/{quote(str(job_id))}")["jobs"][0]
+
     def submit(self, job: dict, script: str, as_user: str = "") -> int:
         """Submit a batch job; its id."""
         return int(

@@ -7,6 +7,7 @@ lifecycle owner, metering, budgets and the live pages do not know Slurm is there
 starts, watches, signals and stops Slurm jobs.
 """
 
+import contextlib
 import datetime as dt
 import logging
 
@@ -65,8 +66,7 @@ def sync_pool(connection: SlurmConnection, now: dt.datetime | None = None) -> st
     """Read Slurm, follow its jobs, submit and stop what the work lists say; returns the problems
     found ("" none), also kept on the connection. Claimed first: one sync of a pool at a time."""
     now = now or timezone.now()
-    claimed = SlurmConnection.objects.filter(pk=connection.pk).exclude(sync_claimed_until__gt=now)
-    if not claimed.update(sync_claimed_until=now + dt.timedelta(seconds=CLAIM_S)):
+    if not _claim(connection, now):
         return "another sync of this pool is running"
     problems: list[str] = []
     try:
@@ -89,11 +89,59 @@ def sync_pool(connection: SlurmConnection, now: dt.datetime | None = None) -> st
     return text
 
 
-def _follow(connection: SlurmConnection, listed: dict[int, dict], now: dt.datetime) -> list[str]:
-    """Report what each open job did since the last sync: started, wrote, ended."""
+def follow_starts(now: dt.datetime | None = None) -> int:
+    """Between syncs: ask Slurm after the jobs submitted in the last SLURM_START_WATCH_S that have not
+    started, one by one (the whole list when many), and follow them as the sync does, so a request
+    shows running soon after Slurm starts it. A pool being synced is left to its sync. Returns the
+    jobs asked after."""
+    now = now or timezone.now()
+    since = now - dt.timedelta(seconds=settings.SLURM_START_WATCH_S)
+    starting = SlurmJob.objects.filter(ended_at__isnull=True, submitted_at__gte=since).exclude(state__in=RAN)
+    asked = 0
+    for connection_id in set(starting.values_list("connection_id", flat=True)):
+        connection = SlurmConnection.objects.select_related("pool").get(pk=connection_id)
+        if not _claim(connection, now):
+            continue
+        try:
+            rows = starting.filter(connection=connection)
+            listed = _jobs(client_for(connection), [row.job_id for row in rows])
+            asked += len(listed)
+            _follow(connection, listed, now, rows.filter(job_id__in=listed))
+        except (SlurmUnavailable, SlurmError) as error:  # the next sync says so, on the connection
+            log.info("Slurm pool %s: following starts: %s", connection.pool.name, error)
+        finally:
+            SlurmConnection.objects.filter(pk=connection.pk).update(sync_claimed_until=None)
+    return asked
+
+
+ONE_BY_ONE = 20  # more jobs starting than this: one listing of all jobs costs less than a call each
+
+
+def _jobs(client: SlurmClient, job_ids: list[int]) -> dict[int, dict]:
+    """These jobs as Slurm describes them now, by id (one a job Slurm no longer knows is left out)."""
+    if len(job_ids) > ONE_BY_ONE:
+        wanted = set(job_ids)
+        return {job["job_id"]: job for job in client.jobs() if job["job_id"] in wanted}
+    found = {}
+    for job_id in job_ids:
+        with contextlib.suppress(SlurmError):
+            found[job_id] = client.job(job_id)
+    return found
+
+
+def _claim(connection: SlurmConnection, now: dt.datetime) -> bool:
+    """Hold the pool for one sync (CLAIM_S at most): False when another holds it."""
+    claimed = SlurmConnection.objects.filter(pk=connection.pk).exclude(sync_claimed_until__gt=now)
+    return bool(claimed.update(sync_claimed_until=now + dt.timedelta(seconds=CLAIM_S)))
+
+
+def _follow(connection: SlurmConnection, listed: dict[int, dict], now: dt.datetime, rows=None) -> list[str]:
+    """Report what each open job (of `rows`, by default all) did since the last sync: started, wrote,
+    ended."""
     problems = []
-    open_jobs = SlurmJob.objects.filter(connection=connection, ended_at__isnull=True)
-    for row in open_jobs.select_related("node", "request__team"):
+    if rows is None:
+        rows = SlurmJob.objects.filter(connection=connection, ended_at__isnull=True)
+    for row in rows.select_related("node", "request__team"):
         job = listed.get(row.job_id)
         if job is None:  # Slurm forgets an ended job after MinJobAge: too long unseen
             _end(row, CANNOT_START, now, failed_because=f"Slurm no longer knows job {row.job_id}")

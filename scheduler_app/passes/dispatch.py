@@ -113,7 +113,11 @@ OWN_THREADS = {
     "live-tick": "the live streams' 1 Hz deltas: a pass or an upkeep running for seconds must not stall them",
     "queued-what-ifs": "a what-if replay may run for minutes and must never hold back a pass",
     "slurm-sync": "every 2 s, and a slurmrestd slow to answer must not hold back a pass",
+    "slurm-starts": "every quarter second while Slurm jobs are starting, beside the sync",
 }
+# The beat entry that syncs each backend's pools (settings.CELERY_BEAT_SCHEDULE), run at once when a
+# pass gives them work (sync_backends_soon) rather than at its next interval.
+BACKEND_SYNC_ENTRIES = {"slurm": "slurm-sync"}
 # The entry a wake (schedule_soon: a submit, a cancel, a release) runs at once on the embedded worker.
 PASS_ENTRY = "scheduling-pass"
 
@@ -227,4 +231,26 @@ embedded_worker = EmbeddedWorker(
 )
 embedded_ticker = EmbeddedWorker(["live-tick"], name="live-ticker")
 embedded_what_if = EmbeddedWorker(["queued-what-ifs"], on_wake="queued-what-ifs", name="what-if")
-embedded_slurm = EmbeddedWorker(["slurm-sync"], name="slurm-sync")
+embedded_slurm = EmbeddedWorker(["slurm-sync", "slurm-starts"], on_wake="slurm-sync", name="slurm-sync")
+_EMBEDDED_FOR_ENTRY = {"slurm-sync": embedded_slurm}
+
+
+def sync_backends_soon(backends: Iterable[str]) -> None:
+    """Run the syncs of these backends' pools now (a Celery task in production, the embedded thread
+    otherwise): a pass just gave them work to submit or to stop, which must not wait for the next
+    interval. A broker being away only logs: the periodic sync comes anyway. After the caller's
+    transaction commits, so the sync reads what the pass wrote."""
+    entries = sorted({BACKEND_SYNC_ENTRIES[b] for b in backends if b in BACKEND_SYNC_ENTRIES})
+    if entries:
+        transaction.on_commit(functools.partial(_run_now, entries))
+
+
+def _run_now(entries: list[str]) -> None:
+    for entry in entries:
+        if not settings.REDIS_URL:
+            _EMBEDDED_FOR_ENTRY[entry].wake()
+            continue
+        try:
+            registered_task(settings.CELERY_BEAT_SCHEDULE[entry]["task"]).apply_async(retry=False)
+        except OperationalError as error:
+            log.warning("cannot reach the broker to run %s now; its periodic run will: %s", entry, error)

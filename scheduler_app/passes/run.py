@@ -19,12 +19,13 @@ from django.db import connection, transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from scheduler_app.choices import BillingMode, CapacityType, RequestState
+from scheduler_app.choices import Backend, BillingMode, CapacityType, RequestState
 from scheduler_app.core.mig import mig_slice
 from scheduler_app.core.placement import DEFAULT_POLICY
 from scheduler_app.core.queueing import PassPlan, Start, plan_pass
-from scheduler_app.models import Allocation, GpuRequest
+from scheduler_app.models import Allocation, GpuRequest, Pool
 from scheduler_app.passes.cluster_state import ClusterSnapshot, format_utc, load_cluster_snapshot
+from scheduler_app.passes.dispatch import sync_backends_soon
 from scheduler_app.passes.stored_state import snapshot_since_last_pass, store_pass_state
 from scheduler_app.services.placement import PlannedStart, Slice, place
 from scheduler_app.services.transitions import stop_gracefully
@@ -61,6 +62,8 @@ def run_scheduling_pass(*, policy: str = DEFAULT_POLICY, now: dt.datetime | None
         )
         result, refused, held_back = _apply(plan, snapshot, now)
         store_pass_state(snapshot, plan, result, now, policy)
+    if result.started or result.preempted:
+        sync_backends_soon(Pool.objects.exclude(backend=Backend.AGENT).values_list("backend", flat=True))
     _explain_waiting(plan, snapshot, refused, held_back, now)
     return result
 

@@ -10,9 +10,10 @@ __all__ = ["no_slurm_jobs", "slurm_cluster", "slurm_pool", "team_accounts"]  # t
 
 
 def test_the_bench_times_submit_to_running_beside_slurms_own_and_one_pass_into_slurm(
-    slurm_pool, slurm_cluster, team_accounts, member, team
+    transactional_db, slurm_pool, slurm_cluster, team_accounts, member, team
 ):
-    timings = submit_to_running(slurm_pool, member, team, 2, 0.0, random.Random(7))
+    # The embedded threads run the passes and the syncs: they see only committed rows.
+    timings = submit_to_running(slurm_pool, member, team, 2, random.Random(7))
     batch = one_pass(slurm_pool, member, team, 8)
 
     assert sched_interval(slurm_cluster["SLURM_CONF"]) == 2.0  # the test cluster's SchedulerParameters
@@ -29,7 +30,7 @@ def test_the_percentile_is_the_nearest_rank():
 
 
 def test_the_report_sets_the_portals_time_beside_slurms_and_judges_the_added_p95(capsys):
-    report_timings(2.0, [Timing(portal_s=3.0, slurm_s=2.0), Timing(portal_s=2.5, slurm_s=2.0)])
+    report_timings([Timing(portal_s=3.0, slurm_s=2.0), Timing(portal_s=2.5, slurm_s=2.0)])
 
     printed = capsys.readouterr().out
     assert "added median 0.75 s p95 1.00 s" in printed and "portal p95 - Slurm p95 1.00 s" in printed
