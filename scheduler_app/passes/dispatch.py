@@ -113,6 +113,7 @@ OWN_THREADS = {
     "live-tick": "the live streams' 1 Hz deltas: a pass or an upkeep running for seconds must not stall them",
     "queued-what-ifs": "a what-if replay may run for minutes and must never hold back a pass",
     "slurm-sync": "every 2 s, and a slurmrestd slow to answer must not hold back a pass",
+    "notification-deliveries": "a webhook slow to answer must not hold back a pass",
 }
 # The entry a wake (schedule_soon: a submit, a cancel, a release) runs at once on the embedded worker.
 PASS_ENTRY = "scheduling-pass"
@@ -228,3 +229,4 @@ embedded_worker = EmbeddedWorker(
 embedded_ticker = EmbeddedWorker(["live-tick"], name="live-ticker")
 embedded_what_if = EmbeddedWorker(["queued-what-ifs"], on_wake="queued-what-ifs", name="what-if")
 embedded_slurm = EmbeddedWorker(["slurm-sync"], name="slurm-sync")
+embedded_notifications = EmbeddedWorker(["notification-deliveries"], name="notifications")
