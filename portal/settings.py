@@ -320,6 +320,8 @@ SPECTACULAR_SETTINGS = {
         "ResizeStateEnum": "billing_app.choices.ResizeState",
         "RequestStateEnum": "scheduler_app.choices.RequestState",
         "MigModeEnum": "scheduler_app.choices.MigMode",
+        "ChannelKindEnum": "notifications.choices.ChannelKind",
+        "NotificationEventKindEnum": "notifications.choices.EventKind",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

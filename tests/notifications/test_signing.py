@@ -1,6 +1,9 @@
 """The webhook signature: what the portal signs is what a receiver verifies; a changed body, another
 secret or an old timestamp is refused."""
 
+import time
+from pathlib import Path
+
 from notifications.constants import REPLAY_WINDOW_S
 from notifications.signing import SECRET_PREFIX, new_secret, signature, verify
 
@@ -32,3 +35,16 @@ def test_each_secret_is_new_and_long():
 
     assert len(secrets) == 20
     assert all(s.startswith(SECRET_PREFIX) and len(s) >= 40 for s in secrets)
+
+
+def test_the_user_guides_verification_snippet_accepts_a_signed_delivery_and_refuses_a_changed_one():
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "user-guide.md").read_text()
+    snippet = guide.split("```python\nimport hashlib, hmac, time\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec("import hashlib, hmac, time\n" + snippet, namespace)
+    secret, now = new_secret(), int(time.time())
+    headers = {"X-GPU-Portal-Timestamp": str(now), "X-GPU-Portal-Signature": signature(secret, now, BODY)}
+
+    assert namespace["verify"](secret, headers, BODY)
+    assert not namespace["verify"](secret, headers, BODY + b"x")
+    assert not namespace["verify"](secret, headers | {"X-GPU-Portal-Timestamp": str(now - 301)}, BODY)
