@@ -11,7 +11,6 @@ import json
 import time
 from dataclasses import dataclass
 
-import requests
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
@@ -31,6 +30,7 @@ from notifications.constants import (
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
 )
+from notifications.egress import post
 from notifications.models import Channel, Delivery, DeliveryAttempt
 from notifications.services import pause_channel
 from notifications.signing import signature
@@ -114,17 +114,16 @@ def send(delivery: Delivery) -> Outcome:
                 TIMESTAMP_HEADER: str(timestamp),
                 SIGNATURE_HEADER: signature(decrypt(channel.encrypted_secret), timestamp, body),
             }
-        answer = requests.post(
+        status_code = post(
             channel.url,
-            data=body,
+            body=body,
             headers={"User-Agent": USER_AGENT, **headers},
-            timeout=settings.NOTIFICATION_TIMEOUT_S,
-            allow_redirects=False,
+            timeout_s=settings.NOTIFICATION_TIMEOUT_S,
         )
-    except Exception as error:  # a refused connection, a timeout, a mail server away: a failed try
+    except Exception as error:  # a refused address or connection, a timeout, a mail server away: a failed try
         return Outcome(ok=False, error=f"{type(error).__name__}: {error}"[:300])
-    ok = 200 <= answer.status_code < 300
-    return Outcome(ok=ok, status_code=answer.status_code, error="" if ok else f"HTTP {answer.status_code}")
+    ok = 200 <= status_code < 300
+    return Outcome(ok=ok, status_code=status_code, error="" if ok else f"HTTP {status_code}")
 
 
 def _record(delivery: Delivery, outcome: Outcome, now: dt.datetime, duration_ms: int) -> str:

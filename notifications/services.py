@@ -19,6 +19,7 @@ from audit.notices import notice_message
 from infra.live import publish_after_commit
 from notifications.choices import ChannelKind, EventKind
 from notifications.constants import NAME_MAX_CHARS, URL_MAX_CHARS
+from notifications.egress import save_problem
 from notifications.kinds import summary
 from notifications.models import Channel, Delivery
 from notifications.outbox import send_after_commit
@@ -195,7 +196,8 @@ def _cleaned(*, kind: str, name, url, email, events) -> dict:
 
 
 def url_problem(url) -> str:
-    """Why `url` cannot be a channel's address, or ""."""
+    """Why `url` cannot be a channel's address, or "": not an http(s) URL, or one into the portal's own
+    network (notifications.egress)."""
     if not isinstance(url, str) or not url:
         return "Give the http:// or https:// URL to send to."
     if len(url) > URL_MAX_CHARS:
@@ -208,7 +210,7 @@ def url_problem(url) -> str:
         return "Give an http:// or https:// URL, such as https://hooks.example.org/gpu-portal."
     if "@" in url.split("//", 1)[1].split("/", 1)[0]:
         return "Put no user name or password in the URL."
-    return ""
+    return save_problem(url)
 
 
 def _printable(text: str) -> bool:

@@ -212,6 +212,11 @@ SLURM_STOP_GRACE_S = env_int("SLURM_STOP_GRACE_S", 30, minimum=0)
 # how often the due deliveries are scanned for (retries, and any whose task message was lost).
 NOTIFICATION_TIMEOUT_S = env_int("NOTIFICATION_TIMEOUT_S", 10, minimum=1)
 NOTIFICATION_SCAN_INTERVAL_S = env_int("NOTIFICATION_SCAN_INTERVAL_S", 5, minimum=1)
+# Webhook and Slack URLs never reach a loopback, private, link-local or other non-public address
+# (notifications.egress), but for these hosts: host names, addresses or networks, comma-separated.
+NOTIFICATION_ALLOWED_PRIVATE_HOSTS = env_list("NOTIFICATION_ALLOWED_PRIVATE_HOSTS", [])
+# Deliveries finished (delivered or given up) longer ago than this are deleted with their attempts.
+NOTIFICATION_RETENTION_DAYS = env_int("NOTIFICATION_RETENTION_DAYS", 30, minimum=1)
 
 # The periodic work, in production (Celery beat) and in the embedded default (scheduler_app.passes.dispatch's
 # EmbeddedWorker runs the same tasks in-process, each at its "schedule" in seconds). The embedded worker

@@ -5,6 +5,12 @@ from notifications.services import create_channel
 from tests.notifications.receiver import Receiver
 
 
+@pytest.fixture(autouse=True)
+def _loopback_receivers_allowed(settings):
+    """The tests' receivers listen on loopback, which channels may reach only when allowed."""
+    settings.NOTIFICATION_ALLOWED_PRIVATE_HOSTS = ["127.0.0.1"]
+
+
 @pytest.fixture
 def receiver():
     with Receiver() as running:

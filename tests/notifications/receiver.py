@@ -49,6 +49,7 @@ class Receiver:
                 {
                     "id": payload.get("id"),
                     "header_id": handler.headers.get(DELIVERY_HEADER),
+                    "host": handler.headers.get("Host"),
                     "verified": verified,
                     "payload": payload,
                     "status": status if verified else 401,

@@ -36,6 +36,7 @@ def start_worker(tmp_path, name: str) -> subprocess.Popen:
         "DATABASE_URL": url.geturl(),
         "REDIS_URL": settings.REDIS_URL,
         "NOTIFICATION_TIMEOUT_S": str(TIMEOUT_S),
+        "NOTIFICATION_ALLOWED_PRIVATE_HOSTS": "127.0.0.1",
         "PORTAL_VAR_DIR": str(tmp_path / "var"),
     }
     log = open(tmp_path / f"{name}.log", "w")  # noqa: SIM115  (the worker writes it until it ends)
