@@ -11,6 +11,8 @@ PAUSE_AFTER_FAILED_DELIVERIES = 3
 CLAIM_MARGIN_S = 15
 # What a scan sends at most (the rest waits for the next one).
 SCAN_BATCH = 200
+# Old deliveries are deleted this many per transaction (notifications.retention).
+PRUNE_BATCH = 1000
 URL_MAX_CHARS = 2000
 NAME_MAX_CHARS = 100
 # The headers of a webhook delivery.

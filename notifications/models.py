@@ -108,6 +108,7 @@ class Delivery(models.Model):
         indexes = [
             models.Index(fields=["state", "next_attempt_at"]),
             models.Index(fields=["channel", "-created_at"]),
+            models.Index(fields=["finished_at"]),  # the retention's prune
         ]
 
     def __str__(self) -> str:

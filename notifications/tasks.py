@@ -1,4 +1,4 @@
-"""Celery tasks of the notifications: thin wrappers, each calling one function of notifications.delivery."""
+"""Celery tasks of the notifications: thin wrappers over its delivery and retention modules."""
 
 import datetime as dt
 
@@ -9,6 +9,7 @@ from notifications.choices import DeliveryState
 from notifications.delivery import deliver, deliver_due
 from notifications.models import Delivery
 from notifications.outbox import DELIVER_TASK
+from notifications.retention import prune
 
 
 @shared_task(name=DELIVER_TASK, ignore_result=True, bind=True)
@@ -26,4 +27,5 @@ def deliver_task(self, delivery_id: str) -> str | None:
 
 @shared_task(name="notifications.deliver_due", ignore_result=True)
 def deliver_due_task() -> dict[str, int]:
-    return deliver_due()
+    """The scan: the due deliveries sent, then the log past its retention deleted."""
+    return deliver_due() | {"pruned": prune()}
