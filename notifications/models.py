@@ -61,6 +61,10 @@ class Channel(models.Model):
     def wants(self, kind: str) -> bool:
         return kind == EventKind.TEST or not self.events or kind in self.events
 
+    def event_labels(self) -> list[str]:
+        """The kinds it wants, as people read them (empty: every kind)."""
+        return [EventKind(kind).label for kind in self.events]
+
     def is_paused(self) -> bool:
         return self.paused_at is not None
 

@@ -25,3 +25,11 @@ def can_view_channel(user, channel) -> bool:
     if channel.user_id is not None:
         return can_manage_channel(user, channel)
     return is_member(user, channel.team)
+
+
+def team_rights(user, team: Team) -> tuple[bool, bool]:
+    """(may see the team's channels, may add and manage them), from one query: the team page's section."""
+    if user is None or not user.is_authenticated:
+        return False, False
+    role = Membership.objects.filter(team=team, user=user).values_list("role", flat=True).first()
+    return role is not None, role == Role.TEAM_ADMIN

@@ -2,6 +2,7 @@
 
 from django.db.models import Prefetch, Q, QuerySet
 
+from notifications.choices import DeliveryState
 from notifications.constants import LOG_LENGTH
 from notifications.models import Channel, Delivery, DeliveryAttempt
 
@@ -19,3 +20,17 @@ def delivery_log(channel: Channel, limit: int = LOG_LENGTH) -> list[Delivery]:
     """The channel's newest deliveries, each with its tries (newest first)."""
     tries = Prefetch("tries", queryset=DeliveryAttempt.objects.order_by("-number"))
     return list(channel.deliveries.order_by("-created_at").prefetch_related(tries)[:limit])
+
+
+def attempt_log(channel: Channel, limit: int = LOG_LENGTH) -> list[DeliveryAttempt]:
+    """The channel's newest tries, each with its delivery (the event kind): its page's delivery log."""
+    return list(
+        DeliveryAttempt.objects.filter(delivery__channel=channel)
+        .select_related("delivery")
+        .order_by("-started_at", "-id")[:limit]
+    )
+
+
+def waiting_count(channel: Channel) -> int:
+    """Its deliveries still to be sent (a first try or a retry)."""
+    return channel.deliveries.filter(state=DeliveryState.PENDING).count()
