@@ -87,7 +87,7 @@ class ChannelViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         return Response({"secret": rotate_secret(self.get_object(), actor=request.user)})
 
     @extend_schema(responses=DeliverySerializer(many=True))
-    @action(detail=True)
+    @action(detail=True, pagination_class=None)  # the newest LOG_LENGTH, as the schema says: a list
     def deliveries(self, request, pk=None):
         """The newest deliveries with each try's status (the delivery log)."""
         return Response(DeliverySerializer(delivery_log(self.get_object()), many=True).data)
