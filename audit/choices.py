@@ -11,3 +11,4 @@ class NoticeKind(models.TextChoices):
     RESIZE_OFFER = "resize_offer", "Resize offered"
     BUDGET = "budget", "Budget threshold crossed"
     CHECKPOINT_MISSED = "checkpoint_missed", "Checkpoint missed"
+    CHANNEL_PAUSED = "channel_paused", "Notification channel paused"

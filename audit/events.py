@@ -1,6 +1,7 @@
-"""Writing the event log: one row per state change, published to the team's live stream."""
+"""Writing the event log: one row per state change, published to the team's live stream and handed to
+the apps above that follow the log (notifications), in the writer's transaction."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from django.contrib.contenttypes.models import ContentType
 
@@ -39,10 +40,24 @@ def build_event(
     )
 
 
+# Called with the saved events of each record_events, inside its transaction; an app above audit hands
+# its follower over when its app is ready (NotificationsConfig.ready), so audit imports none of them.
+_followers: list[Callable[[list[Event]], object]] = []
+
+
+def follow_events(follower: Callable[[list[Event]], object]) -> None:
+    """Have `follower(events)` called with every batch of events written from now on (once per follower)."""
+    if follower not in _followers:
+        _followers.append(follower)
+
+
 def record_events(events: Sequence[Event]) -> list[Event]:
-    """Append the events in one insert, then publish each to its team and to the operators' stream
-    once the transaction commits."""
+    """Append the events in one insert, hand them to the followers (in the same transaction: what they
+    write commits or rolls back with the events), then publish each to its team and to the operators'
+    stream once the transaction commits."""
     saved = insert_rows(Event, events)
+    for follower in _followers:
+        follower(saved)
     publish_events_after_commit(
         (
             event.team_id,

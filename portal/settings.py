@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "portal",
     "teams",
     "audit",
+    "notifications",
     "scheduler_app",
     "slurm_backend",
     "telemetry",
@@ -212,6 +213,16 @@ SLURM_STOP_GRACE_S = env_int("SLURM_STOP_GRACE_S", 30, minimum=0)
 SLURM_START_POLL_MS = env_int("SLURM_START_POLL_MS", 250, minimum=50)
 SLURM_START_WATCH_S = env_int("SLURM_START_WATCH_S", 60, minimum=0)
 
+# Notification channels (notifications): how long a webhook or Slack delivery waits for an answer, and
+# how often the due deliveries are scanned for (retries, and any whose task message was lost).
+NOTIFICATION_TIMEOUT_S = env_int("NOTIFICATION_TIMEOUT_S", 10, minimum=1)
+NOTIFICATION_SCAN_INTERVAL_S = env_int("NOTIFICATION_SCAN_INTERVAL_S", 5, minimum=1)
+# Webhook and Slack URLs never reach a loopback, private, link-local or other non-public address
+# (notifications.egress), but for these hosts: host names, addresses or networks, comma-separated.
+NOTIFICATION_ALLOWED_PRIVATE_HOSTS = env_list("NOTIFICATION_ALLOWED_PRIVATE_HOSTS", [])
+# Deliveries finished (delivered or given up) longer ago than this are deleted with their attempts.
+NOTIFICATION_RETENTION_DAYS = env_int("NOTIFICATION_RETENTION_DAYS", 30, minimum=1)
+
 # The periodic work, in production (Celery beat) and in the embedded default (scheduler_app.passes.dispatch's
 # EmbeddedWorker runs the same tasks in-process, each at its "schedule" in seconds). The embedded worker
 # runs the entries due together in this order: the watchdogs before the pass, so it sees the nodes they
@@ -239,6 +250,11 @@ CELERY_BEAT_SCHEDULE = {
     "telemetry-upkeep": {"task": "scheduler_app.telemetry_upkeep", "schedule": float(TELEMETRY_INTERVAL_S)},
     "resize-offers": {"task": "billing_app.offer_resizes", "schedule": float(TELEMETRY_INTERVAL_S)},
     "spot-feeds": {"task": "billing_app.advance_spot_feeds", "schedule": float(SPOT_FEED_INTERVAL_S)},
+    # Notification deliveries due (first tries whose task message was lost, retries, claims run out).
+    "notification-deliveries": {
+        "task": "notifications.deliver_due",
+        "schedule": float(NOTIFICATION_SCAN_INTERVAL_S),
+    },
     # What-ifs whose task message was lost (each is claimed once, so a repeat does nothing).
     "queued-what-ifs": {"task": "scheduler_app.queued_what_ifs", "schedule": 60.0},
 }
@@ -319,6 +335,8 @@ SPECTACULAR_SETTINGS = {
         "ResizeStateEnum": "billing_app.choices.ResizeState",
         "RequestStateEnum": "scheduler_app.choices.RequestState",
         "MigModeEnum": "scheduler_app.choices.MigMode",
+        "ChannelKindEnum": "notifications.choices.ChannelKind",
+        "NotificationEventKindEnum": "notifications.choices.EventKind",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

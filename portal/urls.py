@@ -20,6 +20,7 @@ urlpatterns = [
     path("", include("telemetry.urls")),
     path("", include("teams.urls")),
     path("", include("audit.urls")),
+    path("", include("notifications.urls")),
     path("", include("billing_app.urls")),
     path("", include("slurm_backend.urls")),
     path("admin/", admin.site.urls),

@@ -20,6 +20,7 @@ from billing_app.api.views import (
     StatementView,
     SwitchBillingView,
 )
+from notifications.api.views import ChannelViewSet
 from portal.api.schema_view import SchemaView
 from portal.api.views import not_found
 from scheduler_app.api.agent_views import (
@@ -63,6 +64,7 @@ router.register("nodes", NodeViewSet, basename="node")
 router.register("audit", AuditEventViewSet, basename="audit-event")
 router.register("pools", PoolViewSet, basename="pool")
 router.register("notices", NoticeViewSet, basename="notice")
+router.register("notification-channels", ChannelViewSet, basename="notification-channel")
 router.register("resize-offers", ResizeOfferViewSet, basename="resize-offer")
 
 urlpatterns = [

@@ -114,6 +114,7 @@ OWN_THREADS = {
     "queued-what-ifs": "a what-if replay may run for minutes and must never hold back a pass",
     "slurm-sync": "every 2 s, and a slurmrestd slow to answer must not hold back a pass",
     "slurm-starts": "every quarter second while Slurm jobs are starting, beside the sync",
+    "notification-deliveries": "a webhook slow to answer must not hold back a pass",
 }
 # The beat entry that syncs each backend's pools (settings.CELERY_BEAT_SCHEDULE), run at once when a
 # pass gives them work (sync_backends_soon) rather than at its next interval.
@@ -232,6 +233,7 @@ embedded_worker = EmbeddedWorker(
 embedded_ticker = EmbeddedWorker(["live-tick"], name="live-ticker")
 embedded_what_if = EmbeddedWorker(["queued-what-ifs"], on_wake="queued-what-ifs", name="what-if")
 embedded_slurm = EmbeddedWorker(["slurm-sync", "slurm-starts"], on_wake="slurm-sync", name="slurm-sync")
+embedded_notifications = EmbeddedWorker(["notification-deliveries"], name="notifications")
 _EMBEDDED_FOR_ENTRY = {"slurm-sync": embedded_slurm}
 
 

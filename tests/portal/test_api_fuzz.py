@@ -17,6 +17,7 @@ import json
 
 import pytest
 import schemathesis
+from django.contrib.auth import get_user_model
 from django.core.wsgi import get_wsgi_application
 from django.utils import timezone
 from hypothesis import HealthCheck, Phase, given, seed, settings
@@ -31,6 +32,7 @@ from schemathesis.specs.openapi.checks import (
 
 from demo.seed import seed_demo
 from infra.api.throttling import FixedWindowThrottle
+from notifications.services import create_channel
 from scheduler_app.models import GpuRequest, Node
 from scheduler_app.services.inventory import issue_agent_credential
 from tests.portal.fuzz_strategies import extreme_date_times, extreme_dates, spiked
@@ -52,6 +54,14 @@ def portal(transactional_db, monkeypatch):
     pace. The calls run in the test's thread, on committed data, as a web process's would."""
     monkeypatch.setattr(FixedWindowThrottle, "THROTTLE_RATES", {"api": "1000000/min"})
     seed_demo()
+    alice = get_user_model().objects.get(username="alice")
+    create_channel(
+        alice,
+        team=alice.teams.get(slug="vision"),
+        kind="webhook",
+        name="hook",
+        url="https://hooks.example.org/x",
+    )
     return get_wsgi_application()
 
 
@@ -93,13 +103,19 @@ def existing_objects() -> dict[str, dict[str, str]]:
 
     from audit.models import Notice
     from billing_app.models import ResizeOffer
+    from notifications.models import Channel
     from scheduler_app.models import Gpu, Pool, WhatIfRun
     from teams.models import Membership, TeamSecret
 
     placed = GpuRequest.objects.filter(allocations__gpu__node__name="a100-80gb-node-01").first()
     bob = get_user_model().objects.get(username="bob")
     spare = {}
-    for model, key in ((Notice, "notices"), (ResizeOffer, "resize-offers"), (WhatIfRun, "what-if")):
+    for model, key in (
+        (Notice, "notices"),
+        (ResizeOffer, "resize-offers"),
+        (WhatIfRun, "what-if"),
+        (Channel, "notification-channels"),
+    ):
         if (pk := model.objects.values_list("pk", flat=True).first()) is not None:
             spare[key] = str(pk)
     return {

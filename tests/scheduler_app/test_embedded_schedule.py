@@ -12,13 +12,20 @@ from scheduler_app.passes.dispatch import (
     PASS_ENTRY,
     EmbeddedWorker,
     _registered_tasks,
+    embedded_notifications,
     embedded_slurm,
     embedded_ticker,
     embedded_what_if,
     embedded_worker,
 )
 
-EMBEDDED_THREADS = [embedded_worker, embedded_ticker, embedded_what_if, embedded_slurm]
+EMBEDDED_THREADS = [
+    embedded_worker,
+    embedded_ticker,
+    embedded_what_if,
+    embedded_slurm,
+    embedded_notifications,
+]
 
 
 class Clock:
@@ -44,7 +51,12 @@ def test_every_beat_entry_runs_on_exactly_one_embedded_thread():
     run = [entry for worker in EMBEDDED_THREADS for entry in worker.entries]
 
     assert sorted(run) == sorted(settings.CELERY_BEAT_SCHEDULE)  # none twice (the live tick), none left out
-    assert set(OWN_THREADS) == {*embedded_ticker.entries, *embedded_what_if.entries, *embedded_slurm.entries}
+    assert set(OWN_THREADS) == {
+        *embedded_ticker.entries,
+        *embedded_what_if.entries,
+        *embedded_slurm.entries,
+        *embedded_notifications.entries,
+    }
     assert all(OWN_THREADS.values())  # each says why it is not on the embedded worker
     assert embedded_worker.on_wake == PASS_ENTRY == "scheduling-pass"
     for entry, spec in settings.CELERY_BEAT_SCHEDULE.items():

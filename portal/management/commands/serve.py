@@ -3,7 +3,13 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from twisted.internet import reactor, threads
 
-from scheduler_app.passes.dispatch import embedded_slurm, embedded_ticker, embedded_what_if, embedded_worker
+from scheduler_app.passes.dispatch import (
+    embedded_notifications,
+    embedded_slurm,
+    embedded_ticker,
+    embedded_what_if,
+    embedded_worker,
+)
 
 
 class Command(BaseCommand):
@@ -40,6 +46,7 @@ class Command(BaseCommand):
             embedded_ticker.start()
             embedded_what_if.start()
             embedded_slurm.start()
+            embedded_notifications.start()
         try:
             CommandLineInterface().run([*daphne, "portal.asgi:application"])
         finally:
@@ -48,3 +55,4 @@ class Command(BaseCommand):
                 embedded_ticker.stop()
                 embedded_what_if.stop()
                 embedded_slurm.stop()
+                embedded_notifications.stop()
