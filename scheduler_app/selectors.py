@@ -183,13 +183,15 @@ class NodeView:
 
 @dataclass
 class PoolView:
-    """A pool's nodes and its capacity in milli-GPU; free counts only cards on ready nodes."""
+    """A pool's nodes and its capacity in milli-GPU; free counts only cards on ready nodes, less what
+    the portal's slices and work outside the portal (foreign) hold."""
 
     pool: Pool
     nodes: list[NodeView] = field(default_factory=list)
     total_milli: int = 0
     allocated_milli: int = 0
     free_milli: int = 0
+    foreign_milli: int = 0
 
 
 @dataclass
@@ -243,15 +245,22 @@ def cluster_picture(user, nodes: Iterable[Node] | None = None) -> ClusterPicture
 
 
 def _add_pool_capacity(pools: dict[int, PoolView]) -> None:
-    """Per pool: every card's capacity, what open slices hold, and what is free on ready nodes."""
+    """Per pool: every card's capacity, what open slices and work outside the portal hold, and what
+    is free on ready nodes."""
     ready = Q(node__status=NodeStatus.READY)
-    for pool_id, cards, ready_cards in (
+    for pool_id, cards, ready_cards, foreign, foreign_on_ready in (
         Gpu.objects.values("node__pool_id")
-        .annotate(cards=Count("id"), ready_cards=Count("id", filter=ready))
-        .values_list("node__pool_id", "cards", "ready_cards")
+        .annotate(
+            cards=Count("id"),
+            ready_cards=Count("id", filter=ready),
+            foreign=Sum("foreign_milli"),
+            foreign_on_ready=Sum("foreign_milli", filter=ready),
+        )
+        .values_list("node__pool_id", "cards", "ready_cards", "foreign", "foreign_on_ready")
     ):
         pools[pool_id].total_milli = cards * MILLI_PER_GPU
-        pools[pool_id].free_milli = ready_cards * MILLI_PER_GPU
+        pools[pool_id].foreign_milli = foreign or 0
+        pools[pool_id].free_milli = ready_cards * MILLI_PER_GPU - (foreign_on_ready or 0)
     for pool_id, held, held_on_ready in (
         Allocation.objects.committed()
         .values("gpu__node__pool_id")
@@ -360,7 +369,8 @@ def audit_events() -> QuerySet[Event]:
 
 @dataclass
 class NodeCard:
-    """One card of a node and what its open slices hold (milli-GPU, MiB)."""
+    """One card of a node and what its open slices hold (milli-GPU, MiB); what work outside the portal
+    holds is on the card (gpu.foreign_milli, gpu.foreign_memory_mib)."""
 
     gpu: Gpu
     milli: int = 0
@@ -407,7 +417,8 @@ def lost_for_silence(node: Node) -> Event | None:
 
 
 def nodes_for_operators() -> QuerySet[Node]:
-    """Every node with its pool, card count and the milli-GPU its open segments hold.
+    """Every node with its pool, card count, the milli-GPU its open segments hold, and the milli-GPU
+    work outside the portal holds on its cards (foreign_milli).
 
     Both are subqueries per node, so closed allocations (most of them, in a cluster that has run a
     while) are never joined; the open ones are found through the committed() filter.
@@ -420,8 +431,13 @@ def nodes_for_operators() -> QuerySet[Node]:
         .annotate(milli=Sum("milli"))
         .values("milli")
     )
+    foreign = (
+        Gpu.objects.filter(node=OuterRef("pk")).values("node").annotate(m=Sum("foreign_milli")).values("m")
+    )
     return Node.objects.select_related("pool").annotate(
-        gpu_count=Coalesce(Subquery(cards), 0), allocated_milli=Subquery(held)
+        gpu_count=Coalesce(Subquery(cards), 0),
+        allocated_milli=Subquery(held),
+        foreign_milli=Coalesce(Subquery(foreign), 0),
     )
 
 

@@ -4,13 +4,15 @@
 Every open slice of a run the portal counts as started (running, migrating) is held by a running Slurm
 job of that run on the slice's node and card, with shards enough for its share; every running Slurm
 job the portal submitted holds such a slice, unless the portal has already asked it to stop. Runs not
-started yet (scheduled: Slurm may still hold the job pending) are not compared.
+started yet (scheduled: Slurm may still hold the job pending) are not compared. Each card holds
+outside the portal what Slurm's other jobs hold on it (slurm_backend.foreign).
 """
 
 from scheduler_app.choices import Backend, RequestState
 from scheduler_app.constants import MILLI_PER_GPU
-from scheduler_app.models import Allocation
+from scheduler_app.models import Allocation, Gpu
 from slurm_backend.client import SlurmClient, SlurmError, SlurmUnavailable
+from slurm_backend.foreign import slurm_foreign_holds
 from slurm_backend.gres import card_indexes, shard_count
 from slurm_backend.models import SlurmConnection, SlurmJob
 
@@ -48,12 +50,28 @@ def differences(connection: SlurmConnection, listed: list[dict] | None = None) -
             problems.append(f"{where}: Slurm job {job['job_id']} runs on {job.get('nodes')} {gres}")
         elif piece.milli < MILLI_PER_GPU and shard_count(gres) * shard_milli < piece.milli:
             problems.append(f"{where}: Slurm job {job['job_id']} holds only {gres}")
+    problems += _foreign_differences(connection, listed)
     stopping = {(row.request_id, row.generation) for row in runs.values() if row.stop_sent_at is not None}
     for key, job in sorted(running.items()):
         if key not in held and key not in stopping:
             problems.append(
                 f"Slurm job {job['job_id']} ({job['name']}) runs on {job.get('nodes')} "
                 f"without a slice in the portal"
+            )
+    return problems
+
+
+def _foreign_differences(connection: SlurmConnection, listed: list[dict]) -> list[str]:
+    """Each card of the pool holds outside the portal what Slurm's jobs that are not the portal's hold
+    on it (slurm_backend.foreign: what the last sync recorded)."""
+    cards, _ = slurm_foreign_holds(connection, {job["job_id"]: job for job in listed})
+    problems = []
+    for gpu in Gpu.objects.filter(node__pool=connection.pool_id).select_related("node").order_by("pk"):
+        slurm_holds = cards.get(gpu.node.name, {}).get(gpu.index, 0)
+        if gpu.foreign_milli != slurm_holds:
+            problems.append(
+                f"{gpu} holds {gpu.foreign_milli} milli-GPU outside the portal; "
+                f"Slurm's jobs that are not the portal's hold {slurm_holds}"
             )
     return problems
 
@@ -66,6 +84,7 @@ def all_differences() -> list[str]:
         busy = (
             SlurmJob.objects.filter(connection=connection, ended_at__isnull=True).exists()
             or Allocation.objects.committed().filter(gpu__node__pool=connection.pool_id).exists()
+            or Gpu.objects.filter(node__pool=connection.pool_id, foreign_milli__gt=0).exists()
         )
         if not busy:
             continue

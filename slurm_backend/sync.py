@@ -24,6 +24,7 @@ from scheduler_app.services.migration import requeue_from_checkpoint
 from scheduler_app.services.placement import follow_cards
 from slurm_backend import checkpoints, jobs
 from slurm_backend.client import SlurmClient, SlurmError, SlurmUnavailable
+from slurm_backend.foreign import record_foreign
 from slurm_backend.gres import card_indexes
 from slurm_backend.models import SlurmConnection, SlurmJob, SlurmTeamAccount
 from slurm_backend.nodes import SLURM, drain_reclaimed, sync_nodes
@@ -77,6 +78,7 @@ def sync_pool(connection: SlurmConnection, now: dt.datetime | None = None) -> st
             listed = {job["job_id"]: job for job in client.jobs()}
             problems += _follow(connection, listed, now)
             problems += _start_and_stop(connection, client, listed, now)
+            record_foreign(connection, listed)  # after _start_and_stop: a job it adopted is the portal's
         except (SlurmUnavailable, SlurmError) as error:
             problems.append(str(error))
     finally:

@@ -273,6 +273,11 @@ class GpuSerializer(serializers.Serializer):
     model = serializers.CharField(source="gpu.model")
     memory_mib = serializers.IntegerField(source="gpu.memory_mib")
     allocated_milli = serializers.IntegerField(source="used_milli")
+    foreign_milli = serializers.IntegerField(
+        source="gpu.foreign_milli",
+        help_text="Held by work outside the portal (another user's, or work its cluster manager ran "
+        "there), as the node's backend sees it: never planned on.",
+    )
     slices = SliceSerializer(many=True)
     mig_layout = serializers.CharField(source="gpu.mig_layout", help_text="MIG instances; empty outside MIG.")
     mig = MigSegmentSerializer(many=True, source="mig_segments", help_text="The MIG layout, left to right.")
@@ -313,7 +318,11 @@ class PoolSerializer(serializers.Serializer):
     granularity_milli = serializers.IntegerField(source="pool.granularity_milli")
     capacity_milli = serializers.IntegerField(source="total_milli")
     allocated_milli = serializers.IntegerField()
-    free_milli = serializers.IntegerField(help_text="Free on ready nodes only: what new work can use.")
+    foreign_milli = serializers.IntegerField(help_text="Held by work outside the portal, on any node.")
+    free_milli = serializers.IntegerField(
+        help_text="Free on ready nodes only, less what the portal's slices and work outside the portal "
+        "hold: what new work can use."
+    )
 
 
 class TeamQueueSerializer(serializers.Serializer):

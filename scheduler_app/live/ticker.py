@@ -4,9 +4,10 @@ A frame holds per card its latest fresh util (percent, or None when the card has
 no reading younger than LIVE_READING_MAX_AGE_S), per open allocation its team,
 request, card and that card's util and memory in use (percent of the card's), and
 per pool the mean util of its cards with a reading and the free milli-GPU on ready
-nodes. The previous frame is kept in the cache (Redis in production, so any worker may run the next tick);
-each tick sends to each team's group the cards and pools whose values changed
-and the team's own allocations that changed; operators get every allocation.
+nodes (less what the portal's slices and work outside the portal hold). The previous frame
+is kept in the cache (Redis in production, so any worker may run the next tick); each tick
+sends to each team's group the cards and pools whose values changed and the team's own
+allocations that changed; operators get every allocation.
 """
 
 import datetime as dt
@@ -41,7 +42,7 @@ def current_frame(now: dt.datetime | None = None) -> dict:
     now = now or timezone.now()
     since = now - dt.timedelta(seconds=LIVE_READING_MAX_AGE_S)
     cards = Gpu.objects.annotate(**latest_readings(since)).values_list(
-        "pk", "node__pool__name", "node__status", "util", "used_mib", "memory_mib"
+        "pk", "node__pool__name", "node__status", "util", "used_mib", "memory_mib", "foreign_milli"
     )
     open_allocations = Allocation.objects.committed().values_list(
         "pk", "gpu_id", "milli", "request_id", "request__team_id"
@@ -51,12 +52,14 @@ def current_frame(now: dt.datetime | None = None) -> dict:
     memory: dict[int, float | None] = {}
     pool_of: dict[int, str] = {}
     ready_cards: dict[str, int] = defaultdict(int)
+    held_outside: dict[str, int] = defaultdict(int)  # by work outside the portal, on ready cards
     readings: dict[str, list[int]] = defaultdict(list)
-    for gpu_id, pool, status, util, used_mib, memory_mib in cards:
+    for gpu_id, pool, status, util, used_mib, memory_mib, foreign_milli in cards:
         gpus[str(gpu_id)] = util
         memory[gpu_id] = None if used_mib is None else round(100 * used_mib / memory_mib, 1)
         pool_of[gpu_id] = pool if status == NodeStatus.READY else ""
         ready_cards[pool] += status == NodeStatus.READY
+        held_outside[pool] += foreign_milli if status == NodeStatus.READY else 0
         if util is not None:
             readings[pool].append(util)
 
@@ -74,7 +77,7 @@ def current_frame(now: dt.datetime | None = None) -> dict:
     pools = {
         pool: {
             "util": round(sum(readings[pool]) / len(readings[pool]), 1) if readings[pool] else None,
-            "free_milli": ready_cards[pool] * MILLI_PER_GPU - held_on_ready[pool],
+            "free_milli": ready_cards[pool] * MILLI_PER_GPU - held_on_ready[pool] - held_outside[pool],
         }
         for pool in ready_cards
     }

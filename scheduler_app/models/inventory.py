@@ -6,7 +6,7 @@ Units: GPU share in milli-GPU (1..1000 per card), memory in MiB, CPU in milli-co
 import re
 
 from django.db import models
-from django.db.models import Q, Sum
+from django.db.models import F, Q, Sum
 
 from scheduler_app.choices import (
     Backend,
@@ -107,6 +107,12 @@ class Node(models.Model):
     isolation_cgroup = models.CharField(
         max_length=8, choices=CgroupVersion.choices, blank=True, editable=False
     )
+    foreign_cpu_milli = models.PositiveIntegerField(
+        default=0, editable=False, help_text="Held by work outside the portal, as the node's backend sees it."
+    )
+    foreign_memory_mib = models.PositiveBigIntegerField(
+        default=0, editable=False, help_text="Held by work outside the portal, as the node's backend sees it."
+    )
 
     class Meta:
         ordering = ["pool__name", "name"]
@@ -175,12 +181,25 @@ class Gpu(models.Model):
         help_text="In a MIG pool, the card's GPU instances, e.g. 3g.40gb@0,2g.20gb@4,1g.10gb@6 "
         "(profile@start memory slice). Fixed pools: set by operators; dynamic: by the scheduler.",
     )
+    foreign_milli = models.PositiveIntegerField(
+        default=0,
+        editable=False,
+        help_text="Held by work outside the portal (another user's, or one its backend ran), as the "
+        "node's backend sees it: never planned on (services.inventory.record_foreign_use).",
+    )
+    foreign_memory_mib = models.PositiveIntegerField(
+        default=0, editable=False, help_text="The GPU memory that outside work holds."
+    )
 
     class Meta:
         ordering = ["node__name", "index"]
         constraints = [
             models.UniqueConstraint(fields=["node", "index"], name="gpu_unique_node_index"),
             models.CheckConstraint(condition=Q(memory_mib__gt=0), name="gpu_memory_positive"),
+            models.CheckConstraint(
+                condition=Q(foreign_milli__lte=MILLI_PER_GPU, foreign_memory_mib__lte=F("memory_mib")),
+                name="gpu_foreign_within_card",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -192,7 +211,8 @@ class Gpu(models.Model):
         return totals["milli"] or 0, totals["mem"] or 0
 
     def free_milli(self) -> int:
-        return MILLI_PER_GPU - self.committed()[0]
+        """What new work may still take: neither the portal's open slices nor outside work hold it."""
+        return MILLI_PER_GPU - self.committed()[0] - self.foreign_milli
 
     def mig_instances(self) -> list:
         """The card's MIG layout as core instances (empty outside MIG pools); LayoutError when invalid."""

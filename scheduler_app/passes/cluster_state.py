@@ -183,6 +183,7 @@ def load_cluster_snapshot() -> ClusterSnapshot:
     index_cards(snapshot, ((n.name, n.pool.name, [g.pk for g in cards[pk]]) for pk, n in nodes.items()))
     snapshot.nodes = list(states.values())
 
+    _take_out_foreign(states, nodes, cards)
     _take_out_running(snapshot, states, pools)
 
     pending = GpuRequest.objects.filter(state=RequestState.PENDING).order_by("created_at", "id")
@@ -288,6 +289,22 @@ def node_state(node: Node, cards: list[Gpu]) -> NodeState:
         gpus=gpus,
         capacity_type=node.pool.capacity_type,
     )
+
+
+def _take_out_foreign(
+    states: dict[int, NodeState], nodes: dict[int, Node], cards: dict[int, list[Gpu]]
+) -> None:
+    """Subtract what work outside the portal holds (Node/Gpu foreign_*, as the nodes' backends see it):
+    the core never plans on it. MIG cards are left as their layout says: a backend maps no MIG
+    instances held outside the portal."""
+    for node_id, state in states.items():
+        node = nodes[node_id]
+        state.free_cpu_milli -= node.foreign_cpu_milli
+        state.free_memory_mib -= node.foreign_memory_mib
+        for card, gpu in zip(state.gpus, cards[node_id], strict=True):
+            if card.mig is None:
+                card.free_milli -= gpu.foreign_milli
+                card.free_memory_mib -= gpu.foreign_memory_mib
 
 
 def _take_out_running(snapshot: ClusterSnapshot, states: dict[int, NodeState], pools: list[Pool]) -> None:

@@ -7,6 +7,7 @@ import datetime as dt
 from collections.abc import Callable, Iterable, Mapping, Set
 
 from django.db.models import Count, F, Q, Sum
+from django.db.models.functions import Coalesce
 
 from audit.models import Event
 from scheduler_app.choices import RequestState
@@ -27,13 +28,23 @@ def register_backend_check(check: Callable[[], list[str]]) -> None:
 
 
 def over_committed_gpus() -> list[str]:
-    """Cards whose open slices hold more than 1000 milli-GPU or more than the card's memory."""
+    """Cards whose open slices, with what work outside the portal holds (foreign), hold more than 1000
+    milli-GPU or more than the card's memory."""
+    is_open = Q(allocations__ended_at__isnull=True)
     held = Gpu.objects.annotate(
-        milli=Sum("allocations__milli", filter=Q(allocations__ended_at__isnull=True)),
-        mem=Sum("allocations__gpu_memory_mib", filter=Q(allocations__ended_at__isnull=True)),
+        milli=Coalesce(Sum("allocations__milli", filter=is_open), 0) + F("foreign_milli"),
+        mem=Coalesce(Sum("allocations__gpu_memory_mib", filter=is_open), 0) + F("foreign_memory_mib"),
     ).filter(Q(milli__gt=MILLI_PER_GPU) | Q(mem__gt=F("memory_mib")))
     held = held.select_related("node").order_by("pk")
-    return [f"{gpu} holds {gpu.milli} milli-GPU and {gpu.mem} of {gpu.memory_mib} MiB" for gpu in held]
+    return [
+        f"{gpu} holds {gpu.milli} milli-GPU and {gpu.mem} of {gpu.memory_mib} MiB"
+        + (
+            f" ({gpu.foreign_milli} milli-GPU, {gpu.foreign_memory_mib} MiB outside the portal)"
+            if gpu.foreign_milli or gpu.foreign_memory_mib
+            else ""
+        )
+        for gpu in held
+    ]
 
 
 def over_committed_at_some_moment(gpu_ids: Iterable[int] | None = None) -> list[str]:

@@ -2,6 +2,7 @@
 logged."""
 
 import datetime as dt
+from collections.abc import Mapping
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -10,6 +11,7 @@ from django.utils import timezone
 from audit.events import log_event
 from infra.echo import echoed
 from scheduler_app.choices import NodeStatus
+from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.core.mig import LayoutError, format_layout, geometry_for, parse_layout
 from scheduler_app.models import Allocation, Gpu, Node, Pool
 from teams.permissions import can_operate, require
@@ -55,6 +57,51 @@ def record_heartbeat(node: Node, *, now: dt.datetime | None = None) -> Node:
             set_node_status(locked, NodeStatus.READY, actor_name=AGENT, reason="heartbeat resumed")
     node.refresh_from_db()
     return node
+
+
+FOREIGN_EVENT = "foreign use"
+
+
+def record_foreign_use(
+    node: Node,
+    cards: Mapping[int, tuple[int, int]],
+    *,
+    cpu_milli: int = 0,
+    memory_mib: int = 0,
+    actor_name: str,
+) -> bool:
+    """What work the portal did not place holds on the node now, as its backend (the cluster manager
+    that runs the node's work) sees it: per card index (milli-GPU, GPU memory MiB), and host CPU and
+    memory. It replaces what was recorded (a card not named holds none), capped at each card's and the
+    node's size: an observation, never refused. Nothing plans on it (the pass's snapshot, `place`'s
+    re-check, the free capacity shown). Under the node's row lock, so a placement on the node waits
+    for it; logged when it changes (True then)."""
+    with transaction.atomic():
+        locked = Node.objects.select_for_update().get(pk=node.pk)
+        changed, held_now = [], {}
+        for gpu in Gpu.objects.filter(node=locked).order_by("index"):
+            milli, memory = cards.get(gpu.index, (0, 0))
+            held = (min(max(milli, 0), MILLI_PER_GPU), min(max(memory, 0), gpu.memory_mib))
+            if any(held):
+                held_now[str(gpu.index)] = list(held)
+            if held != (gpu.foreign_milli, gpu.foreign_memory_mib):
+                Gpu.objects.filter(pk=gpu.pk).update(foreign_milli=held[0], foreign_memory_mib=held[1])
+                changed.append(f"gpu{gpu.index} {gpu.foreign_milli} → {held[0]} milli-GPU")
+        host = (min(max(cpu_milli, 0), locked.cpu_milli), min(max(memory_mib, 0), locked.memory_mib))
+        if host != (locked.foreign_cpu_milli, locked.foreign_memory_mib):
+            locked.foreign_cpu_milli, locked.foreign_memory_mib = host
+            locked.save(update_fields=["foreign_cpu_milli", "foreign_memory_mib"])
+            changed.append(f"{host[0]} CPU milli-cores, {host[1]} MiB memory")
+        if changed:
+            log_event(
+                locked,
+                FOREIGN_EVENT,
+                actor_name=actor_name,
+                reason="held outside the portal: " + "; ".join(changed),
+                data={"cards": held_now, "cpu_milli": host[0], "memory_mib": host[1]},
+            )
+    node.foreign_cpu_milli, node.foreign_memory_mib = locked.foreign_cpu_milli, locked.foreign_memory_mib
+    return bool(changed)
 
 
 def create_pool(

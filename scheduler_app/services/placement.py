@@ -59,7 +59,8 @@ def place(starts: Sequence[PlannedStart], *, actor_name: str = "scheduler", now=
     Takes a share lock on the cards' nodes (a node being marked lost waits, or is waited for,
     so no slice lands on it unseen), then locks the cards and the requests (each in id order)
     and re-checks the committed capacity under those locks, so no card ever exceeds 1000
-    milli-GPU or its memory (DESIGN rule 1) whatever runs concurrently. A start that no longer
+    milli-GPU or its memory (DESIGN rule 1) whatever runs concurrently, counting what work outside
+    the portal holds (record_foreign_use writes it under the node's lock). A start that no longer
     fits, or whose request is no longer pending, is refused with the reason.
     """
     now = now or timezone.now()
@@ -211,6 +212,7 @@ def _refusal(request: GpuRequest | None, start: PlannedStart, gpus, committed) -
         if not gpu.node.is_schedulable():
             return f"{gpu} is on a {gpu.node.status} node"
         milli, memory = committed.get(gpu.pk, (0, 0))
+        milli, memory = milli + gpu.foreign_milli, memory + gpu.foreign_memory_mib  # held outside the portal
         if milli + piece.milli > MILLI_PER_GPU:
             return f"{gpu} has {MILLI_PER_GPU - milli} milli-GPU free, not {piece.milli}"
         if memory + piece.gpu_memory_mib > gpu.memory_mib:

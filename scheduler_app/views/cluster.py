@@ -25,8 +25,10 @@ def cluster(request):
         {
             "pool": p.pool.name,
             "allocated": p.allocated_milli / MILLI_PER_GPU,
+            "foreign": p.foreign_milli / MILLI_PER_GPU,
             "free": p.free_milli / MILLI_PER_GPU,
-            "unavailable": (p.total_milli - p.allocated_milli - p.free_milli) / MILLI_PER_GPU,
+            "unavailable": max(0, p.total_milli - p.allocated_milli - p.foreign_milli - p.free_milli)
+            / MILLI_PER_GPU,
         }
         for p in picture.pools
     ]

@@ -19,6 +19,7 @@
     }
     Plotly.react(target, [
       trace("Allocated", "allocated", "#3d6fd8"),
+      trace("Held outside the portal", "foreign", "#c9a227"),
       trace("Free", "free", "#9fd3b0"),
       trace("Unavailable", "unavailable", "#d0d4db"),
     ], Object.assign({

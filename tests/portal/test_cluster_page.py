@@ -6,7 +6,7 @@ import pytest
 from django.urls import reverse
 
 from scheduler_app.choices import CapacityType, NodeStatus
-from scheduler_app.services.inventory import create_pool, set_node_status
+from scheduler_app.services.inventory import create_pool, record_foreign_use, set_node_status
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.requests import submit_request
 
@@ -81,6 +81,12 @@ def test_operator_sees_every_teams_names(client, operator, cluster):
     assert "secret-llm" in text and "vision-train" in text
 
 
+def chart_of(response) -> list[dict]:
+    return json.loads(
+        response.text.split('id="pool-chart-data" type="application/json">')[1].split("</script>")[0]
+    )
+
+
 def test_capacity_per_pool_counts_ready_cards_only_as_free(client, member, cluster, make_node):
     drained = make_node("node-2", gpus=2)
     set_node_status(drained, NodeStatus.DRAINING, reason="maintenance")
@@ -88,11 +94,21 @@ def test_capacity_per_pool_counts_ready_cards_only_as_free(client, member, clust
 
     response = client.get(reverse("cluster"))
 
-    chart = json.loads(
-        response.text.split('id="pool-chart-data" type="application/json">')[1].split("</script>")[0]
-    )
-    assert chart == [{"pool": "a100", "allocated": 0.75, "free": 1.25, "unavailable": 2.0}]
+    chart = chart_of(response)
+    assert chart == [{"pool": "a100", "allocated": 0.75, "foreign": 0.0, "free": 1.25, "unavailable": 2.0}]
     assert "Draining" in response.text
+
+
+def test_capacity_held_outside_the_portal_is_neither_free_nor_unavailable(client, member, cluster, make_node):
+    drained = make_node("node-2", gpus=2)
+    set_node_status(drained, NodeStatus.DRAINING, reason="maintenance")
+    record_foreign_use(cluster, {1: (500, 0)}, actor_name="slurm")
+    record_foreign_use(drained, {0: (250, 0)}, actor_name="slurm")
+    client.force_login(member)
+
+    chart = chart_of(client.get(reverse("cluster")))
+
+    assert chart == [{"pool": "a100", "allocated": 0.75, "foreign": 0.75, "free": 0.75, "unavailable": 1.75}]
 
 
 def test_plotly_is_served_from_our_static_files(client, member, cluster):
