@@ -61,3 +61,23 @@ def test_a_move_sends_term_first_and_the_job_that_traps_it_is_requeued(
     assert moved.to_state == RequestState.PENDING
     assert "preempted by a higher priority request" in moved.reason
     assert state_of(request) in (RequestState.PENDING, RequestState.SCHEDULED, RequestState.RUNNING)
+
+
+def test_a_job_that_ignores_term_is_killed_at_the_end_of_its_grace_and_requeued(
+    slurm_pool, team_accounts, member, team
+):
+    stubborn = "trap 'echo ignoring TERM' TERM; echo ready; while true; do sleep 1; done"
+    request = submit(member, team, "stubborn", stubborn)
+    job = run_until_running(slurm_pool, request)
+    sync_until(slurm_pool, lambda: "ready" in log_of(request), what="the job's trap set")
+
+    deadline = timezone.now() + dt.timedelta(seconds=3)
+    stop_gracefully([request.pk], deadline=deadline, reason="preempted by a higher priority request")
+    sync_until(slurm_pool, lambda: "ignoring TERM" in log_of(request), what="the job seeing TERM")
+    ended = run_until_ended(slurm_pool, job)
+
+    assert ended.stop_sent_at is not None and ended.kill_sent_at is not None
+    assert ended.kill_sent_at >= deadline  # SIGKILL only once its grace was over
+    moved = Event.objects.filter(object_id=request.pk, from_state=RequestState.MIGRATING).latest("pk")
+    assert moved.to_state == RequestState.PENDING
+    assert "preempted by a higher priority request" in moved.reason
