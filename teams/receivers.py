@@ -1,13 +1,15 @@
 """Forget cached API tokens (teams.services.user_for_api_token) whenever a token, its user, the
 user's memberships or one of their teams changes, whichever path changed it: the pages, the API,
 the admin. Each is forgotten at once and again after the change commits: a call that read the rows
-in between would otherwise cache what is about to change for TOKEN_CACHE_S."""
+in between would otherwise cache what is about to change for TOKEN_CACHE_S. After the commit the
+sessions a token holds open (scheduler_app.live.sessions) are told, and close unless still allowed."""
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
+from infra.live import send_to_groups, token_group
 from teams.models import ApiToken, Membership, Team
 from teams.services import forget_api_tokens
 
@@ -15,7 +17,13 @@ from teams.services import forget_api_tokens
 def _forget(token_hashes: list[str]) -> None:
     if token_hashes:
         forget_api_tokens(token_hashes)
-        transaction.on_commit(lambda: forget_api_tokens(token_hashes))
+        transaction.on_commit(lambda: _forget_and_tell(token_hashes))
+
+
+def _forget_and_tell(token_hashes: list[str]) -> None:
+    """The websockets these tokens hold open ask again whether they may stay (a revoked token's close)."""
+    forget_api_tokens(token_hashes)
+    send_to_groups([(token_group(token_hash), {"type": "token.changed"}) for token_hash in token_hashes])
 
 
 def _forget_tokens_of(user_ids) -> None:
