@@ -194,3 +194,19 @@ def test_a_token_revoked_mid_session_closes_it(interactive, member):
     assert closed_agent["type"] == "websocket.close"
     session = InteractiveSession.objects.get()
     assert "revoked" in session.close_reason and session.closed_at is not None
+
+
+def test_the_terminal_page_is_for_the_team_and_operators_only(
+    interactive, member, outsider, operator, client
+):
+    request, _ = interactive
+    page = f"/requests/{request.pk}/terminal/"
+
+    answers = {}
+    for user in (member, operator, outsider):
+        client.force_login(user)
+        answers[user.username] = client.get(page).status_code
+    client.logout()
+
+    assert answers == {member.username: 200, operator.username: 200, outsider.username: 403}
+    assert client.get(page).status_code == 302  # to the sign-in page
