@@ -8,7 +8,9 @@ connects a websocket for that session (`ws/agent/sessions/<key>/`), over which i
 - a terminal or a command: a process started as the request's job is (agent.jobs: its identity,
   cgroup, namespaces, environment and cards, plus TERM), on a pseudo-terminal (resized by the
   user's `resize` frames) or, for a command without a terminal, on pipes (stdout and stderr
-  together; the user's `eof` closes its stdin); its exit status ends the session;
+  together; the user's `eof` closes its stdin); its exit status ends the session. Isolated, it runs
+  in a cgroup of its own inside the job's, killed whole when the session ends however it ends (the
+  process exits, the user goes, the job or the agent stops): nothing it started outlives it;
 - a port: a TCP connection to a port a process of the allocation listens on, on loopback.
 """
 
@@ -29,6 +31,8 @@ import threading
 import psutil
 from gpu_portal_sdk.sessions import open_websocket
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
+
+from agent.isolation import JobStartError
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +93,10 @@ class SessionTunnel:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(stopping), wait)
             wait = min(wait * 2, RECONNECT_S[1])
+        # The agent stops: its sessions end, and what they started with them.
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _listen(self, ws) -> None:
         with contextlib.suppress(ConnectionClosed):
@@ -124,7 +132,14 @@ class SessionTunnel:
         environment = {**job.environment, "TERM": "xterm-256color"}
         # On a terminal the process takes it as its controlling terminal inside its own session (after
         # the sandbox's own setsid), so a resize reaches it as SIGWINCH and a hang-up as SIGHUP.
-        argv = job.sandbox.argv([SETSID, "-w", "-c", *command] if tty else command)
+        # Isolated, the session runs in a cgroup of its own inside the job's: when it ends, all it
+        # started ends with it, however it forked (a background job, setsid, a daemon).
+        try:
+            cgroup = job.sandbox.inner_cgroup(f"session-{spec['session']}")
+        except JobStartError as error:
+            await _error(ws, f"Cannot start the session: {error}")
+            return
+        argv = job.sandbox.argv([SETSID, "-w", "-c", *command] if tty else command, cgroup)
         options = {"cwd": job.sandbox.workdir, "env": environment, "start_new_session": True, "umask": 0o077}
         try:
             if tty:
@@ -133,6 +148,7 @@ class SessionTunnel:
                 session = await _PipeProcess.start(argv, options)
         except OSError as error:
             await _error(ws, f"Cannot start {command[0]}: {error}")
+            await _remove(cgroup)
             return
         pids = self.session_pids.setdefault(job.request_id, set())
         pids.add(session.pid)
@@ -140,7 +156,10 @@ class SessionTunnel:
             status = await self._relay_process(ws, job, session)
         finally:
             pids.discard(session.pid)
+            if cgroup is not None:
+                cgroup.kill()
             session.end()
+            await _remove(cgroup)
         if status is not None:
             with contextlib.suppress(ConnectionClosed):
                 await ws.send(json.dumps({"type": "exit", "status": job.sandbox.exit_code(status)}))
@@ -174,10 +193,13 @@ class SessionTunnel:
             asyncio.create_task(user()): "user",
             asyncio.create_task(job_ended()): "job",
         }
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
         exited = next((task for task in done if tasks[task] == "exit"), None)
-        for task in tasks:
-            task.cancel()
         if exited is None:
             reading.cancel()
             return None
@@ -240,9 +262,31 @@ async def _error(ws, message: str) -> None:
         await ws.send(json.dumps({"type": "error", "message": message}))
 
 
-def _kill_group(pid: int) -> None:
+def _kill_tree(pid: int) -> None:
+    """Unisolated: SIGKILL the session's process group and whatever descends from its leader (what
+    left the group and was already orphaned is out of reach: isolated, the cgroup reaches it)."""
+    try:
+        descendants = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        descendants = []
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
+    for process in descendants:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+
+
+async def _remove(cgroup, timeout_s: float = 5.0) -> None:
+    """Remove a session's cgroup once the processes killed in it are gone."""
+    if cgroup is None:
+        return
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not cgroup.remove():
+        if asyncio.get_running_loop().time() > deadline:
+            log.warning("session cgroup %s: processes left after SIGKILL", cgroup.main)
+            return
+        cgroup.kill()
+        await asyncio.sleep(0.02)
 
 
 class _TerminalProcess:
@@ -308,7 +352,7 @@ class _TerminalProcess:
         with contextlib.suppress(OSError):
             os.close(self.master)
         if self.process.poll() is None:
-            _kill_group(self.pid)
+            _kill_tree(self.pid)
             self.process.wait()
 
 
@@ -354,4 +398,4 @@ class _PipeProcess:
 
     def end(self) -> None:
         if self.process.returncode is None:
-            _kill_group(self.pid)
+            _kill_tree(self.pid)

@@ -72,10 +72,8 @@ def cli(portal, token, *arguments, **options):
     return subprocess.Popen(
         [*CLI, "--url", portal.url, "--token", token, *arguments],
         env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
         text=True,
-        **options,
+        **{"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **options},
     )
 
 
