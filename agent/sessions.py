@@ -195,19 +195,18 @@ class SessionTunnel:
         }
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            exited = next((task for task in done if tasks[task] == "exit"), None)
+            if exited is None:
+                return None
+            # What the process wrote before it exited still goes out (a little while: something it
+            # left in the background may hold the terminal open).
+            with contextlib.suppress(asyncio.TimeoutError, ConnectionClosed):
+                await asyncio.wait_for(asyncio.shield(reading), 0.5)
+            return exited.result()
         finally:
-            for task in tasks:
+            for task in (*tasks, reading):
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        exited = next((task for task in done if tasks[task] == "exit"), None)
-        if exited is None:
-            reading.cancel()
-            return None
-        # What the process wrote before it exited still goes out (a little while: something it left in
-        # the background may hold the terminal open).
-        with contextlib.suppress(asyncio.TimeoutError, ConnectionClosed):
-            await asyncio.wait_for(reading, 0.5)
-        return exited.result()
+            await asyncio.gather(*tasks, reading, return_exceptions=True)
 
     # A port
 
