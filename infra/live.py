@@ -38,6 +38,11 @@ def token_group(token_hash: str) -> str:
     return f"api-token-{token_hash}"
 
 
+def login_group(session_key: str) -> str:
+    """The websockets a browser's sign-in opened (its terminals): told when it signs out."""
+    return f"login-{session_key}"
+
+
 def publish_after_commit(team_id: int, message: dict) -> None:
     """Send to the team's stream once the transaction commits, so nobody sees a change that was
     rolled back.

@@ -13,7 +13,7 @@ Frames: binary for the bytes of the terminal or TCP stream; JSON text for contro
 Who may connect is asked at the handshake, so a refused client gets HTTP 403 there: the request's
 team and operators, signed in (the browser's session) or with an API token (`Authorization: Bearer
 gpp_…`). A session opened with a token ends when the token is revoked or its user may no longer open
-it (teams.receivers tells the token's group).
+it (teams.receivers tells the token's group); one a browser opened, when that browser signs out.
 """
 
 import asyncio
@@ -26,7 +26,7 @@ from channels.exceptions import ChannelFull
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.core.exceptions import ObjectDoesNotExist, ValidationError
 
-from infra.live import token_group
+from infra.live import login_group, token_group
 from scheduler_app.choices import SessionKind
 from scheduler_app.models import GpuRequest
 from scheduler_app.permissions import can_open_session
@@ -126,6 +126,8 @@ class UserSessionConsumer(RelayConsumer):
         self.user = user
         if self.secret:
             await self._join(token_group(hash_token(self.secret)))
+        elif session_key := getattr(self.scope.get("session"), "session_key", None):
+            await self._join(login_group(session_key))  # the browser's sign-in: its sign-out closes it
         await self.accept()
         if "port" in arguments:
             await self._open({"kind": SessionKind.PORT_FORWARD, "port": arguments["port"]})
@@ -234,6 +236,10 @@ class UserSessionConsumer(RelayConsumer):
         if not await database_sync_to_async(_still_allowed)(self.secret, self.request_id):
             await self._end("its API token was revoked, or its user may no longer open it")
             await self.close(code=4401)
+
+    async def login_ended(self, event):
+        await self._end("its user signed out")
+        await self.close(code=4401)
 
     async def disconnect(self, code):
         if self.waiting is not None:

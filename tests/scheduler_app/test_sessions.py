@@ -3,13 +3,16 @@ websocket and the agent's, the audit trail, and a revoked token closing its sess
 
 import datetime as dt
 import json
+from importlib import import_module
 
 import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
+from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
+from django.test import Client
 from django.utils import timezone
 
 from audit.models import Event
@@ -194,6 +197,45 @@ def test_a_token_revoked_mid_session_closes_it(interactive, member):
     assert closed_agent["type"] == "websocket.close"
     session = InteractiveSession.objects.get()
     assert "revoked" in session.close_reason and session.closed_at is not None
+
+
+def test_signing_out_closes_the_browsers_terminals(interactive, member, client):
+    request, credential = interactive
+    client.force_login(member)
+    other_browser = Client()
+    other_browser.force_login(member)
+
+    async def scenario():
+        control = agent_socket("/ws/agent/sessions/", credential)
+        await control.connect()
+        terminals = []
+        for browser in (client, other_browser):
+            terminal = user_socket(f"/ws/requests/{request.pk}/session/", user=member)
+            terminal.scope["session"] = import_module(settings.SESSION_ENGINE).SessionStore(
+                browser.session.session_key
+            )
+            assert (await terminal.connect())[0]
+            await terminal.send_to(text_data=json.dumps({"type": "open", "kind": "shell", "tty": True}))
+            opened = await control.receive_json_from(timeout=5)
+            agent = agent_socket(f"/ws/agent/sessions/{opened['session']}/", credential)
+            await agent.connect()
+            terminals.append((terminal, agent))
+        await database_sync_to_async(client.post)("/accounts/logout/")
+        (signed_out, its_agent), (still_in, _) = terminals
+        closed = await signed_out.receive_output(timeout=5)
+        closed_agent = await its_agent.receive_output(timeout=5)
+        other_open = await still_in.receive_nothing(timeout=0.5)
+        await still_in.disconnect()
+        await control.disconnect()
+        return closed, closed_agent, other_open
+
+    closed, closed_agent, other_open = async_to_sync(scenario)()
+
+    assert closed == {"type": "websocket.close", "code": 4401}
+    assert closed_agent["type"] == "websocket.close"
+    assert other_open  # the same user's terminal in another browser stays until it signs out
+    reasons = InteractiveSession.objects.order_by("opened_at").values_list("close_reason", flat=True)
+    assert list(reasons) == ["its user signed out", "closed by the user"]
 
 
 def test_the_terminal_page_is_for_the_team_and_operators_only(
