@@ -90,6 +90,11 @@ def _parser(command: str) -> argparse.ArgumentParser:
             "isolate no job (a node whose jobs another cluster manager runs, e.g. Slurm; no root needed).",
         )
         parser.add_argument(
+            "--no-sessions",
+            action="store_true",
+            help="Offer no interactive sessions (terminals, shell, port-forward) in this node's allocations.",
+        )
+        parser.add_argument(
             "--no-isolation",
             action="store_true",
             help="Run jobs as the agent's own user, with no cgroup and no namespaces: only for a "
@@ -260,6 +265,7 @@ def run(args, nvml) -> int:
         fence_after_s=args.fence_after_s or None,
         cloud_notices=cloud_notices,
         checkpoint_sync=checkpoint_sync,
+        sessions=not args.no_sessions,
     )
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: agent.stop())

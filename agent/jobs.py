@@ -177,6 +177,7 @@ class Job:
             path=isolation.path,
             node_environment=isolation.environment,
         )
+        self.environment = environment  # what its sessions (agent.sessions) get too
         try:
             self.process = subprocess.Popen(
                 self.sandbox.argv(argv(command) if command else HOLD),

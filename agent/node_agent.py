@@ -21,6 +21,7 @@ from agent.host import host_meter
 from agent.isolation import JobStartError
 from agent.jobs import Job, checkpoint_time, mps_available, stop_stale_jobs
 from agent.nvml import read_cards, read_processes, read_samples
+from agent.sessions import SessionTunnel
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,7 @@ class NodeAgent:
         fence_after_s: float | None = None,
         cloud_notices=None,
         checkpoint_sync=None,
+        sessions: bool = False,
     ):
         self.client = client
         self.nvml = nvml
@@ -114,6 +116,10 @@ class NodeAgent:
         self.fence_after_s = fence_after_s
         self.fenced: set[int] = set()  # jobs stopped while cut off: their exits are not reported
         self._heard_at = time.monotonic()  # the last work list from the portal
+        # Interactive sessions (agent.sessions), once registered; off for monitor-only agents.
+        self.sessions = None
+        if sessions and not monitor_only:
+            self.sessions = SessionTunnel(client.url, client.credential, self.jobs.get)
 
     def run(self) -> None:
         """Rounds until stop() is called; then the jobs are stopped with their grace period."""
@@ -187,6 +193,8 @@ class NodeAgent:
         ship its output, but report no exit. The portal still counts the work as running here: an
         agent that comes back starts it again from its checkpoint, and a node that stays away is
         declared lost and its work requeued."""
+        if self.sessions is not None:
+            self.sessions.stop()
         for job in self.jobs.values():
             job.stop(self.grace_s, "agent shutting down")
         deadline = time.monotonic() + self.grace_s + 5
@@ -226,6 +234,8 @@ class NodeAgent:
             stop_stale_jobs(self.owner, self.grace_s)
             if left := self.isolation.attach(answer["node"]):  # whatever escaped its session, its cgroup
                 log.warning("ended %d job cgroup(s) an earlier agent left", left)
+            if self.sessions is not None:
+                self.sessions.start()
         self.registered_at = dt.datetime.now(dt.UTC)
         self.registered = True
 

@@ -33,6 +33,16 @@ def operator_group() -> str:
     return "operators"
 
 
+def token_group(token_hash: str) -> str:
+    """The websockets an API token opened (interactive sessions): told when the token changes."""
+    return f"api-token-{token_hash}"
+
+
+def login_group(session_key: str) -> str:
+    """The websockets a browser's sign-in opened (its terminals): told when it signs out."""
+    return f"login-{session_key}"
+
+
 def publish_after_commit(team_id: int, message: dict) -> None:
     """Send to the team's stream once the transaction commits, so nobody sees a change that was
     rolled back.

@@ -62,6 +62,12 @@ class RequestState(models.TextChoices):
     RELEASED = "released", "Released"
 
 
+class SessionKind(models.TextChoices):
+    TERMINAL = "terminal", "Browser terminal"
+    SHELL = "shell", "Shell (gpu-portal shell)"
+    PORT_FORWARD = "port-forward", "Port forward"
+
+
 class WhatIfStatus(models.TextChoices):
     QUEUED = "queued", "Queued"
     RUNNING = "running", "Running"

@@ -4,7 +4,7 @@
 from scheduler_app.choices import RequestState
 from scheduler_app.models import GpuRequest
 from scheduler_app.rules.lifecycle import TRANSITIONS, release_target
-from teams.permissions import is_member
+from teams.permissions import can_operate, is_member
 
 
 def can_submit(user, team) -> bool:
@@ -26,3 +26,10 @@ def can_release(user, request: GpuRequest) -> bool:
     """A member may release what holds GPUs, where the lifecycle allows the release's end state."""
     target = release_target(request.state)
     return target in TRANSITIONS[request.state] and can_act_on(user, request)
+
+
+def can_open_session(user, request: GpuRequest) -> bool:
+    """A terminal, a command or a forwarded port inside the allocation: its team's members and
+    operators, while it runs and is interactive (it has no command of its own)."""
+    allowed = can_operate(user) or can_act_on(user, request)
+    return allowed and request.state == RequestState.RUNNING and request.is_interactive()

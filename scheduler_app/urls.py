@@ -12,6 +12,7 @@ urlpatterns = [
     path("requests/<int:pk>/", requests.request_detail, name="request_detail"),
     path("requests/<int:pk>/cancel/", requests.request_cancel, name="request_cancel"),
     path("requests/<int:pk>/release/", requests.request_release, name="request_release"),
+    path("requests/<int:pk>/terminal/", requests.request_terminal, name="request_terminal"),
     path("cluster/", cluster.cluster, name="cluster"),
     path("cluster/nodes/", cluster.cluster_nodes, name="cluster_nodes"),
     path("operator/", operator.overview, name="operator"),

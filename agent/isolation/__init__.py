@@ -152,9 +152,10 @@ class Sandbox:
         self.card_minors = list(card_minors)
         self.mps_pipe = mps_pipe
 
-    def argv(self, command: list[str]) -> list[str]:
-        """The command as the job must run: join its cgroup, enter its namespaces, drop to its
-        identity (no capabilities, no way back: no_new_privs), then exec the command."""
+    def argv(self, command: list[str], cgroup: JobCgroup | None = None) -> list[str]:
+        """The command as the job must run: join its cgroup (or `cgroup`, one inside it), enter its
+        namespaces, drop to its identity (no capabilities, no way back: no_new_privs), then exec the
+        command."""
         if self.identity is None:
             return command
         drop = [
@@ -162,7 +163,20 @@ class Sandbox:
             "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--",
         ]  # fmt: skip
         inner = [*self._namespaces(), *drop, *command]
-        return ["/bin/sh", "-c", JOIN_AND_EXEC, "sh", *self.cgroup.procs_files(), "--", *inner]
+        join = (cgroup or self.cgroup).procs_files()
+        return ["/bin/sh", "-c", JOIN_AND_EXEC, "sh", *join, "--", *inner]
+
+    def inner_cgroup(self, name: str) -> JobCgroup | None:
+        """A new cgroup inside the job's, for something started beside the job (an interactive
+        session) that must end on its own with all it forked; None when unisolated."""
+        if self.cgroup is None:
+            return None
+        cgroup = self.cgroup.child(re.sub(r"[^A-Za-z0-9._-]", "_", name))
+        try:
+            cgroup.create_child()
+        except CgroupError as error:
+            raise JobStartError(str(error)) from error
+        return cgroup
 
     def _namespaces(self) -> list[str]:
         bwrap = self.isolation.bwrap

@@ -131,15 +131,31 @@ class JobCgroup:
             for rule in (*BASIC_DEVICES, *(f"c {major}:{minor} rwm" for major, minor in devices)):
                 _write(rules / "devices.allow", rule)
 
+    def child(self, name: str) -> "JobCgroup":
+        """A cgroup inside this one (an interactive session's, say): it counts against the job's
+        limits and is reached by the job's stop, and can be ended on its own."""
+        return JobCgroup(self.hierarchy, {ctrl: path / name for ctrl, path in self.paths.items()})
+
+    def create_child(self) -> None:
+        """Make this cgroup inside its job's: no limits of its own (the job's hold, hierarchically); on
+        cgroup v1 its device rules are the job's (a child copies its parent's)."""
+        try:
+            for path in self.paths.values():
+                path.mkdir(exist_ok=True)
+        except OSError as error:
+            raise CgroupError(f"cannot make the cgroup {self.main}: {error}") from error
+
     def procs_files(self) -> list[str]:
         """The files a process writes its pid to, to join the cgroup in every controller."""
         return sorted({str(path / "cgroup.procs") for path in self.paths.values()})
 
     def pids(self) -> set[int]:
-        try:
-            return {int(pid) for pid in (self.main / "cgroup.procs").read_text().split()}
-        except FileNotFoundError:
-            return set()
+        """Every process in the cgroup and in the cgroups inside it."""
+        found = set()
+        for directory in _tree(self.main):
+            with contextlib.suppress(FileNotFoundError):
+                found |= {int(pid) for pid in (directory / "cgroup.procs").read_text().split()}
+        return found
 
     def oom_kills(self) -> int:
         """How many of the job's processes the kernel killed for its memory limit."""
@@ -179,13 +195,23 @@ class JobCgroup:
             time.sleep(0.01)
 
     def remove(self) -> bool:
-        """Remove the (empty) cgroup; False while processes are still in it."""
+        """Remove the (empty) cgroup and those inside it; False while processes are still in them."""
         if self.pids():
             return False
         for path in sorted(self.paths.values(), reverse=True):
-            with contextlib.suppress(FileNotFoundError):
-                path.rmdir()
+            for directory in reversed(_tree(path)):  # the innermost first
+                with contextlib.suppress(FileNotFoundError):
+                    directory.rmdir()
         return True
+
+
+def _tree(path: Path) -> list[Path]:
+    """`path` and every directory under it (the cgroups inside it), parents before their children."""
+    found = [path]
+    for directory in found:
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            found += sorted(entry for entry in directory.iterdir() if entry.is_dir())
+    return found
 
 
 def _write(path: Path, value: str) -> None:

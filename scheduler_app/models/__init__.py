@@ -9,6 +9,7 @@ from scheduler_app.models.requests import (
     LogChunk,
 )
 from scheduler_app.models.runs import PassRecord, WhatIfRun
+from scheduler_app.models.sessions import InteractiveSession
 
 __all__ = [
     "Allocation",
@@ -16,6 +17,7 @@ __all__ = [
     "Gpu",
     "GpuRequest",
     "GpuRequestQuerySet",
+    "InteractiveSession",
     "LogChunk",
     "Node",
     "PassRecord",

@@ -239,6 +239,11 @@ class GpuRequest(models.Model):
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
 
+    def is_interactive(self) -> bool:
+        """No command: the allocation is held for its team to work in (a terminal, `gpu-portal shell`,
+        port-forward) until released, cancelled or past its max duration."""
+        return not self.command.strip()
+
     def is_active(self) -> bool:
         return self.state in ACTIVE_STATES
 

@@ -22,7 +22,7 @@ from audit.models import Event
 from scheduler_app.choices import NodeStatus, RequestState
 from scheduler_app.core.next_pass import NextPass, PassState, after_pass, replay
 from scheduler_app.core.queueing import PassPlan
-from scheduler_app.models import Gpu, GpuRequest, PassRecord, Pool
+from scheduler_app.models import Gpu, GpuRequest, InteractiveSession, PassRecord, Pool
 from scheduler_app.passes.cluster_state import (
     WORKLOAD_WINDOW,
     ClusterSnapshot,
@@ -189,7 +189,10 @@ def _changes_since(
     request_type = ContentType.objects.get_for_model(GpuRequest)
     scheduler_types = set(
         ContentType.objects.filter(app_label="scheduler_app").values_list("pk", flat=True)
-    ) - {request_type.pk}
+    ) - {
+        request_type.pk,
+        ContentType.objects.get_for_model(InteractiveSession).pk,
+    }  # sessions move no capacity
     newest: dict[int, str] = {}  # request -> the state its newest event moved it to
     came_back: set[int] = set()  # requests back in the queue from active work
     # The requests pending now, counted in the same statement (the same snapshot) as the events read.

@@ -20,6 +20,11 @@ def can_release(request, user) -> bool:
     return permissions.can_release(user, request)
 
 
+@register.filter
+def can_open_session(request, user) -> bool:
+    return permissions.can_open_session(user, request)
+
+
 @register.inclusion_tag("portal/teams/_quota.html")
 def team_quota(team):
     """The team page's quota section: per pool, the guarantee, the use and how much of it is borrowed."""

@@ -14,6 +14,8 @@ from scheduler_app.choices import RequestState
 from scheduler_app.filters import GpuRequestFilter
 from scheduler_app.forms import RequestForm
 from scheduler_app.live.streams import stream_paths
+from scheduler_app.models import GpuRequest
+from scheduler_app.permissions import can_open_session
 from scheduler_app.selectors import (
     fold_checkpoints,
     request_events,
@@ -22,6 +24,7 @@ from scheduler_app.selectors import (
     requests_visible_to,
 )
 from scheduler_app.services.requests import cancel_request, release_request, submit_request
+from teams.permissions import require
 
 PAGE_SIZE = 25
 
@@ -73,6 +76,18 @@ def request_detail(request, pk):
         "max_checkpoint_min": settings.SPOT_MAX_CHECKPOINT_INTERVAL_S // 60,
     }
     return render(request, "portal/requests/detail.html", context)
+
+
+@login_required
+def request_terminal(request, pk):
+    """A terminal in the running interactive allocation, in the browser (scheduler_app/live/sessions.py
+    relays it); 403 to whoever may not open one."""
+    gpu_request = get_object_or_404(GpuRequest.objects.select_related("team"), pk=pk)
+    require(
+        can_open_session(request.user, gpu_request),
+        "Only the request's team and operators open a terminal, on a running interactive request.",
+    )
+    return render(request, "portal/requests/terminal.html", {"r": gpu_request})
 
 
 def _request_and_timeline(request, pk, tries: int = 3):

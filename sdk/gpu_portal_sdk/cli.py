@@ -1,13 +1,14 @@
 """`gpu-portal`: the SDK from a shell. Exit codes are part of the interface (see EXIT_CODES)."""
 
 import argparse
+import asyncio
 import getpass
 import os
 import re
 import shlex
 import sys
 
-from gpu_portal_sdk import config, errors, output
+from gpu_portal_sdk import config, errors, output, sessions
 from gpu_portal_sdk.checkpoint import CHECKPOINT_DIR_ENV, checkpointed
 from gpu_portal_sdk.client import ResourceManager
 
@@ -65,8 +66,9 @@ def _run(argv: list[str] | None) -> int:
         argv, command = argv[:split], argv[split + 1 :]
     parser = _parser()
     args = parser.parse_args(argv)
-    if command and args.command not in ("request", "estimate"):
+    if command and args.command not in ("request", "estimate", "shell"):
         parser.error(f"{args.command} takes no command after --")
+    args.argv = command
     if args.command == "logout":
         return _logout()
     if args.command == "checkpointed":
@@ -278,6 +280,29 @@ def _statement(portal, args, command, as_json):
     return _show(portal.statement(args.team, month=args.month, user=args.user), as_json, output.statement)
 
 
+def _shell(portal, args, command, as_json):
+    """A terminal in the allocation (a command's exit status is this one's, like `kubectl exec`)."""
+    tty = sys.stdin.isatty() and sys.stdout.isatty()
+    return asyncio.run(sessions.shell(portal.url, portal.token, args.id, args.argv, tty=tty))
+
+
+def _port_forward(portal, args, command, as_json):
+    """Until Ctrl-C: each connection to the local port reaches the port in the allocation."""
+    local, _, remote = args.ports.rpartition(":")
+    try:
+        local_port, remote_port = int(local or remote), int(remote)
+    except ValueError:
+        print(f"gpu-portal: {args.ports!r}: write PORT or LOCAL:REMOTE", file=sys.stderr)
+        return USAGE
+    said = f"Forwarding {args.address}:{local_port} -> port {remote_port} of request {args.id}"
+    forward = sessions.port_forward(
+        portal.url, portal.token, args.id, local_port, remote_port, host=args.address,
+        ready=lambda: print(said, flush=True),
+    )  # fmt: skip
+    asyncio.run(forward)
+    return OK
+
+
 def _end(method: str):
     """cancel / release: a request that has already ended is no error, as `scancel` treats work that has
     ended: say so ("Request 13 is already cancelled.") and exit 0."""
@@ -396,6 +421,16 @@ def _parser() -> argparse.ArgumentParser:
     logs.add_argument(
         "--poll", type=float, default=2.0, metavar="S", help="with -f: seconds between reads (2)"
     )
+    shell = add(
+        "shell",
+        _shell,
+        "a terminal in a running interactive request; -- COMMAND runs it there and exits with its status",
+    )
+    shell.add_argument("id", type=int)
+    forward = add("port-forward", _port_forward, "reach a server in the allocation: PORT or LOCAL:REMOTE")
+    forward.add_argument("id", type=int)
+    forward.add_argument("ports", metavar="[LOCAL:]REMOTE")
+    forward.add_argument("--address", default="127.0.0.1", help="the local address to listen on (127.0.0.1)")
     watch = add("watch", _watch, "state changes and utilization of a request until it ends (Ctrl-C stops)")
     watch.add_argument("id", type=int)
     watch.add_argument("--poll", type=float, default=5.0, metavar="S", help="seconds between reads (5)")

@@ -133,6 +133,7 @@ class ResourceManager:
     ):
         credentials = resolve(url, token)
         self.url = credentials.url
+        self.token = credentials.token  # also for the sessions' websockets (gpu_portal_sdk.sessions)
         self.api_url = credentials.url + "/api/v1/"
         self.timeout = timeout
         self.retry = RetryPolicy(max_retries, backoff_base_s, backoff_cap_s, sleep=sleep, random=random)

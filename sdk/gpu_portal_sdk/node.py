@@ -18,6 +18,7 @@ class NodeClient:
         # ResourceManager is the HTTP layer here: the node credential is a bearer secret like a token.
         self._http = ResourceManager(url, credential, timeout=timeout, max_retries=max_retries, **http)
         self.api_url = self._http.api_url
+        self.url, self.credential = self._http.url, self._http.token  # for the sessions' websockets
 
     def register(self, gpus: Sequence[dict], isolation: dict | None = None) -> dict:
         """Register or reconcile the node's cards: [{uuid, model, memory_mib, mig_mode}]. `isolation`:

@@ -1,0 +1,58 @@
+"""The browser terminal: xterm.js in Chromium, through the portal's relay, into a real agent's allocation."""
+
+import re
+
+import pytest
+
+from tests.agent.test_sessions_end_to_end import allocation, portal  # noqa: F401  (fixtures)
+from tests.e2e.conftest import log_in_at
+
+pytestmark = pytest.mark.e2e
+
+SCREEN = """() => {
+  const buffer = window.portalTerminal.buffer.active;
+  const lines = [];
+  for (let i = 0; i < buffer.length; i++) lines.push(buffer.getLine(i).translateToString(true));
+  return lines.join("\\n");
+}"""
+
+
+def screen(page) -> str:
+    return page.evaluate(SCREEN)
+
+
+def sizes_shown(page) -> list[tuple[int, int]]:
+    """Every `stty size` answer on the screen, as (rows, cols)."""
+    return [(int(rows), int(cols)) for rows, cols in re.findall(r"^size=(\d+) (\d+)$", screen(page), re.M)]
+
+
+def test_the_browser_terminal_runs_in_the_allocation_and_resizes_with_the_window(
+    allocation,  # noqa: F811
+    portal,  # noqa: F811
+    member,
+    browser,
+    screenshot,
+    off_the_browser_thread,
+):
+    card = off_the_browser_thread(lambda: allocation.allocations.get().gpu.uuid)
+    page = log_in_at(portal.url, browser, "bob", "pw-bob-123")
+    page.goto(f"{portal.url}/requests/{allocation.pk}/")
+    page.get_by_role("link", name="Terminal").click()
+    page.wait_for_function("document.getElementById('terminal-status').textContent === 'Connected'")
+
+    page.locator("#terminal").click()
+    page.keyboard.type('echo "cards=$CUDA_VISIBLE_DEVICES"; echo "size=$(stty size)"\n')
+    page.wait_for_function(f"({SCREEN})().includes('cards={card}')", timeout=10_000)
+    page.wait_for_function(f"/^size=\\d+ \\d+$/m.test(({SCREEN})())", timeout=10_000)
+    before = page.evaluate("[window.portalTerminal.rows, window.portalTerminal.cols]")
+    assert sizes_shown(page) == [tuple(before)]
+    screenshot(page, "terminal")
+
+    page.set_viewport_size({"width": 760, "height": 560})
+    page.wait_for_function(f"window.portalTerminal.cols < {before[1]}")
+    page.keyboard.type('echo "size=$(stty size)"\n')
+    page.wait_for_function(f"(({SCREEN})().match(/^size=/mg) || []).length === 2", timeout=10_000)
+
+    after = page.evaluate("[window.portalTerminal.rows, window.portalTerminal.cols]")
+    assert sizes_shown(page) == [tuple(before), tuple(after)]
+    assert after[1] < before[1] and after[0] < before[0]
