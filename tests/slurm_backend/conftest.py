@@ -1,5 +1,6 @@
 """The Slurm backend's tests run against real daemons: bin/slurm-test-cluster's two nodes (n1, n2) of 4
-fake cards, 8 shards each, and slurmrestd on a Unix socket. Where the cluster cannot be started the
+fake cards, 8 shards each, in partition gpu, its MIG node (n3) in partition mig, and slurmrestd on a
+Unix socket. Where the cluster cannot be started the
 tests fail; they are never skipped."""
 
 import os
@@ -41,10 +42,11 @@ def slurm(cluster: dict[str, str], *args: str) -> str:
 
 @pytest.fixture
 def no_slurm_jobs(slurm_cluster):
-    """Each test starts and ends with no job in the partition: whatever it submitted is cancelled."""
+    """Each test starts and ends with no job in the partitions: whatever it submitted is cancelled."""
 
     def clear():
         slurm(slurm_cluster, "scancel", "--partition=gpu")
+        slurm(slurm_cluster, "scancel", "--partition=mig")
         wait_until(lambda: not slurm(slurm_cluster, "squeue", "-h"), what="the partition empty")
 
     clear()
