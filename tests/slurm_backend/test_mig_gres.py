@@ -26,7 +26,7 @@ def test_a_mig_node_lists_its_instances_by_gres_index():
 
 
 def test_instances_pack_first_fit_into_cards_in_slurms_order():
-    # The test cluster's MIG node: 2 x 3g then 7 x 1g, gres indexes 0-1 and 2-8.
+    # 2 x 3g then 7 x 1g: gres indexes 0-1 and 2-8.
     slots = pack_mig(["a100_3g.40gb"] * 2 + ["a100_1g.10gb"] * 7, A100_80GB)
 
     assert [(s.card, s.instance) for s in slots[:3]] == [(0, "3g.40gb@0"), (0, "3g.40gb@4"), (1, "1g.10gb@0")]
