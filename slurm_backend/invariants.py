@@ -3,9 +3,10 @@
 
 Every open slice of a run the portal counts as started (running, migrating) is held by a running Slurm
 job of that run on the slice's node and card, with shards enough for its share; every running Slurm
-job the portal submitted holds such a slice, unless the portal has already asked it to stop. Runs not
-started yet (scheduled: Slurm may still hold the job pending) are not compared. Each card holds
-outside the portal what Slurm's other jobs hold on it (slurm_backend.foreign).
+job the portal submitted holds such a slice, unless the portal has already asked it to stop. On a MIG
+node the job holds the slice's very instance (its gres index, as slurm_backend.nodes.mig_instances maps
+it). Runs not started yet (scheduled: Slurm may still hold the job pending) are not compared. Each card
+holds outside the portal what Slurm's other jobs hold on it (slurm_backend.foreign).
 """
 
 from scheduler_app.choices import Backend, RequestState
@@ -15,6 +16,7 @@ from slurm_backend.client import SlurmClient, SlurmError, SlurmUnavailable
 from slurm_backend.foreign import slurm_foreign_holds
 from slurm_backend.gres import card_indexes, shard_count
 from slurm_backend.models import SlurmConnection, SlurmJob
+from slurm_backend.nodes import mig_instances
 
 STARTED = (RequestState.RUNNING, RequestState.MIGRATING)
 
@@ -46,7 +48,17 @@ def differences(connection: SlurmConnection, listed: list[dict] | None = None) -
             problems.append(f"{where}: no running Slurm job of run {request.placements}")
             continue
         gres, shard_milli = job["gres_detail"], connection.pool.granularity_milli
-        if job.get("nodes") != piece.gpu.node.name or piece.gpu.index not in card_indexes(gres):
+        if piece.mig_instance:
+            instances = mig_instances(connection, piece.gpu.node, card_indexes(gres)) or []
+            if (
+                job.get("nodes") != piece.gpu.node.name
+                or (piece.gpu.index, piece.mig_instance) not in instances
+            ):
+                problems.append(
+                    f"{where} (MIG {piece.mig_instance}): Slurm job {job['job_id']} runs on "
+                    f"{job.get('nodes')} {gres}, instances {instances}"
+                )
+        elif job.get("nodes") != piece.gpu.node.name or piece.gpu.index not in card_indexes(gres):
             problems.append(f"{where}: Slurm job {job['job_id']} runs on {job.get('nodes')} {gres}")
         elif piece.milli < MILLI_PER_GPU and shard_count(gres) * shard_milli < piece.milli:
             problems.append(f"{where}: Slurm job {job['job_id']} holds only {gres}")

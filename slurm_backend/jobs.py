@@ -12,8 +12,9 @@ import shlex
 
 from django.conf import settings
 
-from slurm_backend.gres import job_gres
-from slurm_backend.models import SlurmConnection
+from slurm_backend.gres import job_gres, mig_job_gres
+from slurm_backend.models import SlurmConnection, SlurmNode
+from slurm_backend.nodes import mig_slots
 
 PATH = "/usr/local/bin:/usr/bin:/bin"
 HOLD = "exec sleep infinity"  # no command: the capacity is held until released, as salloc would
@@ -69,6 +70,18 @@ def script(work: dict, account: str) -> str:
     )
 
 
+def gres(connection: SlurmConnection, node_name: str, gpus: list[dict]) -> str:
+    """The job's gres: shards or whole cards (gres.job_gres), or on MIG instances `count` gpus of the
+    instances' Slurm type (the node's gres names it). Slurm may give other instances of that type than
+    those planned: the sync follows what it gave (slurm_backend.mig)."""
+    if not gpus[0].get("mig_instance"):
+        return job_gres(gpus[0]["milli"], len(gpus), connection.pool.granularity_milli)
+    profile = gpus[0]["mig_instance"].partition("@")[0]
+    node_gres = SlurmNode.objects.filter(node__name=node_name).values_list("gres", flat=True).first() or ""
+    types = {slot.instance.partition("@")[0]: slot.gres_type for slot in mig_slots(connection, node_gres)}
+    return mig_job_gres(types.get(profile, profile), len(gpus))
+
+
 def description(
     connection: SlurmConnection,
     node_name: str,
@@ -87,7 +100,7 @@ def description(
         "name": job_name(work["request_id"], work["generation"]),
         "partition": connection.partition,
         "nodelist": node_name,
-        "gres": job_gres(gpus[0]["milli"], len(gpus), connection.pool.granularity_milli),
+        "gres": gres(connection, node_name, gpus),
         "cpus_per_task": max(1, math.ceil(work["cpu_milli"] / 1000)),
         "memory_per_node": work["memory_mib"],
         "current_working_directory": "/tmp",

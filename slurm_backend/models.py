@@ -66,7 +66,8 @@ class SlurmTeamAccount(models.Model):
 
 class SlurmNode(models.Model):
     """A portal node that is a Slurm node: `status`, the node status Slurm's state last mapped to, so
-    only a change in Slurm moves the portal's node (an operator's own drain stays)."""
+    only a change in Slurm moves the portal's node (an operator's own drain stays); `gres`, the node's
+    gres as last read (on a MIG node, what maps Slurm's gres indexes to its cards' instances)."""
 
     node = models.OneToOneField(
         "scheduler_app.Node", on_delete=models.CASCADE, primary_key=True, related_name="slurm"
@@ -74,6 +75,7 @@ class SlurmNode(models.Model):
     connection = models.ForeignKey(SlurmConnection, on_delete=models.CASCADE, related_name="nodes")
     state = models.CharField(max_length=100, help_text="Slurm's state and flags, as last read.")
     status = models.CharField(max_length=16)
+    gres = models.CharField(max_length=500, blank=True, help_text="Slurm's gres of the node, as last read.")
 
     def __str__(self) -> str:
         return f"{self.node_id}: {self.state}"
@@ -81,8 +83,9 @@ class SlurmNode(models.Model):
 
 class SlurmJob(models.Model):
     """One run (`generation`) of a request as a Slurm job on one node. `cards`: the card indexes
-    Slurm gave it ("0", "0,1"), read once it runs. The log: this run's output starts at character
-    `log_base` of the request's log; `log_bytes` of the file and `log_chars` of text are shipped.
+    Slurm gave it ("0", "0,1"; on a MIG node card:instance, "1:1g.10gb@2"), read once it runs.
+    The log: this run's output starts at character `log_base` of the request's log; `log_bytes` of
+    the file and `log_chars` of text are shipped.
     `stop_sent_at`/`kill_sent_at`: when the portal asked Slurm to stop it (TERM) and to kill it."""
 
     connection = models.ForeignKey(SlurmConnection, on_delete=models.CASCADE, related_name="jobs")

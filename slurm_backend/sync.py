@@ -21,13 +21,13 @@ from scheduler_app.rules.lifecycle import ACTIVE_STATES
 from scheduler_app.selectors import node_work
 from scheduler_app.services.agents import append_log, report_finished, report_started
 from scheduler_app.services.migration import requeue_from_checkpoint
-from scheduler_app.services.placement import follow_cards
+from scheduler_app.services.placement import follow_cards, follow_instances
 from slurm_backend import checkpoints, jobs
 from slurm_backend.client import SlurmClient, SlurmError, SlurmUnavailable
 from slurm_backend.foreign import record_foreign
 from slurm_backend.gres import card_indexes
 from slurm_backend.models import SlurmConnection, SlurmJob, SlurmTeamAccount
-from slurm_backend.nodes import SLURM, drain_reclaimed, sync_nodes
+from slurm_backend.nodes import SLURM, drain_reclaimed, mig_instances, sync_nodes
 from slurm_backend.output import ship_output
 
 log = logging.getLogger(__name__)
@@ -163,19 +163,31 @@ def _follow(connection: SlurmConnection, listed: dict[int, dict], now: dt.dateti
 
 
 def _started(row: SlurmJob, job: dict) -> list[str]:
-    """The run is running: the cards Slurm gave it are recorded and, where Slurm picked other cards
-    of the node than the portal planned, its slices follow them (placement.follow_cards); the
-    request moves to running."""
+    """The run is running: the cards (MIG instances) Slurm gave it are recorded and, where Slurm picked
+    others of the node than the portal planned, its slices follow them (_follow_choice); the request
+    moves to running."""
     indexes = card_indexes(job.get("gres_detail") or [])
-    cards = ",".join(str(i) for i in indexes)
+    cards, refused = _follow_choice(row, indexes)
     SlurmJob.objects.filter(pk=row.pk).update(state="RUNNING", cards=cards)
     row.state, row.cards = "RUNNING", cards
-    refused = ""
-    if indexes:
-        refused = follow_cards(row.node, row.request_id, row.generation, indexes, actor_name=SLURM)
     resumed = checkpoints.found(row.request)
     report_started(row.node, row.request_id, generation=row.generation, resumed_from=resumed)
     return [f"Slurm job {row.job_id} runs on cards {cards} of {row.node.name}: {refused}"] if refused else []
+
+
+def _follow_choice(row: SlurmJob, indexes: list[int]) -> tuple[str, str]:
+    """(SlurmJob.cards, why the slices could not follow: "" when they did): the card indexes Slurm
+    gave (placement.follow_cards), or on a MIG node the (card, instance) its gres indexes stand for
+    (nodes.mig_instances, placement.follow_instances)."""
+    if not indexes:
+        return "", ""
+    instances = mig_instances(row.connection, row.node, indexes)
+    if instances is None:
+        refused = follow_cards(row.node, row.request_id, row.generation, indexes, actor_name=SLURM)
+        return ",".join(str(i) for i in indexes), refused
+    cards = ",".join(f"{card}:{instance}" for card, instance in instances)
+    refused = follow_instances(row.node, row.request_id, row.generation, instances, actor_name=SLURM)
+    return cards, refused
 
 
 def _exit_status(wait_status: int) -> int:

@@ -175,7 +175,7 @@ class MigCard:
             return None
         if smallest is not None and smallest.profile == profile:
             return smallest, None
-        added = _first_free(profile, self.layout)
+        added = first_free(profile, self.layout)
         if added is not None:
             return added, sorted([*self.layout, added], key=lambda i: i.start)
         if not self.used:
@@ -192,7 +192,7 @@ class MigCard:
             if not self.used:
                 candidates = list(self.profiles)
             else:
-                candidates += [p for p in self.profiles if _first_free(p, self.layout) is not None]
+                candidates += [p for p in self.profiles if first_free(p, self.layout) is not None]
         best_milli = max((p.milli for p in candidates), default=0)
         best_memory = max((p.memory_mib(self.memory_mib) for p in candidates), default=0)
         return best_milli, best_memory
@@ -207,7 +207,7 @@ class MigCard:
         self.used.discard(instance.start)
 
 
-def _first_free(profile: Profile, layout: list[Instance]) -> Instance | None:
+def first_free(profile: Profile, layout: list[Instance]) -> Instance | None:
     """`profile` at its lowest start whose slots no instance of `layout` takes."""
     held = {slot for i in layout for slot in i.slots}
     for start in profile.starts:
@@ -223,7 +223,7 @@ def repartition(profile: Profile) -> list[Instance]:
     find instances ready. The request takes the first one."""
     layout: list[Instance] = []
     for fill in (profile, _smallest(profile)):
-        while (added := _first_free(fill, layout)) is not None:
+        while (added := first_free(fill, layout)) is not None:
             layout.append(added)
     return sorted(layout, key=lambda i: i.start)
 

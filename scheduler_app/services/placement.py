@@ -199,6 +199,93 @@ def follow_cards(
     return ""
 
 
+def follow_instances(
+    node: Node,
+    request_id: int,
+    generation: int,
+    instances: Sequence[tuple[int, str]],
+    *,
+    actor_name: str,
+    now=None,
+) -> str:
+    """`follow_cards` for MIG: the run `generation` of the request runs on these GPU instances of
+    `node` ((card index, profile@start)), as its cluster manager chose them among instances of the same
+    profile: its open slices there move to them (closed, and reopened there at `now`). Under the
+    node's share lock, the cards' and the request's row locks; refused with the reason ("" when done
+    or nothing to do) when an instance is not in its card's layout, is of another profile, is held by
+    another slice, or the run is no longer current."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        Node.objects.select_for_update(no_key=True).filter(pk=node.pk).first()
+        cards = {
+            gpu.index: gpu
+            for gpu in Gpu.objects.select_for_update(no_key=True).filter(node=node).order_by("pk")
+        }
+        request = (
+            GpuRequest.objects.select_for_update()
+            .filter(pk=request_id, placements=generation, state__in=ACTIVE_STATES)
+            .first()
+        )
+        if request is None:
+            return f"request {request_id} run {generation} is no longer current"
+        held = list(Allocation.objects.committed().filter(request=request, gpu__node=node).order_by("gpu_id"))
+        index_of = {gpu.pk: gpu.index for gpu in cards.values()}
+        wanted = set(instances)
+        if len(wanted) != len(held) or not all(piece.mig_instance for piece in held):
+            return (
+                f"request {request_id} holds {len(held)} slice(s) here, not one on each of {sorted(wanted)}"
+            )
+        if len({index for index, _ in wanted}) != len(wanted):
+            return f"request {request_id} got two MIG instances of one card: {sorted(wanted)}"
+        at = {piece.pk: (index_of[piece.gpu_id], piece.mig_instance) for piece in held}
+        targets = iter(sorted(wanted - set(at.values())))
+        moving = {piece.pk: (piece, next(targets)) for piece in held if at[piece.pk] not in wanted}
+        if not moving:
+            return ""
+        for piece, (index, instance) in moving.values():
+            if why := _instance_refusal(piece, cards.get(index), instance, list(moving)):
+                return f"request {request_id}: {why}"
+        reopen_segments(
+            request,
+            [piece for piece, _ in moving.values()],
+            billing_mode=held[0].billing_mode,
+            at=now,
+            to_cards={pk: cards[index].pk for pk, (_, (index, _)) in moving.items()},
+            to_instances={pk: instance for pk, (_, (_, instance)) in moving.items()},
+        )
+        where = ", ".join(f"{cards[index]} MIG {instance}" for index, instance in sorted(wanted))
+        log_event(
+            request,
+            CARDS_EVENT,
+            from_state=request.state,
+            actor_name=actor_name,
+            reason=f"runs on {where}, as {actor_name} chose within the node",
+            data={
+                "instances": [[index, instance] for index, instance in sorted(wanted)],
+                "node": node.name,
+            },
+        )
+    return ""
+
+
+def _instance_refusal(piece: Allocation, card: Gpu | None, instance: str, moving: list[int]) -> str:
+    """Why `piece` cannot move to `instance` of `card` ("" when it can)."""
+    if card is None:
+        return f"the node has no card for MIG instance {instance}"
+    try:
+        layout = {str(i): i for i in card.mig_instances()}
+    except LayoutError as error:
+        return f"{card}: invalid MIG layout ({error})"
+    if instance not in layout:
+        return f"{card} has no MIG instance {instance}"
+    if instance.partition("@")[0] != piece.mig_instance.partition("@")[0]:
+        return f"{card} MIG instance {instance} is not a {piece.mig_instance.partition('@')[0]}"
+    taken = Allocation.objects.committed().filter(gpu=card, mig_instance=instance).exclude(pk__in=moving)
+    if taken.exists():
+        return f"{card} MIG instance {instance} is held by another slice"
+    return ""
+
+
 def _refusal(request: GpuRequest | None, start: PlannedStart, gpus, committed) -> str:
     """Why `start` cannot be made under the locks just taken ("" when it can)."""
     if request is None:

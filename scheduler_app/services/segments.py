@@ -35,10 +35,12 @@ def reopen_segments(
     billing_mode: str,
     at: dt.datetime,
     to_cards: Mapping[int, int] | None = None,
+    to_instances: Mapping[int, str] | None = None,
 ) -> list[Allocation]:
     """Close these open segments of `request` at `at` and open a copy of each, billed `billing_mode`
     from then: each segment keeps one rate. `to_cards` (segment pk -> card id): a copy on that card
-    instead of the same one, for a slice that runs on another card of its node."""
+    instead of the same one, for a slice that runs on another card of its node; `to_instances`
+    (segment pk -> profile@start): on that MIG instance, of the same profile."""
     _close(Allocation.objects.filter(pk__in=[s.pk for s in segments]), at)
     return add_segments(
         [
@@ -47,7 +49,7 @@ def reopen_segments(
                 gpu_id=(to_cards or {}).get(s.pk, s.gpu_id),
                 milli=s.milli,
                 gpu_memory_mib=s.gpu_memory_mib,
-                mig_instance=s.mig_instance,
+                mig_instance=(to_instances or {}).get(s.pk, s.mig_instance),
                 mig_slots=s.mig_slots,
                 billing_mode=billing_mode,
                 borrowed=s.borrowed,

@@ -1,5 +1,6 @@
 """The Slurm backend's tests run against real daemons: bin/slurm-test-cluster's two nodes (n1, n2) of 4
-fake cards, 8 shards each, and slurmrestd on a Unix socket. Where the cluster cannot be started the
+fake cards, 8 shards each, and slurmrestd on a Unix socket; beside it the MIG cluster's node n3 in
+partition mig, with a slurmrestd of its own. Where the cluster cannot be started the
 tests fail; they are never skipped."""
 
 import os
@@ -33,19 +34,26 @@ def slurm_cluster() -> dict[str, str]:
     return dict(line.split("=", 1) for line in shown.split())
 
 
-def slurm(cluster: dict[str, str], *args: str) -> str:
-    """A Slurm command's output, against the test cluster."""
-    env = {**os.environ, "SLURM_CONF": cluster["SLURM_CONF"]}
+def slurm(cluster: dict[str, str], *args: str, conf: str = "SLURM_CONF") -> str:
+    """A Slurm command's output, against the test cluster (conf="SLURM_MIG_CONF": the MIG cluster)."""
+    env = {**os.environ, "SLURM_CONF": cluster[conf]}
     return subprocess.run(args, capture_output=True, text=True, check=True, env=env).stdout
 
 
 @pytest.fixture
 def no_slurm_jobs(slurm_cluster):
-    """Each test starts and ends with no job in the partition: whatever it submitted is cancelled."""
+    """Each test starts and ends with no job in the partitions: whatever it submitted is cancelled."""
 
     def clear():
         slurm(slurm_cluster, "scancel", "--partition=gpu")
-        wait_until(lambda: not slurm(slurm_cluster, "squeue", "-h"), what="the partition empty")
+        slurm(slurm_cluster, "scancel", "--partition=mig", conf="SLURM_MIG_CONF")
+        wait_until(
+            lambda: (
+                not slurm(slurm_cluster, "squeue", "-h")
+                and not slurm(slurm_cluster, "squeue", "-h", conf="SLURM_MIG_CONF")
+            ),
+            what="the partitions empty",
+        )
 
     clear()
     yield
