@@ -4,19 +4,22 @@ capacity held outside the portal (scheduler_app.services.inventory.record_foreig
 never plans on it and `place` refuses it under its locks.
 
 A job holding `shard:k` on card i holds k shards of the pool's granularity there; `gpu:n` holds each of
-its cards whole; GPU memory in proportion to the share. Host CPU and memory are what Slurm allocated
-(its tres_alloc_str: memory only where memory is a consumable of the cluster).
+its cards whole; GPU memory in proportion to the share. On a MIG node a gres index is an instance
+(slurm_backend.nodes.mig_slots): the job holds that instance's compute share of its card. Host CPU
+and memory are what Slurm allocated (its tres_alloc_str: memory only where memory is a consumable of
+the cluster).
 """
 
 import re
 from collections import defaultdict
 
 from scheduler_app.constants import MILLI_PER_GPU
+from scheduler_app.core.mig import parse_layout
 from scheduler_app.models import Gpu, Node
 from scheduler_app.services.inventory import record_foreign_use
 from slurm_backend.gres import card_indexes, shard_count
-from slurm_backend.models import SlurmConnection, SlurmJob
-from slurm_backend.nodes import SLURM
+from slurm_backend.models import SlurmConnection, SlurmJob, SlurmNode
+from slurm_backend.nodes import SLURM, mig_slots
 
 HOLDING = {"RUNNING", "COMPLETING", "SUSPENDED"}  # a job in these states holds its gres
 _RANGE = re.compile(r"^(?P<prefix>[^\[]*)\[(?P<ranges>[^\]]+)\](?P<suffix>.*)$")
@@ -81,11 +84,26 @@ def host_share(job: dict, nodes: int) -> tuple[int, int]:
     return cpu // max(nodes, 1), memory_mib // max(nodes, 1)
 
 
+def instance_shares(details: list[str], slots: list[tuple[int, int]]) -> dict[int, int]:
+    """Per card index, the milli-GPU the MIG instances of one node's gres_detail entries hold; `slots`:
+    per gres index, (card index, the instance's milli-GPU)."""
+    shares: dict[int, int] = defaultdict(int)
+    for index in card_indexes(details):
+        if index < len(slots):
+            card, milli = slots[index]
+            shares[card] = min(MILLI_PER_GPU, shares[card] + milli)
+    return dict(shares)
+
+
 def foreign_holds(
-    listed: dict[int, dict], own: set[int], granularity_milli: int
+    listed: dict[int, dict],
+    own: set[int],
+    granularity_milli: int,
+    mig: dict[str, list[tuple[int, int]]] | None = None,
 ) -> tuple[dict[str, dict[int, int]], dict[str, list[int]]]:
     """What the jobs not in `own` (the portal's job ids) hold, per node name: {card index: milli-GPU},
-    and [CPU milli-cores, memory MiB]."""
+    and [CPU milli-cores, memory MiB]. `mig`: the MIG nodes' instance_shares slots, by node name."""
+    mig = mig or {}
     cards: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     host: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for job_id, job in listed.items():
@@ -96,7 +114,9 @@ def foreign_holds(
         per_node = [details[i : i + 1] for i in range(len(names))] if len(details) == len(names) else None
         cpu, memory = host_share(job, len(names))
         for i, name in enumerate(names):
-            for index, milli in card_shares(per_node[i] if per_node else details, granularity_milli).items():
+            mine = per_node[i] if per_node else details
+            shares = instance_shares(mine, mig[name]) if name in mig else card_shares(mine, granularity_milli)
+            for index, milli in shares.items():
                 cards[name][index] = min(MILLI_PER_GPU, cards[name][index] + milli)
             host[name][0] += cpu
             host[name][1] += memory
@@ -112,7 +132,21 @@ def slurm_foreign_holds(
             "job_id", flat=True
         )
     )
-    return foreign_holds(listed, own, connection.pool.granularity_milli)
+    return foreign_holds(listed, own, connection.pool.granularity_milli, _mig_slots(connection))
+
+
+def _mig_slots(connection: SlurmConnection) -> dict[str, list[tuple[int, int]]]:
+    """Per MIG node of the pool, by name: each gres index's (card index, instance milli-GPU)."""
+    found = {}
+    for name, gres_text in SlurmNode.objects.filter(node__pool=connection.pool_id).values_list(
+        "node__name", "gres"
+    ):
+        if slots := mig_slots(connection, gres_text):
+            found[name] = [
+                (slot.card, parse_layout(slot.instance, connection.card_memory_mib)[0].profile.milli)
+                for slot in slots
+            ]
+    return found
 
 
 def record_foreign(connection: SlurmConnection, listed: dict[int, dict]) -> None:

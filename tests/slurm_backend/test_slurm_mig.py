@@ -11,6 +11,7 @@ from scheduler_app.services.requests import cancel_request
 from slurm_backend.invariants import differences
 from slurm_backend.models import SlurmNode
 from slurm_backend.services import connect_pool
+from slurm_backend.sync import sync_pool
 from tests.slurm_backend.conftest import run_until_ended, run_until_running, slurm, submit
 from tests.waiting import wait_until
 
@@ -72,6 +73,9 @@ def test_a_1g_request_runs_on_the_instance_slurm_gives_and_the_portal_follows_it
         ),
         what="the outside job running",
     )
+    sync_pool(mig_pool)
+    # The outside job holds its 1g instance's share of card 0, as capacity held outside the portal.
+    assert Gpu.objects.get(node__name="n3", index=0).foreign_milli == 142
     request = submit(member, team, "small", "sleep 300", gpu_milli=142, gpu_memory_mib=10240)
 
     job = run_until_running(mig_pool, request)
@@ -92,3 +96,9 @@ def test_a_1g_request_runs_on_the_instance_slurm_gives_and_the_portal_follows_it
         cancel_request(each, user=member)
     run_until_ended(mig_pool, job)
     slurm(slurm_cluster, "scancel", outside, conf=MIG)
+    wait_until(
+        lambda: not slurm(slurm_cluster, "squeue", "-h", "-j", outside, "-t", "R,CG", conf=MIG).strip(),
+        what="the outside job gone",
+    )
+    sync_pool(mig_pool)
+    assert Gpu.objects.get(node__name="n3", index=0).foreign_milli == 0
