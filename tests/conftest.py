@@ -217,3 +217,15 @@ def price_file(tmp_path):
         return path
 
     return write
+
+
+@pytest.fixture
+def fresh_channel_layer():
+    """A channel layer of the test's own: channels_redis's layer keeps receive state (a lock, the
+    event loop it was made on) that a consumer left waiting in an earlier test's event loop would
+    hold for this one."""
+    from channels.layers import channel_layers
+
+    channel_layers.backends.clear()
+    yield
+    channel_layers.backends.clear()

@@ -24,7 +24,7 @@ from scheduler_app.services.inventory import issue_agent_credential
 from scheduler_app.services.requests import submit_request
 from teams.services import create_api_token, revoke_api_token
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_channel_layer")]
 
 ORIGIN = [(b"origin", b"http://testserver")]
 
@@ -52,6 +52,13 @@ def interactive(team, member, make_node):
     run_scheduling_pass()
     report_started(node, request.pk)
     return request, issue_agent_credential(node)
+
+
+async def close_all(*sockets):
+    """Disconnect every socket, closed by the server or not, so each consumer finishes before the test's
+    event loop ends (else the loop's close cancels one waiting inside the Redis layer's receive)."""
+    for socket in sockets:
+        await socket.disconnect()
 
 
 def refused(path, **who):
@@ -187,7 +194,7 @@ def test_a_token_revoked_mid_session_closes_it(interactive, member):
         await database_sync_to_async(revoke_api_token)(token, user=member)
         closed_user = await user.receive_output(timeout=5)
         closed_agent = await agent.receive_output(timeout=5)
-        await control.disconnect()
+        await close_all(user, agent, control)
         return opened, closed_user, closed_agent
 
     opened, closed_user, closed_agent = async_to_sync(scenario)()
@@ -225,8 +232,7 @@ def test_signing_out_closes_the_browsers_terminals(interactive, member, client):
         closed = await signed_out.receive_output(timeout=5)
         closed_agent = await its_agent.receive_output(timeout=5)
         other_open = await still_in.receive_nothing(timeout=0.5)
-        await still_in.disconnect()
-        await control.disconnect()
+        await close_all(*(socket for pair in terminals for socket in pair), control)
         return closed, closed_agent, other_open
 
     closed, closed_agent, other_open = async_to_sync(scenario)()
