@@ -12,11 +12,16 @@ comes from the original (un-inflated) pod list. The first failure is the arrived
 first pod that could not be placed (and at the first multi-GPU pod), mean over the seeds that had
 one ("-" if none failed).
 
+``--bound`` adds, at 95 and 100 % arrived, the floor that no packing of the same pods, online or
+offline, goes below (``bench.packing_bound``: a MILP relaxation solved with HiGHS, at most
+``--bound-time-limit`` seconds a solve), and each policy's distance to it.
+
 Several workloads in one call: ``--pods A.csv B.csv`` and/or ``--variants default cpu-x2 spec-33``
 (``bench.variants``; each variant is built with the replay's seed, so seeds also vary the draw).
 
     python -m bench.trace_replay --seeds 42-51 --policies first-fit best-fit fgd fgd-plus
     python -m bench.trace_replay --variants all --seeds 42-44 --policies best-fit fgd fgd-plus
+    python -m bench.trace_replay --seeds 42-44 --bound
 """
 
 from __future__ import annotations
@@ -35,12 +40,14 @@ from scheduler_app.core.cluster import MILLI_PER_GPU, NodeState, RequestSpec
 from scheduler_app.core.fragmentation import WorkloadMix
 from scheduler_app.core.placement import DEFAULT_POLICY, POLICIES, Placer
 
+from .packing_bound import max_placed
 from .trace import BASELINES, DEFAULT_NODES, DEFAULT_PODS, load_nodes, load_pods
 from .variants import VARIANTS, Variant, build_variant
 
 TUNE_RATIO = 1.3
 CURVE_POINTS = range(0, 131)
 REPORT_POINTS = (75, 80, 85, 90, 95, 100, 105, 110, 115, 120, 125, 130)
+BOUND_POINTS = (95, 100)
 
 
 def arrival_order(pods: list[RequestSpec], capacity_milli: int, seed: int) -> list[RequestSpec]:
@@ -106,16 +113,47 @@ def replay(nodes_file: Path, pods_source: Path | Variant, policy: str, seed: int
 
 def discrete_curve(samples: list[tuple[float, float]]) -> dict[int, float]:
     """Mean allocated % per rounded arrived %, falling back to a +-1 window (the simulator's merge)."""
-    arrived = np.round(np.array([a for a, _ in samples]))
+    arrived = np.array([a for a, _ in samples])
     allocated = np.array([b for _, b in samples])
     curve = {}
     for x in CURVE_POINTS:
-        hit = arrived == x
-        if not hit.any():
-            hit = (arrived >= x - 1) & (arrived <= x + 1)
+        hit = _bin(arrived, x)
         if hit.any():
             curve[x] = float(allocated[hit].mean())
     return curve
+
+
+def _bin(arrived: np.ndarray, x: int) -> np.ndarray:
+    """Which samples (arrived % after each pod) the curve averages at x % arrived."""
+    rounded = np.round(arrived)
+    hit = rounded == x
+    return hit if hit.any() else (rounded >= x - 1) & (rounded <= x + 1)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The floor under the curve at one arrived %: unallocated GPU % no packing of the pods arrived by
+    then goes below (``bench.packing_bound``), with the solver's gap and time."""
+
+    unallocated: float
+    gap: float
+    seconds: float
+
+
+def bound(nodes_file: Path, pods_source: Path | Variant, seed: int, x: int, time_limit_s: float) -> Bound:
+    """The curve at x % arrived averages allocated % over a bin of pods; each sample is at most what
+    was arrived then and at most what any packing of the bin's pods so far places, which is at most
+    max_placed() of all the bin's pods. So the mean of those minima bounds the curve from above."""
+    nodes = load_nodes(nodes_file)
+    pods = load_workload(pods_source, nodes, seed)
+    capacity = sum(len(n.gpus) for n in nodes) * MILLI_PER_GPU
+    order = arrival_order(pods, capacity, seed)
+    arrived = np.cumsum([p.total_milli() for p in order])
+    hit = _bin(100 * arrived / capacity, x)
+    last = int(np.flatnonzero(hit)[-1])
+    solved = max_placed(nodes, order[: last + 1], time_limit_s)
+    allocated = np.minimum(arrived[hit], solved.upper).mean()
+    return Bound(100 - 100 * float(allocated) / capacity, solved.gap, solved.seconds)
 
 
 def published() -> dict[str, dict[int, list[float]]]:
@@ -172,6 +210,10 @@ def main() -> None:
     parser.add_argument("--seeds", type=parse_seeds, default=parse_seeds("42-51"))
     parser.add_argument("--policies", nargs="+", default=["first-fit", "best-fit", "fgd", DEFAULT_POLICY])
     parser.add_argument("--jobs", type=int, default=None, help="worker processes (default: all cores)")
+    parser.add_argument(
+        "--bound", action="store_true", help="also the floor no packing goes below, at 95 and 100 %% arrived"
+    )
+    parser.add_argument("--bound-time-limit", type=float, default=60.0, help="seconds per solve (default 60)")
     args = parser.parse_args()
     unknown = set(args.policies) - set(POLICIES)
     if unknown:
@@ -186,7 +228,14 @@ def main() -> None:
     runs = [(w, p, s) for w in workloads for p in args.policies for s in args.seeds]
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = {run: pool.submit(replay, args.nodes, *run) for run in runs}
+        solves = (
+            [(w, s, x) for w in workloads for s in args.seeds for x in BOUND_POINTS] if args.bound else []
+        )
+        bound_futures = {
+            solve: pool.submit(bound, args.nodes, *solve, args.bound_time_limit) for solve in solves
+        }
         results = {run: f.result() for run, f in futures.items()}
+        bounds = {solve: f.result() for solve, f in bound_futures.items()}
     elapsed = time.perf_counter() - started
 
     seeds = f"{args.seeds[0]}..{args.seeds[-1]}"
@@ -207,6 +256,27 @@ def main() -> None:
             for name, curve in published().items():
                 cells = [_fmt(curve[x]) if x in curve else "-" for x in REPORT_POINTS]
                 print(f"{'published ' + name:<22}" + "".join(f"{c:>12}" for c in cells))
+        if args.bound:
+            _print_bound(workload, args.policies, args.seeds, results, bounds)
+
+
+def _print_bound(workload, policies, seeds, results, bounds) -> None:
+    """The floor's row, then each policy's distance to it (the seed's figure less the seed's floor)."""
+    mine = {x: [bounds[workload, s, x] for s in seeds] for x in BOUND_POINTS}
+    cells = [_fmt([100 - b.unallocated for b in mine[x]]) if x in mine else "-" for x in REPORT_POINTS]
+    print(f"{'bound (no packing < )':<22}" + "".join(f"{c:>12}" for c in cells))
+    gap = max(b.gap for bs in mine.values() for b in bs)
+    seconds = max(b.seconds for bs in mine.values() for b in bs)
+    print(f"distance to the bound, points (solver gap <= {100 * gap:.3f} %, <= {seconds:.0f} s a solve)")
+    for policy in policies:
+        cells = []
+        for x in BOUND_POINTS:
+            above = [
+                (100 - results[workload, policy, s].curve[x]) - bounds[workload, s, x].unallocated
+                for s in seeds
+            ]
+            cells.append(f"{x} %: {statistics.mean(above):5.2f}")
+        print(f"  {policy:<20}" + "   ".join(cells))
 
 
 if __name__ == "__main__":

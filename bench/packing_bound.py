@@ -1,0 +1,235 @@
+"""How much GPU an omniscient packer could place: an upper bound, solved with HiGHS (``highspy``).
+
+``max_placed(nodes, pods)`` bounds from above the GPU milli that any packing of `pods` onto `nodes`
+can place, every pod whole on one node (CPU, memory, GPU model, cards), any subset of the pods
+left out. ``100 - 100 * bound / capacity`` is then a floor under the replay's "unallocated GPU %"
+that no policy, online or offline, can go below with the same pods.
+
+The model, a MILP over node *types* (identical CPU, memory, card count and model) and pod *classes*
+(identical CPU, memory, cards, milli per card and allowed models):
+
+* ``x[j, t]``: pods of class j on nodes of type t (integer; only where one such pod fits an empty
+  node of the type); at most the class's count in all.
+* per type: the pods' CPU and memory at most the type's total (count x per-node capacity);
+* per type, the cards, as an arc-flow (Valerio de Carvalho): a card is a path from 0 to 1000 milli
+  whose arcs are the slices it holds, in non-increasing size; the type's ``count x cards`` paths
+  start at 0, less one per card taken whole; a path may end anywhere (the card's idle rest). The
+  pods of each slice size on the type are at most the arcs of that size.
+* per type: pods asking more than half a node's CPU (or memory) at most one per node.
+* objective: the GPU milli placed.
+
+Why it is a relaxation (so its optimum, and the solver's dual bound, is >= any real packing's): take
+a real packing, count its pods per (class, type) as ``x``, and give each of its cards the path of
+its slices sorted by size. The totals over a type's nodes keep every per-node limit summed, so the
+CPU, memory and card rows hold; more-than-half pods cannot share a node; the card paths are valid
+flow. What the model forgets is only which node of a type a card or a pod is on (a node's CPU may be
+"borrowed" by another node of its type). Cards are exact: the arc-flow admits exactly the ways to
+fill a card with slices summing to at most 1000 milli, so indivisible slices (two 600-milli pods
+cannot share a card) count in the bound.
+
+The solve stops at `time_limit_s`; ``PackingBound.upper`` is the MIP's dual bound (the optimum when
+solved), rounded down to whole milli after 0.01 milli of slack for the solver's tolerances, so it is
+valid wherever the solver stopped. ``incumbent`` is the best solution found for this model, so
+``gap`` says how much a longer solve could still lower the bound; it is feasible per type, not
+always per node, so it is no real packing. A real packing is any replay policy's: the optimum lies
+between the bound and the best policy.
+
+This is a bench tool: the portal never imports it (highspy is in requirements-dev.txt only).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import reduce
+
+import highspy
+import numpy as np
+
+from scheduler_app.core.cluster import MILLI_PER_GPU, NodeState, RequestSpec
+
+
+@dataclass(frozen=True)
+class PackingBound:
+    """GPU milli: `upper` bounds every packing's placed GPU from above; `incumbent` is the solver's
+    best solution of the aggregated model; `gap` is (upper - incumbent) / upper."""
+
+    upper: int
+    incumbent: int
+    seconds: float
+    optimal: bool
+
+    @property
+    def gap(self) -> float:
+        return (self.upper - self.incumbent) / self.upper if self.upper else 0.0
+
+
+@dataclass(frozen=True)
+class _Type:
+    cpu: int
+    memory: int
+    cards: int
+    model: str
+
+
+@dataclass(frozen=True)
+class _Class:
+    cpu: int
+    memory: int
+    num_gpus: int
+    milli: int
+    models: frozenset[str]
+
+    def fits(self, t: _Type) -> bool:
+        if self.cpu > t.cpu or self.memory > t.memory or self.num_gpus > t.cards:
+            return False
+        return not self.num_gpus or not self.models or t.model in self.models
+
+    @property
+    def slice(self) -> bool:
+        return self.num_gpus == 1 and self.milli < MILLI_PER_GPU
+
+
+def _node_type(node: NodeState) -> _Type:
+    models = {g.model for g in node.gpus}
+    if len(models) > 1:
+        raise ValueError(f"node {node.name} mixes GPU models {sorted(models)}: not modelled")
+    return _Type(node.cpu_milli, node.memory_mib, len(node.gpus), models.pop() if models else "")
+
+
+def _pod_class(pod: RequestSpec) -> _Class:
+    if pod.gpu_memory_mib or pod.pools:
+        raise ValueError(f"pod {pod.id}: explicit GPU memory or pools are not modelled")
+    return _Class(pod.cpu_milli, pod.memory_mib, pod.num_gpus, pod.gpu_milli, pod.models)
+
+
+class _Model:
+    """Columns and rows of a maximisation MILP, in the shape highspy's HighsLp wants."""
+
+    def __init__(self) -> None:
+        self.cost: list[float] = []
+        self.upper: list[float] = []
+        self.rows: list[tuple[dict[int, float], float, float]] = []
+
+    def column(self, cost: float, upper: float = math.inf) -> int:
+        self.cost.append(cost)
+        self.upper.append(upper)
+        return len(self.cost) - 1
+
+    def row(self, coefficients: dict[int, float], lower: float = -math.inf, upper: float = math.inf) -> None:
+        self.rows.append((coefficients, lower, upper))
+
+    def solve_lp(self) -> tuple[float, list[float]]:
+        """The LP relaxation's optimum and its row duals (>= 0 on <= rows of this maximisation)."""
+        h = self._highs(math.inf, integer=False)
+        h.run()
+        return h.getInfo().objective_function_value, list(h.getSolution().row_dual)
+
+    def solve(self, time_limit_s: float) -> tuple[float, float, bool, list[float]]:
+        """(dual bound, incumbent objective, optimal, incumbent's column values); the incumbent is 0
+        (and the values empty) if none was found, the dual bound infinite if the solver stopped
+        before one."""
+        h = self._highs(time_limit_s, integer=True)
+        h.run()
+        info = h.getInfo()
+        optimal = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+        found = info.primal_solution_status == 2  # kSolutionStatusFeasible
+        incumbent = info.objective_function_value if found else 0.0
+        values = list(h.getSolution().col_value) if found else []
+        dual = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else math.inf
+        return dual, incumbent, optimal, values
+
+    def _highs(self, time_limit_s: float, integer: bool) -> highspy.Highs:
+        lp = highspy.HighsLp()
+        n = len(self.cost)
+        inf = highspy.kHighsInf
+        lp.num_col_, lp.num_row_ = n, len(self.rows)
+        lp.col_cost_ = np.array(self.cost)
+        lp.col_lower_ = np.zeros(n)
+        lp.col_upper_ = np.array([min(u, inf) for u in self.upper])
+        lp.row_lower_ = np.array([max(lo, -inf) for _, lo, _ in self.rows])
+        lp.row_upper_ = np.array([min(up, inf) for _, _, up in self.rows])
+        lp.sense_ = highspy.ObjSense.kMaximize
+        if integer:
+            lp.integrality_ = [highspy.HighsVarType.kInteger] * n
+        starts, index, value = [0], [], []
+        for coefficients, _, _ in self.rows:
+            index.extend(coefficients)
+            value.extend(coefficients.values())
+            starts.append(len(index))
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+        lp.a_matrix_.start_ = np.array(starts, dtype=np.int32)
+        lp.a_matrix_.index_ = np.array(index, dtype=np.int32)
+        lp.a_matrix_.value_ = np.array(value, dtype=np.float64)
+        h = highspy.Highs()
+        h.silent()
+        if math.isfinite(time_limit_s):
+            h.setOptionValue("time_limit", float(time_limit_s))
+        h.setOptionValue("threads", 1)
+        h.setOptionValue("random_seed", 0)
+        h.passModel(lp)
+        return h
+
+
+def _arcs(sizes: Sequence[int], top: int) -> list[tuple[int, int]]:
+    """Arc-flow arcs (start, size) in units: a slice of `size` may start at a position reached from 0
+    by slices no smaller than it, and must end by `top` (every way to fill a card, sorted by size)."""
+    arcs = []
+    reached = {0}
+    for size in sorted(set(sizes), reverse=True):
+        grown = set(reached)
+        for start in sorted(reached):  # reachable using this size too, any number of times
+            pos = start + size
+            while pos <= top and pos not in grown:
+                grown.add(pos)
+                pos += size
+        arcs += [(start, size) for start in sorted(grown) if start + size <= top]
+        reached = grown
+    return arcs
+
+
+def max_placed(
+    nodes: Sequence[NodeState], pods: Sequence[RequestSpec], time_limit_s: float = 60.0
+) -> PackingBound:
+    """An upper bound on the GPU milli any packing of `pods` onto the empty `nodes` places (module doc)."""
+    started = time.perf_counter()
+    types = Counter(_node_type(n) for n in nodes)
+    classes = Counter(_pod_class(p) for p in pods if p.num_gpus)  # CPU-only pods place no GPU
+    arrived = sum(p.total_milli() for p in pods)
+    m = _Model()
+    x: dict[tuple[_Class, _Type], int] = {}
+    for c, count in classes.items():
+        row = {}
+        for t in types:
+            if c.fits(t):
+                x[c, t] = col = m.column(c.milli * c.num_gpus / MILLI_PER_GPU, count)
+                row[col] = 1.0
+        m.row(row, upper=count)
+    unit = reduce(math.gcd, [c.milli for c in classes if c.slice], MILLI_PER_GPU)
+    for t, count in types.items():
+        on_t = {c: col for (c, tt), col in x.items() if tt == t}
+        m.row({col: c.cpu for c, col in on_t.items() if c.cpu}, upper=count * t.cpu)
+        m.row({col: c.memory for c, col in on_t.items() if c.memory}, upper=count * t.memory)
+        m.row({col: 1.0 for c, col in on_t.items() if 2 * c.cpu > t.cpu}, upper=count)
+        m.row({col: 1.0 for c, col in on_t.items() if 2 * c.memory > t.memory}, upper=count)
+        whole = {col: float(c.num_gpus) for c, col in on_t.items() if not c.slice}
+        sizes = sorted({c.milli // unit for c in on_t if c.slice})
+        flow = {arc: m.column(0.0) for arc in _arcs(sizes, MILLI_PER_GPU // unit)}
+        m.row({**whole, **{col: 1.0 for (start, _), col in flow.items() if not start}}, upper=count * t.cards)
+        for pos in {start for start, _ in flow if start}:  # what arrives at pos goes on or stops there
+            balance = {col: 1.0 for (start, size), col in flow.items() if start + size == pos}
+            balance.update({col: -1.0 for (start, _), col in flow.items() if start == pos})
+            m.row(balance, lower=0.0)
+        for size in sizes:
+            row = {col: 1.0 for c, col in on_t.items() if c.slice and c.milli == size * unit}
+            row.update({col: -1.0 for (_, s), col in flow.items() if s == size})
+            m.row(row, upper=0.0)
+    if not x:
+        return PackingBound(0, 0, time.perf_counter() - started, True)
+    dual, incumbent, optimal, _ = m.solve(time_limit_s)
+    # the objective is in GPUs, its values whole milli: round the bound down, after 0.01 milli of slack
+    upper = min(arrived, math.floor(dual * MILLI_PER_GPU + 0.01)) if math.isfinite(dual) else arrived
+    return PackingBound(upper, round(incumbent * MILLI_PER_GPU), time.perf_counter() - started, optimal)
