@@ -1,0 +1,124 @@
+"""bench.packing_bound: the floor is never above a real packing, is the optimum where the model is
+exact, and counts what indivisible pods leave idle."""
+
+import itertools
+import random
+
+import pytest
+
+from bench.packing_bound import _arcs, max_placed
+from bench.trace_replay import bound, replay
+from scheduler_app.core.cluster import GpuState, NodeState, RequestSpec
+from scheduler_app.core.placement import POLICIES, Placer
+
+
+def node(name, cpu, cards, model="A100", memory=1 << 20):
+    return NodeState(name, "default", cpu, memory, [GpuState(i, model, 40960) for i in range(cards)])
+
+
+def pod(i, milli, num_gpus=1, cpu=0, memory=0, models=()):
+    return RequestSpec(f"p{i}", milli, num_gpus, cpu, memory, models=frozenset(models))
+
+
+def fits_node(n, pods):
+    """Whether the pods fit together on the empty node, trying every way to put slices on cards."""
+    if sum(p.cpu_milli for p in pods) > n.cpu_milli or sum(p.memory_mib for p in pods) > n.memory_mib:
+        return False
+    if any(p.models and n.gpus[0].model not in p.models for p in pods if p.num_gpus):
+        return False
+    whole = sum(p.num_gpus for p in pods if p.num_gpus and p.gpu_milli == 1000)
+    slices = [p.gpu_milli for p in pods if p.num_gpus and p.gpu_milli < 1000]
+    for cards in itertools.product(range(len(n.gpus)), repeat=len(slices)):
+        load = [0] * len(n.gpus)
+        for card, milli in zip(cards, slices, strict=True):
+            load[card] += milli
+        if max(load, default=0) <= 1000 and whole <= sum(1 for x in load if not x):
+            return True
+    return False
+
+
+def brute_force(nodes, pods):
+    """The most GPU milli any packing places: every pod on a node or left out."""
+    best = 0
+    for where in itertools.product(range(len(nodes) + 1), repeat=len(pods)):
+        on = [[p for p, w in zip(pods, where, strict=True) if w == j] for j in range(len(nodes))]
+        if all(fits_node(n, ps) for n, ps in zip(nodes, on, strict=True)):
+            best = max(best, sum(p.total_milli() for ps in on for p in ps))
+    return best
+
+
+def test_two_slices_over_a_card_leave_part_of_it_idle():
+    """Two 600-milli pods cannot share a card: 400 of the 1,000 milli stay idle, whatever the packer."""
+    result = max_placed([node("n", 8000, 1)], [pod(1, 600), pod(2, 600)])
+    assert result.upper == 600
+    assert result.incumbent == 600
+
+
+def test_cpu_strands_cards_and_models_are_kept():
+    """Each whole-card pod takes 5 of 8 cores: one per node, so half of the two-card node stays idle;
+    a pod pinned to a model that is not there places nothing."""
+    nodes = [node("n", 8000, 2)]
+    assert max_placed(nodes, [pod(i, 1000, cpu=5000) for i in range(2)]).upper == 1000
+    assert max_placed(nodes, [pod(1, 1000, models={"H100"})]).upper == 0
+
+
+def test_arc_flow_admits_every_way_to_fill_a_card():
+    """Arcs of each size start where non-increasing slices reach, and end by the card's top."""
+    arcs = set(_arcs([6, 3], 10))
+    assert arcs == {(0, 6), (0, 3), (6, 3), (3, 3)}
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_bound_is_the_optimum_where_every_node_is_its_own_type(seed):
+    """With distinct nodes the model forgets nothing: its bound is the brute-force optimum."""
+    rng = random.Random(seed)
+    nodes = [node(f"n{j}", 4000 + 1000 * j, rng.choice([1, 2]), rng.choice(["A", "B"])) for j in range(2)]
+    pods = []
+    for i in range(rng.randint(3, 5)):
+        gpus = rng.choice([1, 1, 1, 2])
+        milli = 1000 if gpus > 1 else rng.choice([300, 450, 600, 700, 1000])
+        models = rng.choice([(), (), ("A",), ("B",)])
+        pods.append(pod(i, milli, gpus, cpu=rng.choice([0, 1000, 2500, 3000]), models=models))
+    result = max_placed(nodes, pods)
+    assert result.upper == brute_force(nodes, pods)
+    assert result.optimal
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_no_policy_places_more_than_the_bound(seed):
+    """Identical nodes (where the model may overestimate) under every policy, pods in random order."""
+    rng = random.Random(seed)
+    shapes = [(1000, 1), (1000, 2), (810, 1), (470, 1), (320, 1), (160, 1)]
+    pods = []
+    for i in range(60):
+        milli, gpus = rng.choice(shapes)
+        pods.append(pod(i, milli, gpus, cpu=rng.choice([2000, 4000, 12000]), memory=rng.choice([0, 65536])))
+    nodes = [node(f"n{j}", 32000, 4, memory=262144) for j in range(6)] + [node("m", 16000, 2, "B")]
+    upper = max_placed(nodes, pods).upper
+    placed = {}
+    for policy in POLICIES:
+        placer = Placer(
+            [node(n.name, n.cpu_milli, len(n.gpus), n.gpus[0].model, n.memory_mib) for n in nodes], policy
+        )
+        placed[policy] = sum(p.total_milli() for p in pods if placer.place(p) is not None)
+    assert max(placed.values()) <= upper < sum(p.total_milli() for p in pods)
+
+
+def test_replay_prints_a_floor_under_every_policy(tmp_path):
+    """bench.trace_replay.bound on a small trace in the trace's format is below each policy's curve."""
+    rng = random.Random(7)
+    nodes_csv = tmp_path / "nodes.csv"
+    rows = [f"n{j},{rng.choice([8000, 16000])},131072,2,{rng.choice(['T4', 'P100'])}" for j in range(5)]
+    nodes_csv.write_text("sn,cpu_milli,memory_mib,gpu,model\n" + "\n".join(rows) + "\n")
+    pods_csv = tmp_path / "pods.csv"
+    shapes = [(1, 230), (1, 160), (1, 110), (1, 50), (0, 0)]  # small, so every arrived % has a sample
+    lines = []
+    for i in range(60):
+        gpus, milli = rng.choice(shapes)
+        lines.append(f"p{i:03},{rng.choice([500, 1000, 3000])},16384,{gpus},{milli},")
+    pods_csv.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n" + "\n".join(lines) + "\n")
+    for x in (95, 100):
+        floor = bound(nodes_csv, pods_csv, 42, x, 30.0)
+        assert floor.unallocated > 0
+        for policy in POLICIES:
+            assert floor.unallocated <= 100 - replay(nodes_csv, pods_csv, policy, 42).curve[x] + 1e-9
