@@ -3,13 +3,15 @@
 ``max_placed(nodes, pods)`` bounds from above the GPU milli that any packing of `pods` onto `nodes`
 can place, every pod whole on one node (CPU, memory, GPU model, cards), any subset of the pods
 left out. ``100 - 100 * bound / capacity`` is then a floor under the replay's "unallocated GPU %"
-that no policy, online or offline, can go below with the same pods.
+that no policy, online or offline, can go below with the same pods. Such a packer leaves every
+CPU-only pod out; ``required=`` names pods it must place as well (the CPU-only pods a policy did
+place), for a floor under the packings that do.
 
 The model, a MILP over node *types* (identical CPU, memory, card count and model) and pod *classes*
 (identical CPU, memory, cards, milli per card and allowed models):
 
 * ``x[j, t]``: pods of class j on nodes of type t (integer; only where one such pod fits an empty
-  node of the type); at most the class's count in all.
+  node of the type); at most the class's count in all, at least its required count.
 * per type: the pods' CPU and memory at most the type's total (count x per-node capacity);
 * per type, the cards, as an arc-flow (Valerio de Carvalho): a card is a path from 0 to 1000 milli
   whose arcs are the slices it holds, in non-increasing size; the type's ``count x cards`` paths
@@ -128,19 +130,16 @@ class _Model:
         h.run()
         return h.getInfo().objective_function_value, list(h.getSolution().row_dual)
 
-    def solve(self, time_limit_s: float) -> tuple[float, float, bool, list[float]]:
-        """(dual bound, incumbent objective, optimal, incumbent's column values); the incumbent is 0
-        (and the values empty) if none was found, the dual bound infinite if the solver stopped
-        before one."""
+    def solve(self, time_limit_s: float) -> tuple[float, float, highspy.HighsModelStatus]:
+        """(dual bound, incumbent objective, status); the incumbent is 0 if none was found, the dual
+        bound infinite if the solver stopped before one."""
         h = self._highs(time_limit_s, integer=True)
         h.run()
         info = h.getInfo()
-        optimal = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
         found = info.primal_solution_status == 2  # kSolutionStatusFeasible
         incumbent = info.objective_function_value if found else 0.0
-        values = list(h.getSolution().col_value) if found else []
         dual = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else math.inf
-        return dual, incumbent, optimal, values
+        return dual, incumbent, h.getModelStatus()
 
     def _highs(self, time_limit_s: float, integer: bool) -> highspy.Highs:
         lp = highspy.HighsLp()
@@ -192,30 +191,38 @@ def _arcs(sizes: Sequence[int], top: int) -> list[tuple[int, int]]:
 
 
 def max_placed(
-    nodes: Sequence[NodeState], pods: Sequence[RequestSpec], time_limit_s: float = 60.0
-) -> PackingBound:
-    """An upper bound on the GPU milli any packing of `pods` onto the empty `nodes` places (module doc)."""
+    nodes: Sequence[NodeState],
+    pods: Sequence[RequestSpec],
+    time_limit_s: float = 60.0,
+    required: Sequence[RequestSpec] = (),
+) -> PackingBound | None:
+    """An upper bound on the GPU milli any packing of `pods` onto the empty `nodes` places (module doc),
+    among the packings that also place every pod of `required` (None if the model finds none can)."""
     started = time.perf_counter()
     types = Counter(_node_type(n) for n in nodes)
-    classes = Counter(_pod_class(p) for p in pods if p.num_gpus)  # CPU-only pods place no GPU
-    arrived = sum(p.total_milli() for p in pods)
+    optional = Counter(_pod_class(p) for p in pods if p.num_gpus)  # an optional CPU-only pod never helps
+    needed = Counter(_pod_class(p) for p in required)
+    arrived = sum(p.total_milli() for p in [*pods, *required])
     m = _Model()
     x: dict[tuple[_Class, _Type], int] = {}
-    for c, count in classes.items():
+    for c in optional | needed:
+        count = optional[c] + needed[c]
         row = {}
         for t in types:
             if c.fits(t):
                 x[c, t] = col = m.column(c.milli * c.num_gpus / MILLI_PER_GPU, count)
                 row[col] = 1.0
-        m.row(row, upper=count)
-    unit = reduce(math.gcd, [c.milli for c in classes if c.slice], MILLI_PER_GPU)
+        if needed[c] and not row:
+            return None
+        m.row(row, lower=needed[c], upper=count)
+    unit = reduce(math.gcd, [c.milli for c in optional | needed if c.slice], MILLI_PER_GPU)
     for t, count in types.items():
         on_t = {c: col for (c, tt), col in x.items() if tt == t}
         m.row({col: c.cpu for c, col in on_t.items() if c.cpu}, upper=count * t.cpu)
         m.row({col: c.memory for c, col in on_t.items() if c.memory}, upper=count * t.memory)
         m.row({col: 1.0 for c, col in on_t.items() if 2 * c.cpu > t.cpu}, upper=count)
         m.row({col: 1.0 for c, col in on_t.items() if 2 * c.memory > t.memory}, upper=count)
-        whole = {col: float(c.num_gpus) for c, col in on_t.items() if not c.slice}
+        whole = {col: float(c.num_gpus) for c, col in on_t.items() if c.num_gpus and not c.slice}
         sizes = sorted({c.milli // unit for c in on_t if c.slice})
         flow = {arc: m.column(0.0) for arc in _arcs(sizes, MILLI_PER_GPU // unit)}
         m.row({**whole, **{col: 1.0 for (start, _), col in flow.items() if not start}}, upper=count * t.cards)
@@ -229,7 +236,10 @@ def max_placed(
             m.row(row, upper=0.0)
     if not x:
         return PackingBound(0, 0, time.perf_counter() - started, True)
-    dual, incumbent, optimal, _ = m.solve(time_limit_s)
+    dual, incumbent, status = m.solve(time_limit_s)
+    if status == highspy.HighsModelStatus.kInfeasible:
+        return None
     # the objective is in GPUs, its values whole milli: round the bound down, after 0.01 milli of slack
     upper = min(arrived, math.floor(dual * MILLI_PER_GPU + 0.01)) if math.isfinite(dual) else arrived
+    optimal = status == highspy.HighsModelStatus.kOptimal
     return PackingBound(upper, round(incumbent * MILLI_PER_GPU), time.perf_counter() - started, optimal)

@@ -14,7 +14,8 @@ one ("-" if none failed).
 
 ``--bound`` adds, at 95 and 100 % arrived, the floor that no packing of the same pods, online or
 offline, goes below (``bench.packing_bound``: a MILP relaxation solved with HiGHS, at most
-``--bound-time-limit`` seconds a solve), and each policy's distance to it.
+``--bound-time-limit`` seconds a solve); the floor for packings that also place every CPU-only
+pod, as the policies here do while they can; and each policy's distance to both.
 
 Several workloads in one call: ``--pods A.csv B.csv`` and/or ``--variants default cpu-x2 spec-33``
 (``bench.variants``; each variant is built with the replay's seed, so seeds also vary the draw).
@@ -75,11 +76,12 @@ def shuffled_nodes(nodes: list[NodeState], seed: int) -> list[NodeState]:
 @dataclass(frozen=True)
 class Result:
     """One replay: allocated GPU % of capacity at each arrived % (0..130), and where pods first failed
-    (arrived %, None if none did): any pod, and a multi-GPU pod."""
+    (arrived %, None if none did): any pod, a multi-GPU pod, a CPU-only pod."""
 
     curve: dict[int, float]
     first_failure: float | None
     first_gang_failure: float | None
+    first_cpu_only_failure: float | None = None
 
 
 def load_workload(pods: Path | Variant, nodes: list[NodeState], seed: int) -> list[RequestSpec]:
@@ -97,7 +99,7 @@ def replay(nodes_file: Path, pods_source: Path | Variant, policy: str, seed: int
     capacity = sum(len(n.gpus) for n in nodes) * MILLI_PER_GPU
     placer = Placer(nodes, policy, WorkloadMix.from_requests(pods))
     arrived = used = 0
-    first = first_gang = None
+    first = first_gang = first_cpu_only = None
     samples: list[tuple[float, float]] = []
     for pod in arrival_order(pods, capacity, seed):
         arrived += pod.total_milli()
@@ -107,8 +109,10 @@ def replay(nodes_file: Path, pods_source: Path | Variant, policy: str, seed: int
             first = 100 * arrived / capacity if first is None else first
             if pod.num_gpus > 1 and first_gang is None:
                 first_gang = 100 * arrived / capacity
+            if not pod.num_gpus and first_cpu_only is None:
+                first_cpu_only = 100 * arrived / capacity
         samples.append((100 * arrived / capacity, 100 * used / capacity))
-    return Result(discrete_curve(samples), first, first_gang)
+    return Result(discrete_curve(samples), first, first_gang, first_cpu_only)
 
 
 def discrete_curve(samples: list[tuple[float, float]]) -> dict[int, float]:
@@ -132,28 +136,46 @@ def _bin(arrived: np.ndarray, x: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Bound:
-    """The floor under the curve at one arrived %: unallocated GPU % no packing of the pods arrived by
-    then goes below (``bench.packing_bound``), with the solver's gap and time."""
+    """Floors under the curve at one arrived % (``bench.packing_bound``): the unallocated GPU % no
+    packing of the pods arrived by then goes below, and the one for packings that also place every
+    CPU-only pod arrived by `start` (None if none can), with the solver's largest gap and time.
+    `start` is the arrived % of the first sample the curve averages there."""
 
     unallocated: float
+    with_cpu_only: float | None
+    start: float
     gap: float
     seconds: float
 
 
 def bound(nodes_file: Path, pods_source: Path | Variant, seed: int, x: int, time_limit_s: float) -> Bound:
-    """The curve at x % arrived averages allocated % over a bin of pods; each sample is at most what
-    was arrived then and at most what any packing of the bin's pods so far places, which is at most
-    max_placed() of all the bin's pods. So the mean of those minima bounds the curve from above."""
+    """The curve at x % arrived averages allocated % over a bin of samples; each is at most what had
+    arrived then and at most what a packing of the pods arrived by then places, which is at most
+    max_placed() of the GPU pods arrived by the bin's last sample; where the packing must also place
+    the CPU-only pods, those arrived by the bin's first sample. So the mean over the bin of those
+    minima bounds the curve from above."""
     nodes = load_nodes(nodes_file)
     pods = load_workload(pods_source, nodes, seed)
     capacity = sum(len(n.gpus) for n in nodes) * MILLI_PER_GPU
     order = arrival_order(pods, capacity, seed)
     arrived = np.cumsum([p.total_milli() for p in order])
     hit = _bin(100 * arrived / capacity, x)
-    last = int(np.flatnonzero(hit)[-1])
-    solved = max_placed(nodes, order[: last + 1], time_limit_s)
-    allocated = np.minimum(arrived[hit], solved.upper).mean()
-    return Bound(100 - 100 * float(allocated) / capacity, solved.gap, solved.seconds)
+    first, last = (int(i) for i in np.flatnonzero(hit)[[0, -1]])
+    free = max_placed(nodes, order[: last + 1], time_limit_s)
+    cpu_only = [p for p in order[: first + 1] if not p.num_gpus]
+    placing = max_placed(nodes, order[: last + 1], time_limit_s, required=cpu_only)
+    solves = [free] + ([placing] if placing else [])
+
+    def floor(solved) -> float:
+        return 100 - 100 * float(np.minimum(arrived[hit], solved.upper).mean()) / capacity
+
+    return Bound(
+        floor(free),
+        floor(placing) if placing else None,
+        100 * float(arrived[first]) / capacity,
+        max(s.gap for s in solves),
+        sum(s.seconds for s in solves),
+    )
 
 
 def published() -> dict[str, dict[int, list[float]]]:
@@ -261,21 +283,34 @@ def main() -> None:
 
 
 def _print_bound(workload, policies, seeds, results, bounds) -> None:
-    """The floor's row, then each policy's distance to it (the seed's figure less the seed's floor)."""
+    """The floors' rows, then each policy's distance to them (the seed's figure less the seed's floor;
+    to the second only where the policy placed every CPU-only pod arrived by the bin's start)."""
     mine = {x: [bounds[workload, s, x] for s in seeds] for x in BOUND_POINTS}
-    cells = [_fmt([100 - b.unallocated for b in mine[x]]) if x in mine else "-" for x in REPORT_POINTS]
-    print(f"{'bound (no packing < )':<22}" + "".join(f"{c:>12}" for c in cells))
+    for label, of in (
+        ("floor", lambda b: b.unallocated),
+        ("floor, CPU-only placed", lambda b: b.with_cpu_only),
+    ):
+        cells = []
+        for x in REPORT_POINTS:
+            values = [of(b) for b in mine.get(x, [])]
+            cells.append(_fmt([100 - v for v in values]) if values and None not in values else "-")
+        print(f"{label:<22}" + "".join(f"{c:>12}" for c in cells))
     gap = max(b.gap for bs in mine.values() for b in bs)
     seconds = max(b.seconds for bs in mine.values() for b in bs)
-    print(f"distance to the bound, points (solver gap <= {100 * gap:.3f} %, <= {seconds:.0f} s a solve)")
+    print(f"distance to the floors, points (solver gap <= {100 * gap:.3f} %, <= {seconds:.0f} s a level)")
     for policy in policies:
         cells = []
         for x in BOUND_POINTS:
-            above = [
-                (100 - results[workload, policy, s].curve[x]) - bounds[workload, s, x].unallocated
-                for s in seeds
+            pairs = [(results[workload, policy, s], bounds[workload, s, x]) for s in seeds]
+            above = [100 - r.curve[x] - b.unallocated for r, b in pairs]
+            placed_all = [
+                100 - r.curve[x] - b.with_cpu_only
+                for r, b in pairs
+                if b.with_cpu_only is not None
+                and (r.first_cpu_only_failure is None or r.first_cpu_only_failure > b.start)
             ]
-            cells.append(f"{x} %: {statistics.mean(above):5.2f}")
+            second = f"{statistics.mean(placed_all):5.2f}" if len(placed_all) == len(pairs) else "    -"
+            cells.append(f"{x} %: {statistics.mean(above):5.2f} / {second}")
         print(f"  {policy:<20}" + "   ".join(cells))
 
 

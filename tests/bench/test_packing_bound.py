@@ -108,17 +108,35 @@ def test_replay_prints_a_floor_under_every_policy(tmp_path):
     """bench.trace_replay.bound on a small trace in the trace's format is below each policy's curve."""
     rng = random.Random(7)
     nodes_csv = tmp_path / "nodes.csv"
-    rows = [f"n{j},{rng.choice([8000, 16000])},131072,2,{rng.choice(['T4', 'P100'])}" for j in range(5)]
+    rows = [f"n{j},{rng.choice([32000, 48000])},131072,2,{rng.choice(['T4', 'P100'])}" for j in range(5)]
     nodes_csv.write_text("sn,cpu_milli,memory_mib,gpu,model\n" + "\n".join(rows) + "\n")
     pods_csv = tmp_path / "pods.csv"
     shapes = [(1, 230), (1, 160), (1, 110), (1, 50), (0, 0)]  # small, so every arrived % has a sample
     lines = []
     for i in range(60):
         gpus, milli = rng.choice(shapes)
-        lines.append(f"p{i:03},{rng.choice([500, 1000, 3000])},16384,{gpus},{milli},")
+        cpu = rng.choice([1000, 5000] if gpus else [500, 2000])
+        lines.append(f"p{i:03},{cpu},4096,{gpus},{milli},")
     pods_csv.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n" + "\n".join(lines) + "\n")
+    compared = 0
     for x in (95, 100):
         floor = bound(nodes_csv, pods_csv, 42, x, 30.0)
-        assert floor.unallocated > 0
+        assert 0 < floor.unallocated < floor.with_cpu_only
         for policy in POLICIES:
-            assert floor.unallocated <= 100 - replay(nodes_csv, pods_csv, policy, 42).curve[x] + 1e-9
+            result = replay(nodes_csv, pods_csv, policy, 42)
+            assert floor.unallocated <= 100 - result.curve[x] + 1e-9
+            if result.first_cpu_only_failure is None or result.first_cpu_only_failure > floor.start:
+                assert floor.with_cpu_only <= 100 - result.curve[x] + 1e-9
+                compared += 1
+    assert compared
+
+
+def test_required_cpu_only_pods_take_their_cpu():
+    """A CPU-only pod that must be placed leaves room for one of the two 3-core GPU pods; one that
+    cannot be placed at all leaves no floor."""
+    nodes = [node("n", 8000, 2)]
+    gpu_pods = [pod(1, 1000, cpu=3000), pod(2, 1000, cpu=3000)]
+    assert max_placed(nodes, gpu_pods).upper == 2000
+    assert max_placed(nodes, gpu_pods, required=[pod(3, 0, 0, cpu=4000)]).upper == 1000
+    assert max_placed(nodes, gpu_pods, required=[pod(3, 0, 0, cpu=9000)]) is None
+    assert max_placed(nodes, gpu_pods, required=[pod(3, 0, 0, cpu=5000), pod(4, 0, 0, cpu=5000)]) is None
