@@ -51,7 +51,11 @@ from functools import reduce
 import highspy
 import numpy as np
 
-from scheduler_app.core.cluster import MILLI_PER_GPU, NodeState, RequestSpec
+from scheduler_app.core.cluster import MILLI_PER_GPU, GpuState, NodeState, RequestSpec
+from scheduler_app.core.fragmentation import WorkloadMix
+from scheduler_app.core.placement import Placer
+
+Card = tuple[bool, dict[int, int]]  # taken whole; else slots for slices: {milli: how many}
 
 
 @dataclass(frozen=True)
@@ -124,24 +128,19 @@ class _Model:
     def row(self, coefficients: dict[int, float], lower: float = -math.inf, upper: float = math.inf) -> None:
         self.rows.append((coefficients, lower, upper))
 
-    def solve_lp(self) -> tuple[float, list[float]]:
-        """The LP relaxation's optimum and its row duals (>= 0 on <= rows of this maximisation)."""
-        h = self._highs(math.inf, integer=False)
-        h.run()
-        return h.getInfo().objective_function_value, list(h.getSolution().row_dual)
-
-    def solve(self, time_limit_s: float) -> tuple[float, float, highspy.HighsModelStatus]:
-        """(dual bound, incumbent objective, status); the incumbent is 0 if none was found, the dual
-        bound infinite if the solver stopped before one."""
-        h = self._highs(time_limit_s, integer=True)
+    def solve(self, time_limit_s: float) -> tuple[float, float, highspy.HighsModelStatus, list[float]]:
+        """(dual bound, incumbent objective, status, incumbent's column values); the incumbent is 0
+        (values empty) if none was found, the dual bound infinite if the solver stopped before one."""
+        h = self._highs(time_limit_s)
         h.run()
         info = h.getInfo()
         found = info.primal_solution_status == 2  # kSolutionStatusFeasible
         incumbent = info.objective_function_value if found else 0.0
+        values = list(h.getSolution().col_value) if found else []
         dual = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else math.inf
-        return dual, incumbent, h.getModelStatus()
+        return dual, incumbent, h.getModelStatus(), values
 
-    def _highs(self, time_limit_s: float, integer: bool) -> highspy.Highs:
+    def _highs(self, time_limit_s: float) -> highspy.Highs:
         lp = highspy.HighsLp()
         n = len(self.cost)
         inf = highspy.kHighsInf
@@ -152,8 +151,7 @@ class _Model:
         lp.row_lower_ = np.array([max(lo, -inf) for _, lo, _ in self.rows])
         lp.row_upper_ = np.array([min(up, inf) for _, _, up in self.rows])
         lp.sense_ = highspy.ObjSense.kMaximize
-        if integer:
-            lp.integrality_ = [highspy.HighsVarType.kInteger] * n
+        lp.integrality_ = [highspy.HighsVarType.kInteger] * n
         starts, index, value = [0], [], []
         for coefficients, _, _ in self.rows:
             index.extend(coefficients)
@@ -165,8 +163,7 @@ class _Model:
         lp.a_matrix_.value_ = np.array(value, dtype=np.float64)
         h = highspy.Highs()
         h.silent()
-        if math.isfinite(time_limit_s):
-            h.setOptionValue("time_limit", float(time_limit_s))
+        h.setOptionValue("time_limit", float(time_limit_s))
         h.setOptionValue("threads", 1)
         h.setOptionValue("random_seed", 0)
         h.passModel(lp)
@@ -236,10 +233,171 @@ def max_placed(
             m.row(row, upper=0.0)
     if not x:
         return PackingBound(0, 0, time.perf_counter() - started, True)
-    dual, incumbent, status = m.solve(time_limit_s)
+    dual, incumbent, status, _ = m.solve(time_limit_s)
     if status == highspy.HighsModelStatus.kInfeasible:
         return None
     # the objective is in GPUs, its values whole milli: round the bound down, after 0.01 milli of slack
     upper = min(arrived, math.floor(dual * MILLI_PER_GPU + 0.01)) if math.isfinite(dual) else arrived
     optimal = status == highspy.HighsModelStatus.kOptimal
     return PackingBound(upper, round(incumbent * MILLI_PER_GPU), time.perf_counter() - started, optimal)
+
+
+def offline_packing(
+    nodes: Sequence[NodeState],
+    pods: Sequence[RequestSpec],
+    time_limit_s: float = 60.0,
+    required: Sequence[RequestSpec] = (),
+    policy: str = "fgd-plus",
+    neighbourhood: int = 12,
+    seed: int = 0,
+) -> int:
+    """GPU milli placed by a real packing of `pods` (and every pod of `required`, if `policy` places
+    them all; else 0): `policy` places them in the given order, then the solver repacks a few nodes
+    at a time (a large-neighbourhood search) until `time_limit_s`. Each step frees `neighbourhood`
+    nodes, half of them among those with idle GPU, and solves exactly, per node and per card, which
+    of their pods and the pods not placed yet they hold; it keeps the answer only if more GPU is
+    placed and every required pod still is. The result is checked card by card (``_check``)."""
+    deadline = time.perf_counter() + time_limit_s
+    rng = np.random.default_rng(seed)
+    placer = Placer([_empty(n) for n in nodes], policy, WorkloadMix.from_requests([*pods, *required]))
+    on: list[list[RequestSpec]] = [[] for _ in nodes]
+    row = {n.name: i for i, n in enumerate(nodes)}
+    waiting = []
+    needed = {id(p) for p in required}
+    for p in [*required, *pods]:
+        placement = placer.place(p)
+        if placement is not None:
+            on[row[placement.node]].append(p)
+        elif id(p) in needed:
+            return 0
+        elif p.num_gpus:
+            waiting.append(p)
+    cards: list[list[Card] | None] = [None] * len(nodes)  # where the solver set them
+    while time.perf_counter() < deadline - 0.5 and waiting:
+        idle = np.array(
+            [len(n.gpus) * MILLI_PER_GPU - sum(p.total_milli() for p in on[i]) for i, n in enumerate(nodes)]
+        )
+        half = neighbourhood // 2
+        with_idle = np.flatnonzero(idle > 0)
+        chosen = set(rng.choice(with_idle, size=min(half, len(with_idle)), replace=False).tolist())
+        others = np.array([i for i in range(len(nodes)) if i not in chosen])
+        chosen |= set(
+            rng.choice(others, size=min(neighbourhood - len(chosen), len(others)), replace=False).tolist()
+        )
+        chosen_nodes = sorted(chosen)
+        pool = [p for i in chosen_nodes for p in on[i]] + waiting
+        before = sum(p.total_milli() for i in chosen_nodes for p in on[i])
+        left = deadline - time.perf_counter()
+        repacked = _repack([nodes[i] for i in chosen_nodes], pool, needed, min(left, 10.0))
+        if repacked is None or sum(p.total_milli() for ps, _ in repacked for p in ps) <= before:
+            continue
+        for i, (ps, its_cards) in zip(chosen_nodes, repacked, strict=True):
+            on[i], cards[i] = ps, its_cards
+        taken = {id(p) for ps, _ in repacked for p in ps}
+        waiting = [p for p in pool if p.num_gpus and id(p) not in taken]
+    for n, ps, its_cards in zip(nodes, on, cards, strict=True):
+        _check(n, ps, its_cards)
+    return sum(p.total_milli() for ps in on for p in ps)
+
+
+def _repack(
+    nodes: Sequence[NodeState], pool: Sequence[RequestSpec], needed: set[int], time_limit_s: float
+) -> list[tuple[list[RequestSpec], list[Card]]] | None:
+    """The most GPU the empty `nodes` hold from `pool`, keeping every pod whose id() is in `needed`:
+    per node its pods and its cards; None if the solver found no solution in time."""
+    by_class: dict[_Class, list[RequestSpec]] = {}
+    for p in pool:
+        by_class.setdefault(_pod_class(p), []).append(p)
+    m = _Model()
+    y: dict[tuple[_Class, int], int] = {}
+    for c, ps in by_class.items():
+        row = {}
+        for j, n in enumerate(nodes):
+            t = _node_type(n)
+            if c.fits(t):
+                y[c, j] = col = m.column(c.milli * c.num_gpus / MILLI_PER_GPU, min(len(ps), _per_node(c, t)))
+                row[col] = 1.0
+        m.row(row, lower=sum(1 for p in ps if id(p) in needed), upper=len(ps))
+    sizes = sorted({c.milli for c in by_class if c.slice})
+    slots = []
+    for j, n in enumerate(nodes):
+        mine = {c: col for (c, jj), col in y.items() if jj == j}
+        m.row({col: c.cpu for c, col in mine.items() if c.cpu}, upper=n.cpu_milli)
+        m.row({col: c.memory for c, col in mine.items() if c.memory}, upper=n.memory_mib)
+        b = [m.column(0.0, 1) for _ in n.gpus]
+        m.row(
+            {
+                **{col: float(c.num_gpus) for c, col in mine.items() if c.num_gpus and not c.slice},
+                **{x: -1.0 for x in b},
+            },
+            upper=0.0,
+        )
+        s = {(k, size): m.column(0.0, MILLI_PER_GPU // size) for k in range(len(n.gpus)) for size in sizes}
+        for k in range(len(n.gpus)):
+            m.row(
+                {**{s[k, size]: float(size) for size in sizes}, b[k]: float(MILLI_PER_GPU)},
+                upper=MILLI_PER_GPU,
+            )
+            if k:
+                m.row({b[k - 1]: -1.0, b[k]: 1.0}, upper=0.0)
+        for size in sizes:
+            on_size = {col: 1.0 for c, col in mine.items() if c.slice and c.milli == size}
+            m.row({**on_size, **{s[k, size]: -1.0 for k in range(len(n.gpus))}}, upper=0.0)
+        slots.append((b, s))
+    _, _, _, values = m.solve(max(time_limit_s, 0.1))
+    if not values:
+        return None
+    taken = {c: sorted(ps, key=lambda p: id(p) not in needed) for c, ps in by_class.items()}
+    out = []
+    for j, n in enumerate(nodes):
+        ps = []
+        for c in by_class:
+            if (c, j) in y:
+                k = round(values[y[c, j]])
+                ps += taken[c][:k]
+                taken[c] = taken[c][k:]
+        b, s = slots[j]
+        cards = [
+            (bool(round(values[b[k]])), {size: round(values[s[k, size]]) for size in sizes})
+            for k in range(len(n.gpus))
+        ]
+        out.append((ps, cards))
+    return out
+
+
+def _check(node: NodeState, pods: Sequence[RequestSpec], cards: list[Card] | None) -> None:
+    """Fail loudly unless the pods fit the empty node together: host resources, models, and, where the
+    solver set the node's cards (else a policy placed its pods), each card whole or holding slices of
+    at most 1,000 milli, and slots for every pod."""
+    assert sum(p.cpu_milli for p in pods) <= node.cpu_milli, node.name
+    assert sum(p.memory_mib for p in pods) <= node.memory_mib, node.name
+    assert all(_pod_class(p).fits(_node_type(node)) for p in pods), node.name
+    if cards is None:
+        return
+    whole = sum(p.num_gpus for p in pods if p.num_gpus and p.gpu_milli == MILLI_PER_GPU)
+    assert whole <= sum(1 for taken, _ in cards if taken), node.name
+    slots: Counter = Counter()
+    for taken, slices in cards:
+        assert not (taken and any(slices.values())), node.name
+        assert sum(size * count for size, count in slices.items()) <= MILLI_PER_GPU, node.name
+        slots.update(slices)
+    sizes = Counter(p.gpu_milli for p in pods if p.num_gpus == 1 and p.gpu_milli < MILLI_PER_GPU)
+    assert all(count <= slots[size] for size, count in sizes.items()), node.name
+
+
+def _per_node(c: _Class, t: _Type) -> int:
+    """At most this many pods of class c fit one empty node of type t."""
+    most = (
+        t.cards * (MILLI_PER_GPU // c.milli) if c.slice else (t.cards // c.num_gpus if c.num_gpus else 10**6)
+    )
+    if c.cpu:
+        most = min(most, t.cpu // c.cpu)
+    if c.memory:
+        most = min(most, t.memory // c.memory)
+    return most
+
+
+def _empty(node: NodeState) -> NodeState:
+    """An empty copy of the node (Placer changes the states it is given)."""
+    gpus = [GpuState(g.index, g.model, g.memory_mib) for g in node.gpus]
+    return NodeState(node.name, node.pool, node.cpu_milli, node.memory_mib, gpus)

@@ -15,7 +15,9 @@ one ("-" if none failed).
 ``--bound`` adds, at 95 and 100 % arrived, the floor that no packing of the same pods, online or
 offline, goes below (``bench.packing_bound``: a MILP relaxation solved with HiGHS, at most
 ``--bound-time-limit`` seconds a solve); the floor for packings that also place every CPU-only
-pod, as the policies here do while they can; and each policy's distance to both.
+pod, as the policies here do while they can; and each policy's distance to both. With
+``--packing-time-limit S``, a real packing from the solver too (S seconds a level), to show how
+tight the floors are: the best packing lies between.
 
 Several workloads in one call: ``--pods A.csv B.csv`` and/or ``--variants default cpu-x2 spec-33``
 (``bench.variants``; each variant is built with the replay's seed, so seeds also vary the draw).
@@ -41,7 +43,7 @@ from scheduler_app.core.cluster import MILLI_PER_GPU, NodeState, RequestSpec
 from scheduler_app.core.fragmentation import WorkloadMix
 from scheduler_app.core.placement import DEFAULT_POLICY, POLICIES, Placer
 
-from .packing_bound import max_placed
+from .packing_bound import max_placed, offline_packing
 from .trace import BASELINES, DEFAULT_NODES, DEFAULT_PODS, load_nodes, load_pods
 from .variants import VARIANTS, Variant, build_variant
 
@@ -139,16 +141,27 @@ class Bound:
     """Floors under the curve at one arrived % (``bench.packing_bound``): the unallocated GPU % no
     packing of the pods arrived by then goes below, and the one for packings that also place every
     CPU-only pod arrived by `start` (None if none can), with the solver's largest gap and time.
-    `start` is the arrived % of the first sample the curve averages there."""
+    `start` is the arrived % of the first sample the curve averages there. `packed`: what a real
+    packing from the solver leaves unallocated (``offline_packing``: those CPU-only pods and the
+    GPU pods arrived by the bin's last sample; None if not asked or it could not place them all):
+    the optimum for those pods lies between it and the floors."""
 
     unallocated: float
     with_cpu_only: float | None
     start: float
     gap: float
     seconds: float
+    packed: float | None = None
 
 
-def bound(nodes_file: Path, pods_source: Path | Variant, seed: int, x: int, time_limit_s: float) -> Bound:
+def bound(
+    nodes_file: Path,
+    pods_source: Path | Variant,
+    seed: int,
+    x: int,
+    time_limit_s: float,
+    packing_time_limit_s: float = 0.0,
+) -> Bound:
     """The curve at x % arrived averages allocated % over a bin of samples; each is at most what had
     arrived then and at most what a packing of the pods arrived by then places, which is at most
     max_placed() of the GPU pods arrived by the bin's last sample; where the packing must also place
@@ -165,6 +178,11 @@ def bound(nodes_file: Path, pods_source: Path | Variant, seed: int, x: int, time
     cpu_only = [p for p in order[: first + 1] if not p.num_gpus]
     placing = max_placed(nodes, order[: last + 1], time_limit_s, required=cpu_only)
     solves = [free] + ([placing] if placing else [])
+    packed = None
+    if packing_time_limit_s > 0:
+        gpu_pods = [p for p in order[: last + 1] if p.num_gpus]
+        placed = offline_packing(nodes, gpu_pods, packing_time_limit_s, required=cpu_only)
+        packed = 100 - 100 * placed / capacity if placed else None
 
     def floor(solved) -> float:
         return 100 - 100 * float(np.minimum(arrived[hit], solved.upper).mean()) / capacity
@@ -175,6 +193,7 @@ def bound(nodes_file: Path, pods_source: Path | Variant, seed: int, x: int, time
         100 * float(arrived[first]) / capacity,
         max(s.gap for s in solves),
         sum(s.seconds for s in solves),
+        packed,
     )
 
 
@@ -236,6 +255,12 @@ def main() -> None:
         "--bound", action="store_true", help="also the floor no packing goes below, at 95 and 100 %% arrived"
     )
     parser.add_argument("--bound-time-limit", type=float, default=60.0, help="seconds per solve (default 60)")
+    parser.add_argument(
+        "--packing-time-limit",
+        type=float,
+        default=0.0,
+        help="with --bound: seconds a level for a packing from the solver, to show how tight (default: none)",
+    )
     args = parser.parse_args()
     unknown = set(args.policies) - set(POLICIES)
     if unknown:
@@ -254,7 +279,8 @@ def main() -> None:
             [(w, s, x) for w in workloads for s in args.seeds for x in BOUND_POINTS] if args.bound else []
         )
         bound_futures = {
-            solve: pool.submit(bound, args.nodes, *solve, args.bound_time_limit) for solve in solves
+            solve: pool.submit(bound, args.nodes, *solve, args.bound_time_limit, args.packing_time_limit)
+            for solve in solves
         }
         results = {run: f.result() for run, f in futures.items()}
         bounds = {solve: f.result() for solve, f in bound_futures.items()}
@@ -295,6 +321,9 @@ def _print_bound(workload, policies, seeds, results, bounds) -> None:
             values = [of(b) for b in mine.get(x, [])]
             cells.append(_fmt([100 - v for v in values]) if values and None not in values else "-")
         print(f"{label:<22}" + "".join(f"{c:>12}" for c in cells))
+    if all(b.packed is not None for bs in mine.values() for b in bs):
+        cells = [_fmt([100 - b.packed for b in mine[x]]) if x in mine else "-" for x in REPORT_POINTS]
+        print(f"{'solver packing':<22}" + "".join(f"{c:>12}" for c in cells))
     gap = max(b.gap for bs in mine.values() for b in bs)
     seconds = max(b.seconds for bs in mine.values() for b in bs)
     print(f"distance to the floors, points (solver gap <= {100 * gap:.3f} %, <= {seconds:.0f} s a level)")

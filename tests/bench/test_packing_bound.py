@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from bench.packing_bound import _arcs, max_placed
+from bench.packing_bound import _arcs, max_placed, offline_packing
 from bench.trace_replay import bound, replay
 from scheduler_app.core.cluster import GpuState, NodeState, RequestSpec
 from scheduler_app.core.placement import POLICIES, Placer
@@ -140,3 +140,25 @@ def test_required_cpu_only_pods_take_their_cpu():
     assert max_placed(nodes, gpu_pods, required=[pod(3, 0, 0, cpu=4000)]).upper == 1000
     assert max_placed(nodes, gpu_pods, required=[pod(3, 0, 0, cpu=9000)]) is None
     assert max_placed(nodes, gpu_pods, required=[pod(3, 0, 0, cpu=5000), pod(4, 0, 0, cpu=5000)]) is None
+
+
+def test_the_solvers_packing_repacks_what_the_policy_got_wrong():
+    """In this order a policy puts the 600 first and the 500s find no room; the search repacks the
+    card with the two 500s, keeping the CPU-only pod it must place."""
+    nodes = [node("n", 8000, 1)]
+    pods = [pod(1, 600), pod(2, 500), pod(3, 500)]
+    cpu_only = [pod(4, 0, 0, cpu=2000)]
+    assert offline_packing(nodes, pods, 0.0, required=cpu_only) == 600
+    assert offline_packing(nodes, pods, 5.0, required=cpu_only) == 1000
+    assert offline_packing(nodes, pods, 5.0, required=[pod(5, 0, 0, cpu=9000)]) == 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_solvers_packing_is_real_and_under_the_floor(seed):
+    """Its packing passes the card-by-card check (inside offline_packing) and places at most the
+    brute-force optimum, which the floor bounds."""
+    rng = random.Random(100 + seed)
+    nodes = [node(f"n{j}", 6000, 2, rng.choice(["A", "B"])) for j in range(2)]
+    pods = [pod(i, rng.choice([300, 450, 600, 1000]), cpu=rng.choice([0, 2000, 3000])) for i in range(5)]
+    packed = offline_packing(nodes, pods, 2.0)
+    assert 0 < packed <= brute_force(nodes, pods) <= max_placed(nodes, pods).upper
