@@ -308,6 +308,11 @@ def main() -> None:
             _print_bound(workload, args.policies, args.seeds, results, bounds)
 
 
+def _points(values: list[float]) -> str:
+    """The mean to two places, a floor's rounding error shown as 0.00, not -0.00."""
+    return f"{round(statistics.mean(values), 2) + 0.0:5.2f}"
+
+
 def _print_bound(workload, policies, seeds, results, bounds) -> None:
     """The floors' rows, then each policy's distance to them (the seed's figure less the seed's floor;
     to the second only where the policy placed every CPU-only pod arrived by the bin's start)."""
@@ -338,8 +343,8 @@ def _print_bound(workload, policies, seeds, results, bounds) -> None:
                 if b.with_cpu_only is not None
                 and (r.first_cpu_only_failure is None or r.first_cpu_only_failure > b.start)
             ]
-            second = f"{statistics.mean(placed_all):5.2f}" if len(placed_all) == len(pairs) else "    -"
-            cells.append(f"{x} %: {statistics.mean(above):5.2f} / {second}")
+            second = f"{_points(placed_all)}" if len(placed_all) == len(pairs) else "    -"
+            cells.append(f"{x} %: {_points(above)} / {second}")
         print(f"  {policy:<20}" + "   ".join(cells))
 
 
