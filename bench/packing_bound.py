@@ -33,8 +33,9 @@ The solve stops at `time_limit_s`; ``PackingBound.upper`` is the MIP's dual boun
 solved), rounded down to whole milli after 0.01 milli of slack for the solver's tolerances, so it is
 valid wherever the solver stopped. ``incumbent`` is the best solution found for this model, so
 ``gap`` says how much a longer solve could still lower the bound; it is feasible per type, not
-always per node, so it is no real packing. A real packing is any replay policy's: the optimum lies
-between the bound and the best policy.
+always per node, so it is no real packing. ``offline_packing`` is one: a policy's packing improved
+by the solver a dozen nodes at a time, exactly per node and per card; the optimum lies between it
+and the bound.
 
 This is a bench tool: the portal never imports it (highspy is in requirements-dev.txt only).
 """
