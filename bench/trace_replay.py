@@ -12,11 +12,19 @@ comes from the original (un-inflated) pod list. The first failure is the arrived
 first pod that could not be placed (and at the first multi-GPU pod), mean over the seeds that had
 one ("-" if none failed).
 
+``--bound`` adds, at 95 and 100 % arrived, the floor that no packing of the same pods, online or
+offline, goes below (``bench.packing_bound``: a MILP relaxation solved with HiGHS, at most
+``--bound-time-limit`` seconds a solve); the floor for packings that also place every CPU-only
+pod, as the policies here do while they can; and each policy's distance to both. With
+``--packing-time-limit S``, a real packing from the solver too (S seconds a level), to show how
+tight the floors are: the best packing lies between.
+
 Several workloads in one call: ``--pods A.csv B.csv`` and/or ``--variants default cpu-x2 spec-33``
 (``bench.variants``; each variant is built with the replay's seed, so seeds also vary the draw).
 
     python -m bench.trace_replay --seeds 42-51 --policies first-fit best-fit fgd fgd-plus
     python -m bench.trace_replay --variants all --seeds 42-44 --policies best-fit fgd fgd-plus
+    python -m bench.trace_replay --seeds 42-44 --bound
 """
 
 from __future__ import annotations
@@ -35,12 +43,14 @@ from scheduler_app.core.cluster import MILLI_PER_GPU, NodeState, RequestSpec
 from scheduler_app.core.fragmentation import WorkloadMix
 from scheduler_app.core.placement import DEFAULT_POLICY, POLICIES, Placer
 
+from .packing_bound import max_placed, offline_packing
 from .trace import BASELINES, DEFAULT_NODES, DEFAULT_PODS, load_nodes, load_pods
 from .variants import VARIANTS, Variant, build_variant
 
 TUNE_RATIO = 1.3
 CURVE_POINTS = range(0, 131)
 REPORT_POINTS = (75, 80, 85, 90, 95, 100, 105, 110, 115, 120, 125, 130)
+BOUND_POINTS = (95, 100)
 
 
 def arrival_order(pods: list[RequestSpec], capacity_milli: int, seed: int) -> list[RequestSpec]:
@@ -68,11 +78,12 @@ def shuffled_nodes(nodes: list[NodeState], seed: int) -> list[NodeState]:
 @dataclass(frozen=True)
 class Result:
     """One replay: allocated GPU % of capacity at each arrived % (0..130), and where pods first failed
-    (arrived %, None if none did): any pod, and a multi-GPU pod."""
+    (arrived %, None if none did): any pod, a multi-GPU pod, a CPU-only pod."""
 
     curve: dict[int, float]
     first_failure: float | None
     first_gang_failure: float | None
+    first_cpu_only_failure: float | None = None
 
 
 def load_workload(pods: Path | Variant, nodes: list[NodeState], seed: int) -> list[RequestSpec]:
@@ -90,7 +101,7 @@ def replay(nodes_file: Path, pods_source: Path | Variant, policy: str, seed: int
     capacity = sum(len(n.gpus) for n in nodes) * MILLI_PER_GPU
     placer = Placer(nodes, policy, WorkloadMix.from_requests(pods))
     arrived = used = 0
-    first = first_gang = None
+    first = first_gang = first_cpu_only = None
     samples: list[tuple[float, float]] = []
     for pod in arrival_order(pods, capacity, seed):
         arrived += pod.total_milli()
@@ -100,22 +111,91 @@ def replay(nodes_file: Path, pods_source: Path | Variant, policy: str, seed: int
             first = 100 * arrived / capacity if first is None else first
             if pod.num_gpus > 1 and first_gang is None:
                 first_gang = 100 * arrived / capacity
+            if not pod.num_gpus and first_cpu_only is None:
+                first_cpu_only = 100 * arrived / capacity
         samples.append((100 * arrived / capacity, 100 * used / capacity))
-    return Result(discrete_curve(samples), first, first_gang)
+    return Result(discrete_curve(samples), first, first_gang, first_cpu_only)
 
 
 def discrete_curve(samples: list[tuple[float, float]]) -> dict[int, float]:
     """Mean allocated % per rounded arrived %, falling back to a +-1 window (the simulator's merge)."""
-    arrived = np.round(np.array([a for a, _ in samples]))
+    arrived = np.array([a for a, _ in samples])
     allocated = np.array([b for _, b in samples])
     curve = {}
     for x in CURVE_POINTS:
-        hit = arrived == x
-        if not hit.any():
-            hit = (arrived >= x - 1) & (arrived <= x + 1)
+        hit = _bin(arrived, x)
         if hit.any():
             curve[x] = float(allocated[hit].mean())
     return curve
+
+
+def _bin(arrived: np.ndarray, x: int) -> np.ndarray:
+    """Which samples (arrived % after each pod) the curve averages at x % arrived."""
+    rounded = np.round(arrived)
+    hit = rounded == x
+    return hit if hit.any() else (rounded >= x - 1) & (rounded <= x + 1)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Floors under the curve at one arrived % (``bench.packing_bound``): the unallocated GPU % no
+    packing of the pods arrived by then goes below, and the one for packings that also place every
+    CPU-only pod arrived by `start` (None if none can), with the solver's largest gap and time.
+    `start` is the arrived % of the first sample the curve averages there. `packed`: at the bin's
+    last sample, a real packing from the solver of those CPU-only pods and the GPU pods arrived by
+    then (``offline_packing``) and the floor for the same pods, as (floor, packing's unallocated %);
+    the optimum for those pods lies between. None if not asked or no packing placed them all."""
+
+    unallocated: float
+    with_cpu_only: float | None
+    start: float
+    gap: float
+    seconds: float
+    packed: tuple[float, float] | None = None
+
+
+def bound(
+    nodes_file: Path,
+    pods_source: Path | Variant,
+    seed: int,
+    x: int,
+    time_limit_s: float,
+    packing_time_limit_s: float = 0.0,
+) -> Bound:
+    """The curve at x % arrived averages allocated % over a bin of samples; each is at most what had
+    arrived then and at most what a packing of the pods arrived by then places, which is at most
+    max_placed() of the GPU pods arrived by the bin's last sample; where the packing must also place
+    the CPU-only pods, those arrived by the bin's first sample. So the mean over the bin of those
+    minima bounds the curve from above."""
+    nodes = load_nodes(nodes_file)
+    pods = load_workload(pods_source, nodes, seed)
+    capacity = sum(len(n.gpus) for n in nodes) * MILLI_PER_GPU
+    order = arrival_order(pods, capacity, seed)
+    arrived = np.cumsum([p.total_milli() for p in order])
+    hit = _bin(100 * arrived / capacity, x)
+    first, last = (int(i) for i in np.flatnonzero(hit)[[0, -1]])
+    free = max_placed(nodes, order[: last + 1], time_limit_s)
+    cpu_only = [p for p in order[: first + 1] if not p.num_gpus]
+    placing = max_placed(nodes, order[: last + 1], time_limit_s, required=cpu_only)
+    solves = [free] + ([placing] if placing else [])
+    packed = None
+    if packing_time_limit_s > 0:
+        gpu_pods = [p for p in order[: last + 1] if p.num_gpus]
+        placed = offline_packing(nodes, gpu_pods, packing_time_limit_s, required=cpu_only)
+        if placed and placing:
+            packed = (100 - 100 * placing.upper / capacity, 100 - 100 * placed / capacity)
+
+    def floor(solved) -> float:
+        return 100 - 100 * float(np.minimum(arrived[hit], solved.upper).mean()) / capacity
+
+    return Bound(
+        floor(free),
+        floor(placing) if placing else None,
+        100 * float(arrived[first]) / capacity,
+        max(s.gap for s in solves),
+        sum(s.seconds for s in solves),
+        packed,
+    )
 
 
 def published() -> dict[str, dict[int, list[float]]]:
@@ -172,6 +252,16 @@ def main() -> None:
     parser.add_argument("--seeds", type=parse_seeds, default=parse_seeds("42-51"))
     parser.add_argument("--policies", nargs="+", default=["first-fit", "best-fit", "fgd", DEFAULT_POLICY])
     parser.add_argument("--jobs", type=int, default=None, help="worker processes (default: all cores)")
+    parser.add_argument(
+        "--bound", action="store_true", help="also the floor no packing goes below, at 95 and 100 %% arrived"
+    )
+    parser.add_argument("--bound-time-limit", type=float, default=60.0, help="seconds per solve (default 60)")
+    parser.add_argument(
+        "--packing-time-limit",
+        type=float,
+        default=0.0,
+        help="with --bound: seconds a level for a packing from the solver, to show how tight (default: none)",
+    )
     args = parser.parse_args()
     unknown = set(args.policies) - set(POLICIES)
     if unknown:
@@ -186,7 +276,15 @@ def main() -> None:
     runs = [(w, p, s) for w in workloads for p in args.policies for s in args.seeds]
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = {run: pool.submit(replay, args.nodes, *run) for run in runs}
+        solves = (
+            [(w, s, x) for w in workloads for s in args.seeds for x in BOUND_POINTS] if args.bound else []
+        )
+        bound_futures = {
+            solve: pool.submit(bound, args.nodes, *solve, args.bound_time_limit, args.packing_time_limit)
+            for solve in solves
+        }
         results = {run: f.result() for run, f in futures.items()}
+        bounds = {solve: f.result() for solve, f in bound_futures.items()}
     elapsed = time.perf_counter() - started
 
     seeds = f"{args.seeds[0]}..{args.seeds[-1]}"
@@ -207,6 +305,50 @@ def main() -> None:
             for name, curve in published().items():
                 cells = [_fmt(curve[x]) if x in curve else "-" for x in REPORT_POINTS]
                 print(f"{'published ' + name:<22}" + "".join(f"{c:>12}" for c in cells))
+        if args.bound:
+            _print_bound(workload, args.policies, args.seeds, results, bounds)
+
+
+def _points(values: list[float]) -> str:
+    """The mean to two places, a floor's rounding error shown as 0.00, not -0.00."""
+    return f"{round(statistics.mean(values), 2) + 0.0:5.2f}"
+
+
+def _print_bound(workload, policies, seeds, results, bounds) -> None:
+    """The floors' rows, then each policy's distance to them (the seed's figure less the seed's floor;
+    to the second only where the policy placed every CPU-only pod arrived by the bin's start)."""
+    mine = {x: [bounds[workload, s, x] for s in seeds] for x in BOUND_POINTS}
+    for label, of in (
+        ("floor", lambda b: b.unallocated),
+        ("floor, CPU-only placed", lambda b: b.with_cpu_only),
+    ):
+        cells = []
+        for x in REPORT_POINTS:
+            values = [of(b) for b in mine.get(x, [])]
+            cells.append(_fmt([100 - v for v in values]) if values and None not in values else "-")
+        print(f"{label:<22}" + "".join(f"{c:>12}" for c in cells))
+    if all(b.packed is not None for bs in mine.values() for b in bs):
+        print("at the last pod each floor counts, the floor and a real packing from the solver:")
+        for label, i in (("  floor", 0), ("  solver packing", 1)):
+            cells = [_fmt([100 - b.packed[i] for b in mine[x]]) if x in mine else "-" for x in REPORT_POINTS]
+            print(f"{label:<22}" + "".join(f"{c:>12}" for c in cells))
+    gap = max(b.gap for bs in mine.values() for b in bs)
+    seconds = max(b.seconds for bs in mine.values() for b in bs)
+    print(f"distance to the floors, points (solver gap <= {100 * gap:.3f} %, <= {seconds:.0f} s a level)")
+    for policy in policies:
+        cells = []
+        for x in BOUND_POINTS:
+            pairs = [(results[workload, policy, s], bounds[workload, s, x]) for s in seeds]
+            above = [100 - r.curve[x] - b.unallocated for r, b in pairs]
+            placed_all = [
+                100 - r.curve[x] - b.with_cpu_only
+                for r, b in pairs
+                if b.with_cpu_only is not None
+                and (r.first_cpu_only_failure is None or r.first_cpu_only_failure > b.start)
+            ]
+            second = f"{_points(placed_all)}" if len(placed_all) == len(pairs) else "    -"
+            cells.append(f"{x} %: {_points(above)} / {second}")
+        print(f"  {policy:<20}" + "   ".join(cells))
 
 
 if __name__ == "__main__":
