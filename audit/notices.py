@@ -75,6 +75,17 @@ def raise_notices(
     return raised
 
 
+def request_notice_key(kind: str, request_id: int) -> str:
+    """The episode key of a notice about one request: one open notice per kind and request."""
+    return f"{kind}:request:{request_id}"
+
+
+def resolve_notice(team_id: int, key: str, *, now: dt.datetime) -> bool:
+    """End the open notice of this team and key before the next check does (its condition is known to
+    be over); False when none was open."""
+    return bool(Notice.objects.open().filter(team_id=team_id, key=key).update(resolved_at=now))
+
+
 def notice_message(notice: Notice) -> dict:
     """A notice as the team's live stream carries it."""
     return {

@@ -22,7 +22,7 @@ TIMESTAMP_HEADER = "X-GPU-Portal-Timestamp"
 SIGNATURE_HEADER = "X-GPU-Portal-Signature"
 # A receiver refuses a timestamp further than this from its clock (a replayed old delivery).
 REPLAY_WINDOW_S = 300
-# The name a release by the idle policy is logged under (telemetry.derived_metrics.POLICY).
+# The name a release by the idle policy is logged under (telemetry.idle.POLICY).
 IDLE_POLICY_ACTOR = "idle policy"
 # The delivery log a channel's page shows.
 LOG_LENGTH = 50

@@ -30,7 +30,8 @@ def event_kind(event: Event) -> str | None:
         return None
     if event.to_state == "pending":  # back in the queue from a run: moved, with the work it lost
         return EventKind.REQUEST_MOVED if event.from_state in ACTIVE else None
-    if event.to_state == "released" and event.actor_label == IDLE_POLICY_ACTOR:
+    # Released (batch work, under the team's policy) or told to stop (interactive work) for being idle.
+    if event.to_state in ("released", "migrating") and event.actor_label == IDLE_POLICY_ACTOR:
         return EventKind.IDLE_STOPPED
     if event.to_state == "cancelled" and event.from_state not in ACTIVE:
         return None  # withdrawn before it ran: nothing to tell

@@ -28,3 +28,8 @@ MAX_GPUS_PER_NODE = 64
 LOG_CHUNK_MAX_CHARS = 64 * 1024  # one log report at most; the agent ships longer output in pieces
 LOG_MAX_CHARS_PER_REQUEST = 1024 * 1024  # the oldest chunks go beyond this: the page shows the tail
 EXIT_CODE_RANGE = (-255, 255)  # negative: the signal that killed the job (Popen's convention)
+
+# Interactive work in use (services.sessions.record_activity): the last terminal input or kernel run is
+# stored to this resolution, so a relay may report every frame and the database sees one write a window.
+ACTIVITY_RESOLUTION_S = 30
+ACTIVE_AGAIN_EVENT = "active again"  # in its log: input came after an idle warning, the stop is off

@@ -15,7 +15,8 @@ class TeamAdmin(admin.ModelAdmin):
     list_display = ["name", "slug", "unix_account", "member_count", "created_at"]
     search_fields = ["name", "slug", "unix_account"]
     prepopulated_fields = {"slug": ["name"]}
-    readonly_fields = ["release_idle_allocations"]  # set on the team's page (teams.services.set_idle_release)
+    # Set on the team's page (teams.services.set_idle_policy).
+    readonly_fields = ["release_idle_allocations", "idle_minutes", "idle_util_percent"]
     inlines = [MembershipInline]
 
     @admin.display(description="Members")

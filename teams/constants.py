@@ -23,3 +23,9 @@ UNIX_ACCOUNT_PATTERN = r"[a-z_][a-z0-9_-]*\$?"  # matched whole (re.fullmatch): 
 UNIX_ACCOUNTS_REFUSED = frozenset({"root"})  # uid 0: a job would own the node
 # Without a mapping the node's agent creates and uses the system user gpp-<team slug>.
 DEFAULT_UNIX_ACCOUNT_PREFIX = "gpp-"
+
+# Idle work (telemetry.idle): a team's idle time in minutes (blank: the site's TELEMETRY_IDLE_AFTER_S),
+# and the utilization under which its cards count as idle.
+IDLE_MINUTES_MIN = 5
+IDLE_MINUTES_MAX = 7 * 24 * 60
+IDLE_UTIL_PERCENT_DEFAULT = 5

@@ -7,6 +7,7 @@ from django.utils import timezone
 
 from infra.forms import ServiceErrorsMixin
 from teams.choices import Role
+from teams.constants import IDLE_MINUTES_MAX, IDLE_MINUTES_MIN
 
 
 class ApiTokenForm(ServiceErrorsMixin, forms.Form):
@@ -38,3 +39,27 @@ class TeamSecretForm(ServiceErrorsMixin, forms.Form):
 
 class RoleForm(ServiceErrorsMixin, forms.Form):
     role = forms.ChoiceField(choices=Role.choices)
+
+
+class IdlePolicyForm(ServiceErrorsMixin, forms.Form):
+    """A team's idle policy (teams.services.set_idle_policy)."""
+
+    service_fields = {"util_percent": "idle_util_percent"}
+
+    idle_minutes = forms.IntegerField(
+        required=False,
+        min_value=IDLE_MINUTES_MIN,
+        max_value=IDLE_MINUTES_MAX,
+        label="Idle after (minutes)",
+        help_text="Blank: the site's default.",
+    )
+    idle_util_percent = forms.IntegerField(min_value=1, max_value=100, label="Under utilization (%)")
+    release = forms.BooleanField(required=False, label="Release idle batch work")
+
+    def service_kwargs(self) -> dict:
+        data = self.cleaned_data
+        return {
+            "release": data["release"],
+            "idle_minutes": data["idle_minutes"],
+            "util_percent": data["idle_util_percent"],
+        }

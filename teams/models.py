@@ -2,12 +2,16 @@ import re
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from agent.isolation.identity import team_account
 from teams.choices import Role
 from teams.constants import (
     DEFAULT_UNIX_ACCOUNT_PREFIX,
+    IDLE_MINUTES_MAX,
+    IDLE_MINUTES_MIN,
+    IDLE_UTIL_PERCENT_DEFAULT,
     UNIX_ACCOUNT_MAX_CHARS,
     UNIX_ACCOUNT_PATTERN,
     UNIX_ACCOUNTS_REFUSED,
@@ -37,7 +41,20 @@ class Team(models.Model):
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="teams")
     release_idle_allocations = models.BooleanField(
         default=False,
-        help_text="Release running work idle for TELEMETRY_IDLE_AFTER_S (a notice goes out either way).",
+        help_text="Release running batch work once idle (a notice goes out either way); interactive work "
+        "is stopped when idle whatever this says.",
+    )
+    idle_minutes = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(IDLE_MINUTES_MIN), MaxValueValidator(IDLE_MINUTES_MAX)],
+        help_text="How long work stays idle before it is noticed (batch) or stopped (interactive); "
+        "blank: the site's TELEMETRY_IDLE_AFTER_S.",
+    )
+    idle_util_percent = models.PositiveSmallIntegerField(
+        default=IDLE_UTIL_PERCENT_DEFAULT,
+        validators=[MinValueValidator(1), MaxValueValidator(100)],
+        help_text="GPU utilization (%) under which a card counts as idle.",
     )
     unix_account = models.CharField(
         max_length=UNIX_ACCOUNT_MAX_CHARS,
@@ -53,6 +70,10 @@ class Team(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def idle_seconds(self) -> int:
+        """How long its work stays idle before it is noticed or stopped: its own setting or the site's."""
+        return self.idle_minutes * 60 if self.idle_minutes else settings.TELEMETRY_IDLE_AFTER_S
 
     def default_unix_account(self) -> str:
         """The identity a node's agent creates for the team when no account is mapped (by the agent's

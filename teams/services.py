@@ -14,7 +14,7 @@ from redis.exceptions import RedisError
 from infra.echo import echoed
 from teams.changes import record_change
 from teams.choices import Role
-from teams.constants import MAX_SECRETS_PER_TEAM, TEAM_SECRET_MIN_CHARS
+from teams.constants import IDLE_MINUTES_MAX, IDLE_MINUTES_MIN, MAX_SECRETS_PER_TEAM, TEAM_SECRET_MIN_CHARS
 from teams.crypto import encrypt
 from teams.environment import name_problem, value_problem
 from teams.models import ApiToken, Membership, Team, TeamSecret, UserUnixAccount, validate_unix_account
@@ -175,12 +175,26 @@ def _remember_token(token: ApiToken) -> None:
         cache.set(_token_key(token.token_hash), token, TOKEN_CACHE_S)
 
 
-def set_idle_release(team: Team, *, release: bool, actor) -> Team:
-    """The team's policy for work idle past TELEMETRY_IDLE_AFTER_S: release it (True) or only notify."""
+def set_idle_policy(team: Team, *, release: bool, idle_minutes: int | None, util_percent: int, actor) -> Team:
+    """The team's idle policy: cards under `util_percent` % with no terminal input or kernel run for
+    `idle_minutes` (None: the site's TELEMETRY_IDLE_AFTER_S) are idle; interactive work is then stopped,
+    batch work noticed and, with `release`, released. Team admins; each change logged on the team."""
     require(
         can_manage_team(actor, team), f"Only team admins of {team.name} (or operators) can set its policy."
     )
-    return _set_team_field(team, "release_idle_allocations", release, actor=actor, reason="idle work policy")
+    errors = {}
+    if idle_minutes is not None and not IDLE_MINUTES_MIN <= idle_minutes <= IDLE_MINUTES_MAX:
+        errors["idle_minutes"] = f"Between {IDLE_MINUTES_MIN} and {IDLE_MINUTES_MAX} minutes, or blank."
+    if not 1 <= util_percent <= 100:
+        errors["idle_util_percent"] = "A utilization between 1 and 100 %."
+    if errors:
+        raise ValidationError(errors)
+    values = {
+        "release_idle_allocations": release,
+        "idle_minutes": idle_minutes,
+        "idle_util_percent": util_percent,
+    }
+    return _set_team_fields(team, values, actor=actor, reason="idle work policy")
 
 
 def set_team_unix_account(team: Team, *, unix_account: str, actor) -> Team:
@@ -199,22 +213,24 @@ def set_team_unix_account(team: Team, *, unix_account: str, actor) -> Team:
 
 
 def _set_team_field(team: Team, name: str, value, *, actor, reason: str, shown=lambda value: value) -> Team:
-    """Set one field of the team under its row lock and log the change on the team, with the values as
-    `shown` gives them; a value it already has changes nothing."""
+    """Set one field of the team (as _set_team_fields)."""
+    return _set_team_fields(team, {name: value}, actor=actor, reason=reason, shown=shown)
+
+
+def _set_team_fields(team: Team, values: dict, *, actor, reason: str, shown=lambda value: value) -> Team:
+    """Set fields of the team under its row lock and log the changes on the team in one Event, with the
+    values as `shown` gives them; values it already has change nothing."""
     with transaction.atomic():
         locked = Team.objects.select_for_update().get(pk=team.pk)
-        before = getattr(locked, name)
-        if before != value:
-            setattr(locked, name, value)
-            locked.save(update_fields=[name])
-            record_change(
-                locked,
-                "updated",
-                actor=actor,
-                team=locked,
-                reason=reason,
-                data={name: {"from": shown(before), "to": shown(value)}},
-            )
+        changed = {}
+        for name, value in values.items():
+            before = getattr(locked, name)
+            if before != value:
+                setattr(locked, name, value)
+                changed[name] = {"from": shown(before), "to": shown(value)}
+        if changed:
+            locked.save(update_fields=list(changed))
+            record_change(locked, "updated", actor=actor, team=locked, reason=reason, data=changed)
     team.refresh_from_db()
     return team
 

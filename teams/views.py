@@ -19,8 +19,8 @@ from django.views.decorators.http import require_POST
 from infra.messages import told
 from teams import services
 from teams.choices import Role
-from teams.forms import AddMemberForm, ApiTokenForm, RoleForm, TeamSecretForm
-from teams.permissions import can_manage_secrets, can_manage_team
+from teams.forms import AddMemberForm, ApiTokenForm, IdlePolicyForm, RoleForm, TeamSecretForm
+from teams.permissions import can_manage_secrets, can_manage_team, require
 from teams.selectors import sole_team, team_members, team_secrets, teams_visible_to
 
 
@@ -35,10 +35,12 @@ def _visible_membership(request, slug, membership_id):
     return get_object_or_404(team.memberships.select_related("user"), pk=membership_id)
 
 
-def _render_team(request, team, add_form=None, secret_form=None, status=200):
+def _render_team(request, team, add_form=None, secret_form=None, idle_form=None, status=200):
     context = {
         "team": team,
-        "idle_minutes": settings.TELEMETRY_IDLE_AFTER_S // 60,
+        "idle_minutes": team.idle_seconds() // 60,
+        "default_idle_minutes": settings.TELEMETRY_IDLE_AFTER_S // 60,
+        "idle_form": idle_form or _idle_form(team),
         "members": team_members(team),
         "can_manage": can_manage_team(request.user, team),
         "add_form": add_form or AddMemberForm(),
@@ -126,14 +128,27 @@ def secret_delete(request, slug, name):
     return redirect("team_detail", slug=slug)
 
 
+def _idle_form(team, data=None) -> IdlePolicyForm:
+    initial = {
+        "idle_minutes": team.idle_minutes,
+        "idle_util_percent": team.idle_util_percent,
+        "release": team.release_idle_allocations,
+    }
+    return IdlePolicyForm(data, initial=initial)
+
+
 @login_required
 @require_POST
 def idle_policy(request, slug):
     team = _visible_team(request, slug)
-    release = request.POST.get("release") == "1"
-    services.set_idle_release(team, release=release, actor=request.user)
-    messages.success(request, "Idle work will be released." if release else "Idle work will only be noticed.")
-    return redirect("team_detail", slug=slug)
+    require(can_manage_team(request.user, team), f"Only team admins of {team.name} can set its policy.")
+    form = _idle_form(team, request.POST)
+    if form.is_valid():
+        with form.service_errors():
+            services.set_idle_policy(team, actor=request.user, **form.service_kwargs())
+            messages.success(request, "Idle policy saved.")
+            return redirect("team_detail", slug=slug)
+    return _render_team(request, team, idle_form=form, status=400)
 
 
 @login_required

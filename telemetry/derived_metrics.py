@@ -2,8 +2,8 @@
 
 - unsteady utilization: a card's util standard deviation over the last UTILIZATION_WINDOW_S above 15 %;
 - a memory leak: a card's GPU memory grew more than 5 % over (up to) the last 24 hours of the request;
-- idle work: every card of the request under 5 % util for TELEMETRY_IDLE_AFTER_S; released too when
-  its team's policy says so (Team.release_idle_allocations), through the lifecycle owner;
+- idle work, by its team's idle policy (telemetry.idle): batch work noticed (and released under the
+  policy), interactive work warned and then stopped;
 - a slow network: a node running work averaged under TELEMETRY_NETWORK_FLOOR_BYTES_PER_S.
 
 Card readings are the whole card's (NVML reads cards, not slices): on a shared card a neighbour's load
@@ -15,25 +15,21 @@ rollups (node throughput from the raw node samples), one aggregate query per che
 import datetime as dt
 import math
 from collections import Counter, defaultdict
-from contextlib import suppress
 
 from django.conf import settings
-from django.db.models import Count, F, FilteredRelation, Max, Min, Q, Sum, Value
+from django.db.models import Count, F, Sum, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from audit.choices import NoticeKind
-from audit.notices import Finding, raise_notices
-from infra.conflicts import StateConflict
-from scheduler_app.choices import RequestState
+from audit.notices import Finding, raise_notices, request_notice_key
 from scheduler_app.constants import UTIL_STDDEV_TARGET_PERCENT, UTILIZATION_WINDOW_S
-from scheduler_app.models import Allocation, GpuRequest, Node
-from scheduler_app.rules.lifecycle import release_target
-from scheduler_app.services.transitions import transition_request
+from scheduler_app.models import GpuRequest, Node
+from telemetry.idle import act_on_idle, idle_findings, idle_work
 from telemetry.models import NodeSample
 from telemetry.rollups import MINUTE_S, floor_to
+from telemetry.running import minute_rollups, running_segments
 
-IDLE_UTIL_PERCENT = 5
 LEAK_GROWTH_PERCENT = 5
 LEAK_SPAN_S = 24 * 3600
 LEAK_MIN_SPAN_S = 3600  # growth is judged over at least an hour of the request's life
@@ -42,7 +38,6 @@ WARM_UP_S = 600  # a job's first 10 minutes (loading data and model) are not jud
 JITTER_MIN_SAMPLES = 10
 NETWORK_WINDOW_S = 300
 NETWORK_MIN_READINGS = 3
-POLICY = "idle policy"
 # The kinds these checks raise and resolve (other notices, e.g. resize offers, have their own owner).
 CHECK_KINDS = (NoticeKind.UTIL_JITTER, NoticeKind.MEMORY_LEAK, NoticeKind.IDLE, NoticeKind.NETWORK_SLOW)
 
@@ -50,33 +45,19 @@ CHECK_KINDS = (NoticeKind.UTIL_JITTER, NoticeKind.MEMORY_LEAK, NoticeKind.IDLE, 
 def check_running_work(now: dt.datetime | None = None) -> dict[str, int]:
     """Run every check on the running requests; returns the notices raised per kind."""
     now = now or timezone.now()
-    findings = [*_jitter(now), *_leaks(now), *_idle(now), *_slow_networks(now)]
+    idle = idle_work(now)
+    findings = [*_jitter(now), *_leaks(now), *idle_findings(idle, now), *_slow_networks(now)]
     raised = raise_notices(findings, kinds=CHECK_KINDS, now=now)
-    for notice in raised:
-        if notice.kind == NoticeKind.IDLE and notice.data.get("release"):
-            _release_idle(notice.data["request_id"], notice.text)
+    act_on_idle(idle, [n for n in raised if n.kind == NoticeKind.IDLE], now)
     return dict(Counter(notice.kind for notice in raised))
-
-
-def _running_segments():
-    return Allocation.objects.committed().filter(request__state=RequestState.RUNNING)
-
-
-def _minutes(since, until=None) -> FilteredRelation:
-    """The segment's card's minute rollups from `since` on (before `until`), joined on that condition, so
-    the database reads only those rows; a segment without any still comes out, with nulls."""
-    condition = Q(gpu__rollups__resolution_s=MINUTE_S, gpu__rollups__bucket_start__gte=since)
-    if until is not None:
-        condition &= Q(gpu__rollups__bucket_start__lt=until)
-    return FilteredRelation("gpu__rollups", condition=condition)
 
 
 def _jitter(now):
     since = floor_to(now - dt.timedelta(seconds=UTILIZATION_WINDOW_S), MINUTE_S)
     rows = (
-        _running_segments()
+        running_segments()
         .filter(started_at__lte=since)
-        .annotate(recent=_minutes(since))
+        .annotate(recent=minute_rollups(since))
         .values("request_id", "request__team_id", "gpu_id", "gpu__uuid")
         .annotate(n=Sum("recent__samples"), s=Sum("recent__util_sum"), sq=Sum("recent__util_sq_sum"))
         .filter(n__gte=JITTER_MIN_SAMPLES)
@@ -111,11 +92,11 @@ def _leaks(now):
         Value(now - dt.timedelta(seconds=LEAK_SPAN_S)), F("started_at") + dt.timedelta(seconds=WARM_UP_S)
     )
     rows = (
-        _running_segments()
+        running_segments()
         .filter(started_at__lte=now - dt.timedelta(seconds=LEAK_MIN_SPAN_S + WARM_UP_S))
         .annotate(
-            leak_head=_minutes(start, start + dt.timedelta(seconds=LEAK_AVERAGE_S)),
-            leak_tail=_minutes(floor_to(now - dt.timedelta(seconds=LEAK_AVERAGE_S), MINUTE_S)),
+            leak_head=minute_rollups(start, start + dt.timedelta(seconds=LEAK_AVERAGE_S)),
+            leak_tail=minute_rollups(floor_to(now - dt.timedelta(seconds=LEAK_AVERAGE_S), MINUTE_S)),
         )
         .values("pk", "request_id", "request__team_id", "gpu__uuid", "started_at")
         .annotate(
@@ -161,60 +142,12 @@ def _leaks(now):
         )
 
 
-def _idle(now):
-    idle_s = settings.TELEMETRY_IDLE_AFTER_S
-    since = floor_to(now - dt.timedelta(seconds=idle_s), MINUTE_S)
-    rows = (
-        _running_segments()
-        .annotate(recent=_minutes(since))
-        .values("request_id", "request__team_id", "request__team__release_idle_allocations", "started_at")
-        .annotate(busiest=Max("recent__util_max"), first=Min("recent__bucket_start"))
-    )
-    requests = defaultdict(list)
-    for row in rows:
-        requests[row["request_id"]].append(row)
-    idle = {}
-    for request_id, segments in requests.items():
-        # Every card idle, and read from the window's first minute on (not just quiet since a restart).
-        if all(
-            s["started_at"] <= since
-            and s["busiest"] is not None
-            and s["busiest"] < IDLE_UTIL_PERCENT
-            and s["first"] <= since
-            for s in segments
-        ):
-            idle[request_id] = segments[0]
-    names = _names(idle)
-    for request_id, row in idle.items():
-        release = row["request__team__release_idle_allocations"]
-        then = " It is released under your team's policy." if release else " Release it if it is done."
-        yield _on_request(
-            NoticeKind.IDLE,
-            request_id,
-            row["request__team_id"],
-            text=(
-                f"{names[request_id]}: its GPUs have been under {IDLE_UTIL_PERCENT} % utilization "
-                f"for {idle_s // 60} min.{then}"
-            ),
-            data={"request_id": request_id, "idle_s": idle_s, "release": release},
-        )
-
-
-def _release_idle(request_id: int, reason: str) -> None:
-    request = GpuRequest.objects.get(pk=request_id)
-    to_state = release_target(request.state)
-    if to_state is None:
-        return
-    with suppress(StateConflict):  # it moved on (ended, migrating) since the check: nothing to release
-        transition_request(request, to_state, actor_name=POLICY, reason=reason)
-
-
 def _slow_networks(now):
     floor = settings.TELEMETRY_NETWORK_FLOOR_BYTES_PER_S
     since = now - dt.timedelta(seconds=NETWORK_WINDOW_S)
     teams_on = defaultdict(set)
     for node_id, team_id in (
-        _running_segments().filter(started_at__lte=since).values_list("gpu__node_id", "request__team_id")
+        running_segments().filter(started_at__lte=since).values_list("gpu__node_id", "request__team_id")
     ):
         teams_on[node_id].add(team_id)
     if not teams_on:
@@ -252,7 +185,7 @@ def _on_request(kind: str, request_id: int, team_id: int, *, text: str, data: di
     return Finding(
         kind=kind,
         team_id=team_id,
-        key=f"{kind}:request:{request_id}",
+        key=request_notice_key(kind, request_id),
         subject=GpuRequest(pk=request_id),
         text=text,
         data=data,

@@ -28,10 +28,11 @@ from django.core.exceptions import ObjectDoesNotExist, ValidationError
 
 from infra.live import login_group, token_group
 from scheduler_app.choices import SessionKind
+from scheduler_app.constants import ACTIVITY_RESOLUTION_S
 from scheduler_app.models import GpuRequest
 from scheduler_app.permissions import can_open_session
 from scheduler_app.services.inventory import node_for_agent_token
-from scheduler_app.services.sessions import close_session, open_session, session_for_node
+from scheduler_app.services.sessions import close_session, open_session, record_activity, session_for_node
 from teams.permissions import NotAllowed
 from teams.services import user_for_api_token
 from teams.tokens import hash_token
@@ -117,6 +118,7 @@ class UserSessionConsumer(RelayConsumer):
         self.ended = False
         self.waiting: asyncio.Task | None = None
         self.groups_joined: list[str] = []
+        self.next_activity = 0.0  # the loop's time from which input is reported as activity again
         arguments = self.scope["url_route"]["kwargs"]
         self.request_id = arguments["request_id"]
         user, self.secret = await database_sync_to_async(_caller)(self.scope)
@@ -148,6 +150,7 @@ class UserSessionConsumer(RelayConsumer):
             await self._fail(message)
             return
         self.key = session.key
+        await self._active()
         await self._join(user_group(self.key))
         tty = bool(frame.get("tty", kind == SessionKind.TERMINAL))
         await self.channel_layer.group_send(
@@ -181,6 +184,7 @@ class UserSessionConsumer(RelayConsumer):
             if self.key is None:
                 return
             self.bytes_in += len(bytes_data)
+            await self._active()
             await self._to_agent({"type": "relay.data", "bytes": bytes_data})
             return
         frame = _control(text_data)
@@ -197,6 +201,14 @@ class UserSessionConsumer(RelayConsumer):
             await self._to_agent({"type": "relay.control", "text": json.dumps(message)})
         elif frame["type"] == "eof" and self.key is not None:
             await self._to_agent({"type": "relay.control", "text": json.dumps({"type": "eof"})})
+
+    async def _active(self) -> None:
+        """The user's input keeps the request from being idle: told to the database at most once per
+        ACTIVITY_RESOLUTION_S from here, so typing costs no query per key."""
+        now = asyncio.get_running_loop().time()
+        if now >= self.next_activity:
+            self.next_activity = now + ACTIVITY_RESOLUTION_S
+            await database_sync_to_async(record_activity)(self.request_id)
 
     async def _to_agent(self, message: dict) -> None:
         if self.peer is None:

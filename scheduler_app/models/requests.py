@@ -148,6 +148,16 @@ class GpuRequest(models.Model):
         null=True, blank=True, help_text="Migrating: the job checkpoints and stops by then (SIGKILL at it)."
     )
     stop_reason = models.CharField(max_length=300, blank=True, help_text="Why it is being stopped and moved.")
+    release_when_stopped = models.BooleanField(
+        default=False,
+        help_text="Migrating: once stopped it ends released instead of being requeued (an idle stop).",
+    )
+    last_activity_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="The last terminal input or kernel run in it (services.sessions.record_activity), to "
+        "ACTIVITY_RESOLUTION_S: one of what keeps interactive work from being idle.",
+    )
     placements = models.PositiveIntegerField(
         default=0,
         help_text="Times placed: the generation of its current run, which fences stale agent reports.",

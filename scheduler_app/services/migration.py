@@ -24,7 +24,7 @@ from scheduler_app.rules.billing import billing
 from scheduler_app.rules.lifecycle import ACTIVE_STATES
 from scheduler_app.services.inventory import set_node_status
 from scheduler_app.services.segments import resize_next_run
-from scheduler_app.services.transitions import requeue, stop_gracefully
+from scheduler_app.services.transitions import requeue, stop_gracefully, transition_requests
 
 WATCHDOG = "migration watchdog"
 RECLAIM = "reclaim"
@@ -71,7 +71,8 @@ def requeue_from_checkpoint(
     work still migrating with a deadline no later than that is requeued (what the watchdog saw may
     have changed since it looked). A pending move to
     on-demand capacity is done by the requeue (the request is billed on-demand: it waits for on-demand
-    capacity), and an accepted resize is applied (it is placed again at its new share)."""
+    capacity), and an accepted resize is applied (it is placed again at its new share). Work stopped to
+    end (`release_when_stopped`: an idle stop) ends released instead, its checkpoint kept."""
     with transaction.atomic():
         rows = GpuRequest.objects.select_for_update(of=("self",)).filter(
             pk__in=list(request_ids), state__in=ACTIVE_STATES
@@ -79,17 +80,26 @@ def requeue_from_checkpoint(
         if stopping_by is not None:
             rows = rows.filter(state=RequestState.MIGRATING, stop_by__lte=stopping_by)
         locked = list(rows.order_by("pk"))
+        ending = {r.pk for r in locked if r.release_when_stopped}
         starts = run_starts(r.pk for r in locked)
-        resizes = billing().resizes_due(r.pk for r in locked)
+        resizes = billing().resizes_due(r.pk for r in locked if r.pk not in ending)
         reasons, data = {}, {}
         for request in locked:
             lost = work_lost_s(request, stopped_at, starts.get(request.pk))
             why = reason or request.stop_reason or "stopped"
-            if request.last_checkpoint_at:
+            if request.pk in ending:
+                kept = (
+                    f"its checkpoint of {request.last_checkpoint_at:%H:%M:%S} UTC kept"
+                    if request.last_checkpoint_at
+                    else "no checkpoint reported"
+                )
+                reasons[request.pk] = f"{why}; stopped, {kept} ({lost} s of work after it)"
+            elif request.last_checkpoint_at:
                 resume = f"resumes from its checkpoint of {request.last_checkpoint_at:%H:%M:%S} UTC"
+                reasons[request.pk] = f"{why}; {resume} ({lost} s of work lost)"
             else:
                 resume = "no checkpoint reported: restarts from the beginning"
-            reasons[request.pk] = f"{why}; {resume} ({lost} s of work lost)"
+                reasons[request.pk] = f"{why}; {resume} ({lost} s of work lost)"
             if offer := resizes.get(request.pk):
                 resize_next_run(request.pk, offer.to_milli)
                 reasons[request.pk] += (
@@ -105,8 +115,18 @@ def requeue_from_checkpoint(
                 "stop_by": request.stop_by.isoformat() if request.stop_by else None,
                 "before_deadline": request.stop_by is None or stopped_at <= request.stop_by,
             }
+        ended = transition_requests(
+            ending,
+            RequestState.RELEASED,
+            from_states=[RequestState.MIGRATING],  # the flag holds only while it migrates
+            reasons=reasons,
+            data=data,
+            actor=actor,
+            actor_name=actor_name,
+            now=stopped_at,
+        )
         moved = requeue(
-            [r.pk for r in locked],
+            [r.pk for r in locked if r.pk not in ending],
             reasons=reasons,
             data=data,
             actor=actor,
@@ -114,7 +134,7 @@ def requeue_from_checkpoint(
             now=stopped_at,
         )
         billing().requeued([r.pk for r in moved], resizes.values(), stopped_at)
-    return moved
+    return [*moved, *ended]
 
 
 def move_reasons(request_ids: Iterable[int]) -> dict[int, str]:

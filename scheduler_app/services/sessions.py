@@ -2,12 +2,18 @@
 interactive request, relayed to the node's agent, closed once. Each open and close is in the event log
 (who opened what, when; how it ended and how many bytes went through)."""
 
+import datetime as dt
+
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
+from audit.choices import NoticeKind
 from audit.events import log_event
+from audit.notices import request_notice_key, resolve_notice
 from scheduler_app.choices import Backend, SessionKind
+from scheduler_app.constants import ACTIVE_AGAIN_EVENT, ACTIVITY_RESOLUTION_S
 from scheduler_app.models import Allocation, GpuRequest, InteractiveSession, Node
 from scheduler_app.permissions import can_open_session
 from teams.permissions import require
@@ -94,3 +100,29 @@ def close_session(
 def session_for_node(node: Node, key) -> InteractiveSession | None:
     """The open session `key` on this node, for its agent's side of the relay (None: not this node's)."""
     return InteractiveSession.objects.filter(key=key, node=node, closed_at__isnull=True).first()
+
+
+def record_activity(request: GpuRequest | int, at: dt.datetime | None = None) -> bool:
+    """Someone worked in the request at `at`: terminal or shell input through the relay, or a kernel
+    execution a Jupyter proxy reports. It keeps the request from being idle (telemetry.idle), and an
+    idle warning already sent is withdrawn, its stop called off (an Event on the request says so).
+    Stored to ACTIVITY_RESOLUTION_S: a call within that of the last one writes nothing. Returns whether
+    it wrote."""
+    at = at or timezone.now()
+    request_id = getattr(request, "pk", request)
+    stale = Q(last_activity_at__isnull=True) | Q(
+        last_activity_at__lte=at - dt.timedelta(seconds=ACTIVITY_RESOLUTION_S)
+    )
+    with transaction.atomic():
+        if not GpuRequest.objects.filter(stale, pk=request_id).update(last_activity_at=at):
+            return False
+        row = GpuRequest.objects.only("pk", "team_id", "state").get(pk=request_id)
+        if resolve_notice(row.team_id, request_notice_key(NoticeKind.IDLE, row.pk), now=at):
+            log_event(
+                row,
+                ACTIVE_AGAIN_EVENT,
+                from_state=row.state,
+                actor_name="activity",
+                reason="used again after the idle warning: the idle stop is called off",
+            )
+    return True

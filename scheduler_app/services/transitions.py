@@ -26,6 +26,7 @@ MOVED_FIELDS = [
     "estimated_start_at",
     "stop_by",
     "stop_reason",
+    "release_when_stopped",
     "placements",
 ]
 
@@ -156,13 +157,15 @@ def stop_gracefully(
     reasons: dict[int, str] | None = None,
     actor=None,
     actor_name: str = "",
+    release: bool = False,
     now: dt.datetime | None = None,
 ) -> list[GpuRequest]:
     """Checkpoint, then move: running work becomes migrating with `stop_by` = deadline; its agent
     SIGTERMs the job with the time left and SIGKILLs it at the deadline. Its slices stay open (and
-    billed) until it stopped; services.migration.requeue_from_checkpoint requeues it then. Work not
-    started yet (scheduled) has nothing to checkpoint: requeued at once. Work already stopping keeps
-    the earlier deadline. Returns the requests acted on."""
+    billed) until it stopped; services.migration.requeue_from_checkpoint requeues it then, or, with
+    `release`, ends it released (an idle stop: checkpointed, not run again). Work not started yet
+    (scheduled) has nothing to checkpoint: requeued at once. Work already stopping keeps the earlier
+    deadline. Returns the requests acted on."""
     now = now or timezone.now()
     with transaction.atomic():
         locked = _lock_requests(request_ids, ACTIVE_STATES)
@@ -179,6 +182,7 @@ def stop_gracefully(
         running = by_state[RequestState.RUNNING]
         for request in running:
             request.stop_by, request.stop_reason = deadline, why[request.pk][:300]
+            request.release_when_stopped = release
         until = f"checkpoint and stop by {deadline:%H:%M:%S} UTC"
         _move(
             running,
@@ -226,7 +230,7 @@ def _move(
         request.pending_reason = reasons[request.pk][:300] if to_state == RequestState.PENDING else ""
         request.estimated_start_at = None
         if to_state != RequestState.MIGRATING:
-            request.stop_by, request.stop_reason = None, ""
+            request.stop_by, request.stop_reason, request.release_when_stopped = None, "", False
         if to_state == RequestState.SCHEDULED:
             request.placements += 1  # a new run: reports about an earlier one no longer touch it
         events.append(

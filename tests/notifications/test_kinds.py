@@ -9,7 +9,7 @@ from notifications.choices import EventKind
 from notifications.constants import IDLE_POLICY_ACTOR
 from notifications.kinds import event_kind
 from scheduler_app.models import GpuRequest, Node
-from telemetry.derived_metrics import POLICY
+from telemetry.idle import POLICY
 
 
 def event(model, to_state, from_state="", actor="system") -> Event:
@@ -33,6 +33,7 @@ def event(model, to_state, from_state="", actor="system") -> Event:
         (GpuRequest, "pending", "cancelled", "bob", None),
         (GpuRequest, "running", "failed", "agent", EventKind.REQUEST_FAILED),
         (GpuRequest, "running", "migrating", "reclaim", EventKind.REQUEST_RECLAIMED),
+        (GpuRequest, "running", "migrating", IDLE_POLICY_ACTOR, EventKind.IDLE_STOPPED),
         (GpuRequest, "scheduled", "preempted", "scheduler", EventKind.REQUEST_RECLAIMED),
         (GpuRequest, "migrating", "pending", "reclaim", EventKind.REQUEST_MOVED),
         (GpuRequest, "", "pending", "bob", None),

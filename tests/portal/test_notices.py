@@ -178,14 +178,36 @@ async def _drain(layer, channel) -> list[dict]:
 def test_a_team_admin_sets_the_idle_policy_and_it_is_logged(client, team_admin, team):
     client.force_login(team_admin)
 
-    response = client.post(reverse("team_idle_policy", args=[team.slug]), {"release": "1"})
+    response = client.post(
+        reverse("team_idle_policy", args=[team.slug]),
+        {"release": "1", "idle_minutes": "45", "idle_util_percent": "10"},
+    )
 
     assert response.status_code == 302
     team.refresh_from_db()
-    assert team.release_idle_allocations is True
+    assert (team.release_idle_allocations, team.idle_minutes, team.idle_util_percent) == (True, 45, 10)
+    assert team.idle_seconds() == 2700
     event = Event.objects.get(to_state="updated", object_id=team.pk)
-    assert event.data == {"release_idle_allocations": {"from": False, "to": True}}
-    assert "and is released" in client.get(reverse("team_detail", args=[team.slug])).content.decode()
+    assert event.data == {
+        "release_idle_allocations": {"from": False, "to": True},
+        "idle_minutes": {"from": None, "to": 45},
+        "idle_util_percent": {"from": 5, "to": 10},
+    }
+    page = client.get(reverse("team_detail", args=[team.slug])).content.decode()
+    assert "under 10 % utilization" in page and "for 45 minutes" in page and "and is released" in page
+
+
+def test_an_idle_time_out_of_range_is_refused_on_the_form(client, team_admin, team):
+    client.force_login(team_admin)
+
+    response = client.post(
+        reverse("team_idle_policy", args=[team.slug]), {"idle_minutes": "2", "idle_util_percent": "5"}
+    )
+
+    assert response.status_code == 400
+    assert "greater than or equal to 5" in response.content.decode()
+    team.refresh_from_db()
+    assert team.idle_minutes is None
 
 
 @pytest.mark.parametrize("who, status", [("member", 403), ("outsider", 404)])

@@ -15,7 +15,8 @@ from django.contrib.auth.models import AnonymousUser
 from django.test import Client
 from django.utils import timezone
 
-from audit.models import Event
+from audit.models import Event, Notice
+from audit.notices import Finding, raise_notices, request_notice_key
 from portal.routing import websocket_urlpatterns
 from scheduler_app.models import InteractiveSession
 from scheduler_app.passes.run import run_scheduling_pass
@@ -258,3 +259,34 @@ def test_the_terminal_page_is_for_the_team_and_operators_only(
 
     assert answers == {member.username: 200, operator.username: 200, outsider.username: 403}
     assert client.get(page).status_code == 302  # to the sign-in page
+
+
+def test_terminal_input_marks_the_request_active_and_withdraws_its_idle_warning(interactive, member):
+    request, _ = interactive
+    raise_notices(
+        [
+            Finding(
+                "idle",
+                request.team_id,
+                request_notice_key("idle", request.pk),
+                request,
+                "Idle: it stops soon.",
+            )
+        ],
+        kinds=["idle"],
+    )
+
+    async def scenario():
+        user = user_socket(f"/ws/requests/{request.pk}/session/", user=member)
+        assert (await user.connect())[0]
+        await user.send_to(text_data=json.dumps({"type": "open", "kind": "terminal"}))
+        await user.send_to(bytes_data=b"ls\r")
+        await user.disconnect()
+
+    before = timezone.now()
+    async_to_sync(scenario)()
+
+    request.refresh_from_db()
+    assert request.last_activity_at >= before
+    assert Notice.objects.get().resolved_at is not None
+    assert Event.objects.filter(object_id=request.pk, to_state="active again").count() == 1

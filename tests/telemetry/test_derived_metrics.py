@@ -31,10 +31,13 @@ def node(make_node):
 
 @pytest.fixture
 def run(member, team, node):
-    """run(name, milli=500, cards=1, hours_ago=4) -> a running request on node-1, started that long ago."""
+    """run(name, milli=500, cards=1, hours_ago=4) -> a running batch request on node-1, started that long
+    ago (command="": an interactive one)."""
 
-    def make(name="train", milli=500, cards=1, hours_ago=4, who=member, of=team):
-        request = submit_request(user=who, team=of, name=name, gpu_milli=milli, num_gpus=cards)
+    def make(name="train", milli=500, cards=1, hours_ago=4, who=member, of=team, command="python train.py"):
+        request = submit_request(
+            user=who, team=of, name=name, gpu_milli=milli, num_gpus=cards, command=command
+        )
         gpus = node.gpus.order_by("index")[:cards]
         allocate(request, [Slice(gpu.pk, milli, 4096) for gpu in gpus])
         transition_request(request, RequestState.RUNNING)
