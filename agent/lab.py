@@ -68,6 +68,8 @@ class LabServer:
             f"--ServerApp.base_url={base_url(job.request_id)}",
             f"--ServerApp.root_dir={job.sandbox.workdir}",
         ]  # fmt: skip
+        if job.sandbox.identity is None and os.geteuid() == 0:
+            command.append("--allow-root")  # an unisolated agent as root runs its jobs as root already
         # The token in the environment, not the arguments: no other user of the node reads it in `ps`.
         environment = {**job.environment, "JUPYTER_TOKEN": self.token}
         self.process = await asyncio.create_subprocess_exec(
