@@ -92,7 +92,14 @@ def _parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument(
             "--no-sessions",
             action="store_true",
-            help="Offer no interactive sessions (terminals, shell, port-forward) in this node's allocations.",
+            help="Offer no interactive sessions (terminals, shell, port-forward, JupyterLab) in this node's "
+            "allocations.",
+        )
+        parser.add_argument(
+            "--lab-python",
+            default=sys.executable,
+            help="The Python with JupyterLab that an allocation's Lab runs on, as the job's identity: one "
+            "its account may run (default: the agent's own).",
         )
         parser.add_argument(
             "--no-isolation",
@@ -266,6 +273,7 @@ def run(args, nvml) -> int:
         cloud_notices=cloud_notices,
         checkpoint_sync=checkpoint_sync,
         sessions=not args.no_sessions,
+        lab_python=args.lab_python,
     )
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: agent.stop())

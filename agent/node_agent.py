@@ -83,6 +83,7 @@ class NodeAgent:
         cloud_notices=None,
         checkpoint_sync=None,
         sessions: bool = False,
+        lab_python: str | None = None,
     ):
         self.client = client
         self.nvml = nvml
@@ -119,7 +120,7 @@ class NodeAgent:
         # Interactive sessions (agent.sessions), once registered; off for monitor-only agents.
         self.sessions = None
         if sessions and not monitor_only:
-            self.sessions = SessionTunnel(client.url, client.credential, self.jobs.get)
+            self.sessions = SessionTunnel(client.url, client.credential, self.jobs.get, lab_python)
 
     def run(self) -> None:
         """Rounds until stop() is called; then the jobs are stopped with their grace period."""

@@ -11,7 +11,10 @@ connects a websocket for that session (`ws/agent/sessions/<key>/`), over which i
   together; the user's `eof` closes its stdin); its exit status ends the session. Isolated, it runs
   in a cgroup of its own inside the job's, killed whole when the session ends however it ends (the
   process exits, the user goes, the job or the agent stops): nothing it started outlives it;
-- a port: a TCP connection to a port a process of the allocation listens on, on loopback.
+- a port: a TCP connection to a port a process of the allocation listens on, on loopback;
+- JupyterLab: one HTTP exchange or one websocket with the request's Jupyter server (agent.lab),
+  started on the first and stopped with the job. Its websockets are `ws/agent/sessions/<key>/<stream>/`:
+  one lab session carries many streams.
 """
 
 import asyncio
@@ -25,6 +28,7 @@ import shutil
 import signal
 import struct
 import subprocess
+import sys
 import termios
 import threading
 
@@ -32,6 +36,7 @@ import psutil
 from gpu_portal_sdk.sessions import open_websocket
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
+from agent import lab
 from agent.isolation import JobStartError
 
 log = logging.getLogger(__name__)
@@ -45,18 +50,21 @@ LOOPBACK = {"0.0.0.0": "127.0.0.1", "::": "::1"}
 
 class SessionTunnel:
     """The agent's side of the portal's session relay, on an event loop in a thread of its own.
-    `job_of(request_id)`: the agent's running Job for a request, or None."""
+    `job_of(request_id)`: the agent's running Job for a request, or None; `lab_python`: the Python
+    JupyterLab runs on (the agent's own by default)."""
 
-    def __init__(self, url: str, credential: str, job_of):
+    def __init__(self, url: str, credential: str, job_of, lab_python: str | None = None):
         self.url = url
         self.credential = credential
         self.job_of = job_of
+        self.lab_python = lab_python or sys.executable
         self.loop: asyncio.AbstractEventLoop | None = None
         self.connected = threading.Event()  # the control websocket is open (tests wait on it)
         self._stopping: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
         self.session_pids: dict[int, set[int]] = {}  # request -> its sessions' process leaders
         self._tasks: set[asyncio.Task] = set()  # the sessions running (held: the loop keeps weak refs)
+        self.labs: dict[int, tuple[object, asyncio.Task]] = {}  # request -> (its job, its Lab's start)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._main, name="sessions", daemon=True)
@@ -101,20 +109,25 @@ class SessionTunnel:
     async def _listen(self, ws) -> None:
         with contextlib.suppress(ConnectionClosed):
             async for message in ws:
-                task = asyncio.create_task(self._session(json.loads(message)))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                self._spawn(self._session(json.loads(message)))
+
+    def _spawn(self, coroutine) -> asyncio.Task:
+        task = asyncio.create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _session(self, spec: dict) -> None:
+        path = f"ws/agent/sessions/{spec['session']}/" + (f"{spec['stream']}/" if spec.get("stream") else "")
         try:
-            async with open_websocket(
-                self.url, self.credential, f"ws/agent/sessions/{spec['session']}/"
-            ) as ws:
+            async with open_websocket(self.url, self.credential, path) as ws:
                 job = self.job_of(spec["request_id"])
                 if job is None:
                     await _error(ws, "The request runs nothing on this node now.")
                 elif spec["kind"] == "port-forward":
                     await self._forward(ws, job, spec["port"])
+                elif spec["kind"] == "lab":
+                    await self._lab(ws, job, spec["lab"])
                 else:
                     await self._process(ws, job, spec)
         except (OSError, WebSocketException, InvalidStatus) as error:
@@ -207,6 +220,50 @@ class SessionTunnel:
             for task in (*tasks, reading):
                 task.cancel()
             await asyncio.gather(*tasks, reading, return_exceptions=True)
+
+    # JupyterLab
+
+    async def _lab(self, ws, job, exchange: dict) -> None:
+        try:
+            server = await self._lab_server(job)
+        except (JobStartError, OSError) as error:
+            await _error(ws, f"Cannot start JupyterLab: {error}")
+            return
+        relay = lab.relay_websocket if exchange["mode"] == "websocket" else lab.relay_http
+        with contextlib.suppress(ConnectionClosed, ConnectionError):
+            await relay(ws, server, exchange)
+
+    async def _lab_server(self, job) -> "lab.LabServer":
+        """The request's Jupyter server, started on the first stream (the others wait for it)."""
+        known = self.labs.get(job.request_id)
+        if known is None or known[0] is not job or (known[1].done() and known[1].exception()):
+            known = (job, self._spawn(self._run_lab(job)))
+            self.labs[job.request_id] = known
+        return await asyncio.shield(known[1])
+
+    async def _run_lab(self, job) -> "lab.LabServer":
+        server = lab.LabServer(job, self.lab_python)
+        try:
+            await server.start()
+        except BaseException:
+            server.stop()
+            raise
+        self._spawn(self._keep_lab(job, server))
+        return server
+
+    async def _keep_lab(self, job, server) -> None:
+        """Until the job ends (or the agent stops): then Jupyter and its kernels end too."""
+        try:
+            while self.job_of(job.request_id) is job and server.alive():
+                await asyncio.sleep(1.0)
+        finally:
+            server.stop()
+            if self.labs.get(job.request_id, (None,))[0] is job:
+                del self.labs[job.request_id]
+            if server.process is not None:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(server.process.wait(), 5)
+            await _remove(server.cgroup)
 
     # A port
 

@@ -66,6 +66,7 @@ class SessionKind(models.TextChoices):
     TERMINAL = "terminal", "Browser terminal"
     SHELL = "shell", "Shell (gpu-portal shell)"
     PORT_FORWARD = "port-forward", "Port forward"
+    LAB = "lab", "JupyterLab"
 
 
 class WhatIfStatus(models.TextChoices):

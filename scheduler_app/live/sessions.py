@@ -322,10 +322,12 @@ class AgentControlConsumer(AsyncWebsocketConsumer):
 
 
 class AgentSessionConsumer(RelayConsumer):
-    """`ws/agent/sessions/<key>/`: the agent's side of one session on its own node."""
+    """`ws/agent/sessions/<key>/` (and `<key>/<stream>/`): the agent's side of one session, or of one
+    stream of a Lab session, on its own node."""
 
     async def connect(self):
         self.key = self.scope["url_route"]["kwargs"]["key"]
+        stream = self.scope["url_route"]["kwargs"].get("stream")  # one of a Lab session's (live/lab.py)
         self.closed_by_user = False
         self.buffered: list[dict] = []
         node = await database_sync_to_async(_node)(self.scope)
@@ -335,7 +337,7 @@ class AgentSessionConsumer(RelayConsumer):
             return
         await self.accept()
         await self.channel_layer.group_send(
-            user_group(self.key), {"type": "relay.ready", "channel": self.channel_name}
+            user_group(stream or self.key), {"type": "relay.ready", "channel": self.channel_name}
         )
 
     async def receive(self, text_data=None, bytes_data=None):

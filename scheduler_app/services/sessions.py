@@ -61,6 +61,34 @@ def open_session(
     return session
 
 
+def open_lab(user, request_id: int) -> InteractiveSession:
+    """The user's open JupyterLab session on the request, else a new one: opening the Lab is one session
+    however many requests and websockets its page makes. Raises NotAllowed as open_session does."""
+    with transaction.atomic():
+        request = GpuRequest.objects.select_for_update().select_related("team").filter(pk=request_id).first()
+        require(request is not None and can_open_session(user, request), "Not your team's running request.")
+        lab = InteractiveSession.objects.filter(
+            request=request, user=user, kind=SessionKind.LAB, closed_at__isnull=True
+        ).first()
+        return lab or open_session(user, request_id, kind=SessionKind.LAB)
+
+
+def close_labs(request_ids: list[int]) -> None:
+    """The Lab sessions of requests that stop running end with them (their Jupyter servers do)."""
+    open_labs = InteractiveSession.objects.filter(
+        request_id__in=request_ids, kind=SessionKind.LAB, closed_at__isnull=True
+    )
+    for key in open_labs.values_list("key", flat=True):
+        close_session(key, reason="the request stopped running")
+
+
+def record_activity(key, at) -> None:
+    """A cell ran in the session's Lab at `at` (the idle auto-stop reads it): one UPDATE, never earlier."""
+    InteractiveSession.objects.filter(key=key).filter(
+        Q(last_activity_at__isnull=True) | Q(last_activity_at__lt=at)
+    ).update(last_activity_at=at)
+
+
 def _node_of(request: GpuRequest) -> Node | None:
     allocation = (
         Allocation.objects.committed()

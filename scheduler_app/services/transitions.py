@@ -15,6 +15,7 @@ from scheduler_app.models import GpuRequest
 from scheduler_app.passes.dispatch import schedule_soon
 from scheduler_app.rules.lifecycle import ACTIVE_STATES, check_transition
 from scheduler_app.services.segments import close_segments
+from scheduler_app.services.sessions import close_labs
 
 # What a move writes on the request row.
 MOVED_FIELDS = [
@@ -219,6 +220,8 @@ def _move(
     leaving = [r.pk for r in locked if r.state in ACTIVE_STATES and to_state not in ACTIVE_STATES]
     if leaving:
         close_segments(leaving, now)
+    if stopping_labs := [r.pk for r in locked if r.state == RequestState.RUNNING and to_state != r.state]:
+        close_labs(stopping_labs)
     stamp = {RequestState.SCHEDULED: "scheduled_at", RequestState.RUNNING: "started_at"}.get(to_state)
     events = []
     for request in locked:
