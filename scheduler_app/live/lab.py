@@ -265,7 +265,7 @@ class LabWebsocketConsumer(AsyncWebsocketConsumer):
         data = TEXT + text_data.encode() if text_data is not None else BINARY + bytes_data
         if EXECUTE.search(data, 0, 4096):
             task = asyncio.create_task(
-                database_sync_to_async(record_activity)(self.session.key, timezone.now())
+                database_sync_to_async(record_activity)(self.session.request_id, timezone.now())
             )
             self.recording.add(task)
             task.add_done_callback(self.recording.discard)

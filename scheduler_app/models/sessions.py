@@ -27,7 +27,6 @@ class InteractiveSession(models.Model):
     bytes_in = models.BigIntegerField(default=0)  # from the user to the allocation
     bytes_out = models.BigIntegerField(default=0)  # from the allocation to the user
     close_reason = models.CharField(max_length=200, blank=True)
-    last_activity_at = models.DateTimeField(null=True, blank=True)  # a Lab's last cell run (record_activity)
 
     class Meta:
         indexes = [models.Index(fields=["request", "-opened_at"])]

@@ -82,13 +82,6 @@ def close_labs(request_ids: list[int]) -> None:
         close_session(key, reason="the request stopped running")
 
 
-def record_activity(key, at) -> None:
-    """A cell ran in the session's Lab at `at` (the idle auto-stop reads it): one UPDATE, never earlier."""
-    InteractiveSession.objects.filter(key=key).filter(
-        Q(last_activity_at__isnull=True) | Q(last_activity_at__lt=at)
-    ).update(last_activity_at=at)
-
-
 def _node_of(request: GpuRequest) -> Node | None:
     allocation = (
         Allocation.objects.committed()

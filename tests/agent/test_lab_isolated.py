@@ -150,7 +150,7 @@ def test_a_cell_runs_in_the_slice_as_the_team_and_others_get_403(portal, lab_age
     status, page = call(f"{lab}lab", token)
     assert status == 200 and b"JupyterLab" in page
     lab_session = InteractiveSession.objects.get(kind="lab")
-    assert lab_session.user == member and lab_session.last_activity_at is not None  # the cell ran
+    assert lab_session.user == member and lab_session.request.last_activity_at is not None  # the cell ran
 
     stranger = token_of(outsider)
     assert call(f"{lab}lab", stranger)[0] == 403

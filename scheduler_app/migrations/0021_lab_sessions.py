@@ -6,15 +6,10 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduler_app', '0019_interactive_sessions'),
+        ('scheduler_app', '0020_idle_activity'),
     ]
 
     operations = [
-        migrations.AddField(
-            model_name='interactivesession',
-            name='last_activity_at',
-            field=models.DateTimeField(blank=True, null=True),
-        ),
         migrations.AlterField(
             model_name='interactivesession',
             name='kind',
