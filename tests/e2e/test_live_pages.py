@@ -113,7 +113,7 @@ def test_cluster_heatmap_and_picture_update_without_reload(
     off_the_browser_thread(second_request)
     expect(page.locator('#pool-a100 a[data-request="second-e2e"]')).to_have_count(1)
     summary = page.locator("#cluster-summary tbody td.num")
-    expect(summary).to_have_text(["0", "2", "2"])  # free, allocated, all
+    expect(summary).to_have_text(["0", "2", "0", "2"])  # free, allocated, held outside the portal, all
     assert page.evaluate(NOT_RELOADED)
     screenshot(page, "live-03-cluster")
 
