@@ -240,6 +240,11 @@ def _timed(connection, user, team, count: int, rng) -> list[Timing]:
             )
         )
         cancel_request(request, user=user)  # its job is stopped by the threads' next sync
+    deadline = time.monotonic() + 60  # the last jobs' ends read before the threads stop
+    while SlurmJob.objects.filter(connection=connection, ended_at__isnull=True).exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("the cancelled requests' Slurm jobs still run 60 s on")
+        time.sleep(POLL_S)
     return timings
 
 

@@ -18,11 +18,12 @@ websocket_urlpatterns = [
 
 
 class LabOrDjango:
-    """HTTP: JupyterLab's paths to its proxy (scheduler_app/live/lab.py), all else to Django."""
+    """HTTP: JupyterLab's paths to its proxy (scheduler_app/live/lab.py), all else to `app` (Django;
+    named as ASGI middleware names the application it wraps)."""
 
-    def __init__(self, lab, django):
-        self.lab, self.django = lab, django
+    def __init__(self, lab, app):
+        self.lab, self.app = lab, app
 
     async def __call__(self, scope, receive, send):
-        app = self.lab if scope["type"] == "http" and LAB_PATH.match(scope["path"]) else self.django
+        app = self.lab if scope["type"] == "http" and LAB_PATH.match(scope["path"]) else self.app
         return await app(scope, receive, send)

@@ -3,22 +3,29 @@ Slurm test: flock /tmp/slurm-tests.lock pytest ...): both parts measure what the
 
 import random
 
+import pytest
+
 from bench.slurm import Timing, one_pass, percentile, report_timings, sched_interval, submit_to_running
 from tests.slurm_backend.conftest import no_slurm_jobs, slurm_cluster, slurm_pool, team_accounts
 
 __all__ = ["no_slurm_jobs", "slurm_cluster", "slurm_pool", "team_accounts"]  # the fixtures used here
 
 
-def test_the_bench_times_submit_to_running_beside_slurms_own_and_one_pass_into_slurm(
+@pytest.mark.postgres  # the embedded threads write beside the test: SQLite's shared cache locks tables
+def test_the_bench_times_submit_to_running_beside_slurms_own(
     transactional_db, slurm_pool, slurm_cluster, team_accounts, member, team
 ):
     # The embedded threads run the passes and the syncs: they see only committed rows.
     timings = submit_to_running(slurm_pool, member, team, 2, random.Random(7))
-    batch = one_pass(slurm_pool, member, team, 8)
 
     assert sched_interval(slurm_cluster["SLURM_CONF"]) == 2.0  # the test cluster's SchedulerParameters
     assert len(timings) == 2
     assert all(t.portal_s > 0 and t.slurm_s >= 0 and t.portal_s >= t.slurm_s - 1 for t in timings)
+
+
+def test_the_bench_times_one_pass_and_one_sync_into_slurm(slurm_pool, team_accounts, member, team):
+    batch = one_pass(slurm_pool, member, team, 8)
+
     assert (batch.requests, batch.placed, batch.accepted) == (8, 8, 8)
     assert batch.pass_s > 0 and batch.sync_s > 0
 
