@@ -15,12 +15,7 @@ each and the difference.
 import argparse
 import asyncio
 import json
-import os
-import shutil
-import signal
 import statistics
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -29,8 +24,7 @@ import psutil
 import requests
 from websockets.asyncio.client import connect, unix_connect
 
-from bench.production import free_port
-from bench.terminal_echo import ROOT, SETUP, _interactive_request, _start, _wait_for
+from bench.terminal_echo import _interactive_request, portal_and_agent
 
 SCRATCH = Path("/var/tmp/gpu-portal-bench-lab")  # short: Jupyter's socket path must fit 107 characters
 
@@ -39,31 +33,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", type=int, default=200, help="Cells each way (default 200).")
     args = parser.parse_args(argv)
-    shutil.rmtree(SCRATCH, ignore_errors=True)
-    (SCRATCH / "var").mkdir(mode=0o711, parents=True)
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
-    env["PORTAL_VAR_DIR"] = str(SCRATCH / "var")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "sdk"), str(ROOT)])
-    manage = [sys.executable, "manage.py"]
-    subprocess.run([*manage, "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
-    made = subprocess.run([*manage, "shell", "-c", SETUP], cwd=ROOT, env=env, check=True,
-                          capture_output=True, text=True)  # fmt: skip
-    setup = json.loads(made.stdout.strip().splitlines()[-1])
-    credential = SCRATCH / "credential"
-    credential.write_text(setup["credential"])
-    credential.chmod(0o600)
-    (SCRATCH / "cards.json").write_text(json.dumps([{"uuid": "GPU-bench-0", "name": "A100-80GB"}]))
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    processes = [_start([*manage, "serve", "--port", str(port)], env, SCRATCH, "portal")]
-    try:
-        _wait_for(lambda: requests.get(f"{url}/healthz/ready", timeout=1).ok)
-        agent = [
-            sys.executable, "-m", "agent", "run", "--portal", url, "--credential-file", str(credential),
-            "--simulate-cards", str(SCRATCH / "cards.json"), "--interval-s", "0.2", "--mps", "off",
-            "--workdir", str(SCRATCH / "work"), "--home-root", str(SCRATCH / "home"), "--no-isolation",
-        ]  # fmt: skip
-        processes.append(_start(agent, env, SCRATCH, "agent"))
+    with portal_and_agent(SCRATCH) as (url, setup):
         request = _interactive_request(url, setup["token"])
         headers = {"Authorization": f"Bearer {setup['token']}"}
         lab = f"{url}/requests/{request}/lab/"
@@ -72,14 +42,6 @@ def main(argv: list[str] | None = None) -> dict:
             raise RuntimeError(f"no kernel: {answer.status_code} {answer.text}")
         kernel = answer.json()["id"]
         times = asyncio.run(_measure(lab, headers, kernel, args.cells))
-    finally:
-        for process in reversed(processes):
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
     result = _report(times)
     print(json.dumps(result))
     return result

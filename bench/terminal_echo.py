@@ -14,6 +14,7 @@ PTY, agent and portal). Prints the median and p95 over every keystroke.
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -23,6 +24,7 @@ import string
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import requests
@@ -61,13 +63,24 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--isolated", action="store_true", help="Isolate the agent's jobs (needs root).")
     parser.add_argument("--scratch", type=Path, default=SCRATCH, help="Where the portal's files go.")
     args = parser.parse_args(argv)
-    scratch = args.scratch
+    with portal_and_agent(args.scratch, isolated=args.isolated) as (url, setup):
+        request = _interactive_request(url, setup["token"])
+        latencies = asyncio.run(_measure(url, setup["token"], request, args))
+    result = _report(latencies, args)
+    print(json.dumps(result))
+    return result
+
+
+@contextlib.contextmanager
+def portal_and_agent(scratch: Path, *, isolated: bool = False) -> Iterator[tuple[str, dict]]:
+    """The embedded portal (`manage.py serve`) in `scratch`, seeded by SETUP, and a real agent on one
+    simulated card with its session tunnel, until the block ends: (the portal's URL, SETUP's answer)."""
     shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir(mode=0o711, parents=True)
+    (scratch / "var").mkdir(mode=0o711, parents=True)
+    scratch.chmod(0o711)
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
     env["PORTAL_VAR_DIR"] = str(scratch / "var")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "sdk"), str(ROOT)])
-    (scratch / "var").mkdir(mode=0o711)
     manage = [sys.executable, "manage.py"]
     subprocess.run([*manage, "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
     made = subprocess.run([*manage, "shell", "-c", SETUP], cwd=ROOT, env=env, check=True,
@@ -86,11 +99,10 @@ def main(argv: list[str] | None = None) -> dict:
             sys.executable, "-m", "agent", "run", "--portal", url, "--credential-file", str(credential),
             "--simulate-cards", str(scratch / "cards.json"), "--interval-s", "0.2", "--mps", "off",
             "--workdir", str(scratch / "work"), "--home-root", str(scratch / "home"),
-            *([] if args.isolated else ["--no-isolation"]),
+            *([] if isolated else ["--no-isolation"]),
         ]  # fmt: skip
         processes.append(_start(agent, env, scratch, "agent"))
-        request = _interactive_request(url, setup["token"])
-        latencies = asyncio.run(_measure(url, setup["token"], request, args))
+        yield url, setup
     finally:
         for process in reversed(processes):  # the agent first, while the portal still answers it
             process.send_signal(signal.SIGTERM)
@@ -99,9 +111,6 @@ def main(argv: list[str] | None = None) -> dict:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-    result = _report(latencies, args)
-    print(json.dumps(result))
-    return result
 
 
 def _start(argv: list[str], env: dict, scratch: Path, name: str) -> subprocess.Popen:

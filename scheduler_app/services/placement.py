@@ -153,19 +153,9 @@ def follow_cards(
     do) when a card would go over 1000 milli-GPU or its memory, or the run is no longer current."""
     now = now or timezone.now()
     with transaction.atomic():
-        Node.objects.select_for_update(no_key=True).filter(pk=node.pk).first()
-        cards = {
-            gpu.index: gpu
-            for gpu in Gpu.objects.select_for_update(no_key=True).filter(node=node).order_by("pk")
-        }
-        request = (
-            GpuRequest.objects.select_for_update()
-            .filter(pk=request_id, placements=generation, state__in=ACTIVE_STATES)
-            .first()
-        )
+        cards, request, held = _lock_run(node, request_id, generation)
         if request is None:
             return f"request {request_id} run {generation} is no longer current"
-        held = list(Allocation.objects.committed().filter(request=request, gpu__node=node).order_by("gpu_id"))
         wanted = [cards[i] for i in sorted(indexes) if i in cards]
         if len(wanted) != len(held) or any(piece.mig_instance for piece in held):
             return f"request {request_id} holds {len(held)} slice(s) here, not one on each of cards {indexes}"
@@ -199,6 +189,24 @@ def follow_cards(
     return ""
 
 
+def _lock_run(node: Node, request_id: int, generation: int):
+    """For following a cluster manager's choice within `node`: the node's share lock, its cards' and the
+    request's row locks, as `place` takes them. (cards by index, the request, its open slices on the
+    node); the request is None when the run `generation` is no longer current."""
+    Node.objects.select_for_update(no_key=True).filter(pk=node.pk).first()
+    locked = Gpu.objects.select_for_update(no_key=True).filter(node=node).order_by("pk")
+    cards = {gpu.index: gpu for gpu in locked}
+    request = (
+        GpuRequest.objects.select_for_update()
+        .filter(pk=request_id, placements=generation, state__in=ACTIVE_STATES)
+        .first()
+    )
+    if request is None:
+        return cards, None, []
+    held = list(Allocation.objects.committed().filter(request=request, gpu__node=node).order_by("gpu_id"))
+    return cards, request, held
+
+
 def follow_instances(
     node: Node,
     request_id: int,
@@ -216,19 +224,9 @@ def follow_instances(
     another slice, or the run is no longer current."""
     now = now or timezone.now()
     with transaction.atomic():
-        Node.objects.select_for_update(no_key=True).filter(pk=node.pk).first()
-        cards = {
-            gpu.index: gpu
-            for gpu in Gpu.objects.select_for_update(no_key=True).filter(node=node).order_by("pk")
-        }
-        request = (
-            GpuRequest.objects.select_for_update()
-            .filter(pk=request_id, placements=generation, state__in=ACTIVE_STATES)
-            .first()
-        )
+        cards, request, held = _lock_run(node, request_id, generation)
         if request is None:
             return f"request {request_id} run {generation} is no longer current"
-        held = list(Allocation.objects.committed().filter(request=request, gpu__node=node).order_by("gpu_id"))
         index_of = {gpu.pk: gpu.index for gpu in cards.values()}
         wanted = set(instances)
         if len(wanted) != len(held) or not all(piece.mig_instance for piece in held):
