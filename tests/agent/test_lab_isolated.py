@@ -34,6 +34,8 @@ from tests.agent.test_sessions_isolated import PREFIX, portal  # noqa: F401  (fi
 from tests.agent_fixtures import rounds_until
 from tests.waiting import wait_until
 
+pytestmark = pytest.mark.usefixtures("fresh_channel_layer")  # a layer of its own: see the fixture
+
 CELL = (
     "import os, subprocess\n"
     "print('cards=' + os.environ['CUDA_VISIBLE_DEVICES'], 'milli=' + os.environ['GPU_PORTAL_GPU_MILLI'],"

@@ -24,6 +24,8 @@ from tests.agent_fixtures import REPO, rounds_until, unisolated
 from tests.e2e.conftest import AsgiServer
 from tests.waiting import wait_until
 
+pytestmark = pytest.mark.usefixtures("fresh_channel_layer")  # a layer of its own: see the fixture
+
 CLI = [sys.executable, "-m", "gpu_portal_sdk"]
 
 

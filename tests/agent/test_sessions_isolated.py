@@ -32,6 +32,8 @@ from tests.agent_fixtures import rounds_until
 from tests.e2e.conftest import AsgiServer
 from tests.waiting import wait_until
 
+pytestmark = pytest.mark.usefixtures("fresh_channel_layer")  # a layer of its own: see the fixture
+
 SCRATCH = Path("/var/tmp/gpu-portal-isolation-tests")  # the jobs' identities reach it, unlike /tmp/pytest-*
 PREFIX = "gppt-"
 SENTINEL = "GPP_SESSION_LEAK_SENTINEL"

@@ -7,7 +7,7 @@ import pytest
 from tests.agent.test_sessions_end_to_end import allocation, portal  # noqa: F401  (fixtures)
 from tests.e2e.conftest import log_in_at
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("fresh_channel_layer")]
 
 SCREEN = """() => {
   const buffer = window.portalTerminal.buffer.active;

@@ -59,6 +59,7 @@ def test_a_pass_that_places_work_on_a_slurm_pool_runs_its_sync_at_once(
 ):
     sync = Recorder()
     if mode == "embedded":
+        settings.REDIS_URL = ""  # the embedded default, whatever this run's services
         monkeypatch.setitem(dispatch._EMBEDDED_FOR_ENTRY, "slurm-sync", sync)
     else:
         settings.REDIS_URL = "redis://127.0.0.1:6379/15"
