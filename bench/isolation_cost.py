@@ -19,13 +19,12 @@ import signal
 import statistics
 import subprocess
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 
 import requests
 
-from bench.production import free_port
+from bench.production import free_port, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRATCH = Path("/var/tmp/gpu-portal-bench-isolation")
@@ -76,7 +75,7 @@ def main() -> None:
     url = f"http://127.0.0.1:{port}"
     processes = [_start([*manage, "serve", "--port", str(port)], env, "portal")]
     try:
-        _wait_for(lambda: requests.get(f"{url}/healthz/ready", timeout=1).ok)
+        wait_for(lambda: requests.get(f"{url}/healthz/ready", timeout=1).ok)
         for mode, options in MODES.items():
             credential = SCRATCH / f"{mode}.credential"
             credential.write_text(setup["credentials"][mode])
@@ -120,7 +119,7 @@ def _measure(url: str, token: str, jobs: int) -> dict[str, list[float]]:
             answer = session.post(f"{url}/api/v1/requests/", json=body, timeout=10)
             answer.raise_for_status()
             request = answer.json()["id"]
-            printed = _wait_for(
+            printed = wait_for(
                 lambda r=request: session.get(f"{url}/api/v1/requests/{r}/log/").json()["text"]
             )
             placed = session.get(f"{url}/api/v1/requests/{request}/").json()["scheduled_at"]
@@ -136,18 +135,6 @@ def _report(latencies: dict[str, list[float]]) -> None:
         print(f"{mode:>13}: median {median:6.1f} ms, p95 {p95 * 1000:6.1f} ms ({len(values)} jobs)")
     added = medians["isolated"] - medians["no-isolation"]
     print(f"isolation adds {added * 1000:.1f} ms at the median (target: at most 300 ms)")
-
-
-def _wait_for(condition, timeout_s: float = 60):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if result := condition():
-                return result
-        except requests.RequestException:
-            pass
-        time.sleep(0.02)
-    raise TimeoutError(f"not within {timeout_s} s")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,10 @@ import re
 import shlex
 import socket
 import sys
+import time
 from pathlib import Path
+
+import requests
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -73,3 +76,17 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_for(condition, timeout_s: float = 60.0):
+    """`condition()`'s first true answer, asked every 20 ms (a request that fails counts as not yet);
+    TimeoutError after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if result := condition():
+                return result
+        except requests.RequestException:
+            pass
+        time.sleep(0.02)
+    raise TimeoutError(f"not within {timeout_s} s")

@@ -30,7 +30,7 @@ from pathlib import Path
 import requests
 from gpu_portal_sdk.sessions import open_websocket
 
-from bench.production import free_port
+from bench.production import free_port, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRATCH = Path("/var/tmp/gpu-portal-bench-terminal")
@@ -94,7 +94,7 @@ def portal_and_agent(scratch: Path, *, isolated: bool = False) -> Iterator[tuple
     url = f"http://127.0.0.1:{port}"
     processes = [_start([*manage, "serve", "--port", str(port)], env, scratch, "portal")]
     try:
-        _wait_for(lambda: requests.get(f"{url}/healthz/ready", timeout=1).ok)
+        wait_for(lambda: requests.get(f"{url}/healthz/ready", timeout=1).ok)
         agent = [
             sys.executable, "-m", "agent", "run", "--portal", url, "--credential-file", str(credential),
             "--simulate-cards", str(scratch / "cards.json"), "--interval-s", "0.2", "--mps", "off",
@@ -126,7 +126,7 @@ def _interactive_request(url: str, token: str) -> int:
     answer = session.post(f"{url}/api/v1/requests/", json=body, timeout=10)
     answer.raise_for_status()
     request = answer.json()["id"]
-    _wait_for(lambda: session.get(f"{url}/api/v1/requests/{request}/").json()["state"] == "running")
+    wait_for(lambda: session.get(f"{url}/api/v1/requests/{request}/").json()["state"] == "running")
     return request
 
 
@@ -175,18 +175,6 @@ def _report(latencies: list[float], args) -> dict:
     print(f"{args.terminals} terminals x {args.keys} keystrokes: echo median {median:.1f} ms, "
           f"p95 {p95:.1f} ms (target p95 <= 50 ms)")  # fmt: skip
     return {"terminals": args.terminals, "keystrokes": len(latencies), "median_ms": median, "p95_ms": p95}
-
-
-def _wait_for(condition, timeout_s: float = 60.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if result := condition():
-                return result
-        except requests.RequestException:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"not ready within {timeout_s} s")
 
 
 if __name__ == "__main__":
