@@ -89,9 +89,25 @@ def _still_allowed(secret: str, request_id: int) -> bool:
 
 
 class RelayConsumer(AsyncWebsocketConsumer):
-    """What both sides share: sending to the peer's channel, waiting while it is full."""
+    """What both sides share: sending to the peer's channel, waiting while it is full, and a client
+    that went being no error.
+
+    A client may close right after its last frame (the agent, after a command's exit status) while its
+    side still has the peer's frames to pass on. The ASGI server raises OSError on a send to a closed
+    connection; raised out of a handler it would end the consumer before it reads what the client sent
+    last, and without its `disconnect`, so the peer would wait and the session stay open. Swallowed,
+    the consumer reads on: the last frames, then the disconnect that ends the session.
+    """
 
     peer: str | None = None
+
+    async def send(self, text_data=None, bytes_data=None, close=False):
+        with contextlib.suppress(OSError):
+            await super().send(text_data, bytes_data, close)
+
+    async def close(self, code=None, reason=None):
+        with contextlib.suppress(OSError):
+            await super().close(code, reason)
 
     async def send_peer(self, message: dict) -> bool:
         deadline = asyncio.get_running_loop().time() + FULL_WAIT_S

@@ -1,6 +1,7 @@
 """Interactive sessions' relay: who may open one, bytes and control frames both ways between the user's
 websocket and the agent's, the audit trail, and a revoked token closing its session."""
 
+import asyncio
 import datetime as dt
 import json
 from importlib import import_module
@@ -37,12 +38,33 @@ def user_socket(path, user=None, token=None):
     return socket
 
 
-def agent_socket(path, credential):
+def agent_socket(path, credential, application=None):
     socket = WebsocketCommunicator(
-        URLRouter(websocket_urlpatterns), path, headers=[(b"authorization", f"Bearer {credential}".encode())]
+        application or URLRouter(websocket_urlpatterns),
+        path,
+        headers=[(b"authorization", f"Bearer {credential}".encode())],
     )
     socket.scope["user"] = AnonymousUser()
     return socket
+
+
+class GoneClient:
+    """The portal's websockets as a server serves them to a client that may have closed: once `gone` is
+    set, a frame sent to it raises OSError, as uvicorn's ClientDisconnected does (and `refused` is set)."""
+
+    def __init__(self):
+        self.gone = asyncio.Event()
+        self.refused = asyncio.Event()
+        self.application = URLRouter(websocket_urlpatterns)
+
+    async def __call__(self, scope, receive, send):
+        async def sending(message):
+            if self.gone.is_set() and message["type"] == "websocket.send":
+                self.refused.set()
+                raise OSError("the client has closed the connection")
+            await send(message)
+
+        return await self.application(scope, receive, sending)
 
 
 @pytest.fixture
@@ -158,6 +180,44 @@ def test_a_terminal_relays_bytes_and_control_both_ways_and_is_audited(interactiv
         ("session opened", member.username, request.team_id),
         ("session closed", member.username, request.team_id),
     ]
+
+
+def test_an_agent_that_closed_before_its_side_relayed_the_users_last_frame_still_ends_the_session(
+    interactive, member
+):
+    """A command exits: the agent sends its status and closes while the portal still has the user's eof
+    to pass to it. That send fails, and the status still reaches the user and the session closes."""
+    request, credential = interactive
+
+    async def scenario():
+        control = agent_socket("/ws/agent/sessions/", credential)
+        await control.connect()
+        user = user_socket(f"/ws/requests/{request.pk}/session/", user=member)
+        await user.connect()
+        await user.send_to(text_data=json.dumps({"type": "open", "kind": "shell", "command": ["true"]}))
+        opened = await control.receive_json_from(timeout=5)
+        client = GoneClient()
+        agent = agent_socket(f"/ws/agent/sessions/{opened['session']}/", credential, client)
+        assert (await agent.connect())[0]
+        await agent.send_to(bytes_data=b"done\n")
+        output = await user.receive_from(timeout=5)  # both sides know each other now
+        client.gone.set()
+        await user.send_to(text_data=json.dumps({"type": "eof"}))
+        await asyncio.wait_for(client.refused.wait(), 5)
+        await agent.send_to(text_data=json.dumps({"type": "exit", "status": 3}))
+        exit_frame = await user.receive_json_from(timeout=5)
+        await agent.disconnect()
+        closed = await user.receive_output(timeout=5)
+        await close_all(user, control)
+        return output, exit_frame, closed
+
+    output, exit_frame, closed = async_to_sync(scenario)()
+
+    assert output == b"done\n" and exit_frame == {"type": "exit", "status": 3}
+    assert closed == {"type": "websocket.close", "code": 1000}
+    session = InteractiveSession.objects.get()
+    assert (session.exit_code, session.bytes_out) == (3, len(b"done\n"))
+    assert session.closed_at is not None
 
 
 def test_an_operator_opens_a_port_forward_with_its_port(interactive, operator):
