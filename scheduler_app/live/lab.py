@@ -2,9 +2,10 @@
 request's Jupyter server that the node's agent runs in the allocation (agent/lab.py).
 
 Authorised like the request page: the request's team and operators, while it runs interactive;
-anyone else, signed in or not, gets 403 (a websocket at its handshake). The first request of a user
-opens a Lab session (kind "lab", in the event log); the rest of its page's requests reuse it, and it
-closes when the request stops running.
+anyone else, signed in or not, gets 403 (a websocket at its handshake). A websocket closes when the API
+token it came with is revoked or the browser that opened it signs out, as a terminal does. The first
+request of a user opens a Lab session (kind "lab", in the event log); the rest of its page's requests
+reuse it, and it closes when the request stops running.
 
 Each HTTP request and each websocket is one stream of that session: a channel of its own on the
 channel layer and a websocket the agent connects for it (`ws/agent/sessions/<key>/<stream>/`),
@@ -28,7 +29,14 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.utils import timezone
 
-from scheduler_app.live.sessions import AGENT_WAIT_S, FULL_WAIT_S, _caller, node_group, user_group
+from scheduler_app.live.sessions import (
+    AGENT_WAIT_S,
+    FULL_WAIT_S,
+    HeldBySignIn,
+    _caller,
+    node_group,
+    user_group,
+)
 from scheduler_app.services.sessions import open_lab, record_activity
 from teams.permissions import NotAllowed
 
@@ -46,13 +54,14 @@ class TunnelError(Exception):
 
 
 def _lab_session(scope, request_id: int):
-    user, _ = _caller(scope)
+    """(The caller's Lab session, the API token it came with or ""); (None, "") for anyone refused."""
+    user, secret = _caller(scope)
     if user is None:
-        return None
+        return None, ""
     try:
-        return open_lab(user, request_id)
+        return open_lab(user, request_id), secret
     except NotAllowed:
-        return None
+        return None, ""
 
 
 class Tunnel:
@@ -150,7 +159,7 @@ def _same_origin(scope) -> bool:
 async def lab_http(scope, receive, send) -> None:
     """The ASGI application of `/requests/<id>/lab/…` (portal/asgi.py routes it here)."""
     request_id = int(PATH.match(scope["path"]).group(1))
-    session = await database_sync_to_async(_lab_session)(scope, request_id)
+    session, _ = await database_sync_to_async(_lab_session)(scope, request_id)
     if session is None:
         await _answer(send, 403, "Only the request's team and operators open its JupyterLab, while it runs.")
         return
@@ -220,19 +229,21 @@ async def _relay_response(tunnel: Tunnel, send) -> None:
     await send({"type": "http.response.body", "body": b""})
 
 
-class LabWebsocketConsumer(AsyncWebsocketConsumer):
+class LabWebsocketConsumer(HeldBySignIn, AsyncWebsocketConsumer):
     """`/requests/<id>/lab/…` websockets (kernels, terminals, events): accepted once Jupyter accepted the
-    agent's, with the subprotocol Jupyter chose."""
+    agent's, with the subprotocol Jupyter chose; closed when the token or sign-in it came with ends."""
 
     async def connect(self):
         self.tunnel = None
         self.reading = None
+        self.groups_joined: list[str] = []
         self.recording: set[asyncio.Task] = set()  # activity writes in flight (the loop keeps weak refs)
         request_id = self.scope["url_route"]["kwargs"]["request_id"]
-        self.session = await database_sync_to_async(_lab_session)(self.scope, request_id)
+        self.session, secret = await database_sync_to_async(_lab_session)(self.scope, request_id)
         if self.session is None:
             await self.close()  # before accepting: the handshake is answered 403
             return
+        await self.hold_by_sign_in(secret, request_id)
         self.tunnel = Tunnel()
         exchange = {
             "mode": "websocket",
@@ -274,8 +285,13 @@ class LabWebsocketConsumer(AsyncWebsocketConsumer):
         except TunnelError:
             await self.close()
 
+    async def sign_in_ended(self, reason: str) -> None:
+        await self.close(code=4401)
+
     async def disconnect(self, code):
         if self.reading is not None:
             self.reading.cancel()
         if self.tunnel is not None:
             await self.tunnel.close()
+        for group in self.groups_joined:
+            await self.channel_layer.group_discard(group, self.channel_name)

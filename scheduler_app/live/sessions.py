@@ -88,6 +88,30 @@ def _still_allowed(secret: str, request_id: int) -> bool:
     return user is not None and _may_open(user, request_id)
 
 
+class HeldBySignIn:
+    """For a websocket consumer that lives only as long as what let it in: an API token (until it is
+    revoked or its user may no longer open the request's sessions) or a browser's sign-in (until that
+    browser signs out); teams.receivers tells their groups. `sign_in_ended(reason)` ends it."""
+
+    async def hold_by_sign_in(self, secret: str, request_id: int) -> None:
+        self.secret, self.request_id = secret, request_id
+        if secret:
+            group = token_group(hash_token(secret))
+        elif session_key := getattr(self.scope.get("session"), "session_key", None):
+            group = login_group(session_key)
+        else:
+            return
+        await self.channel_layer.group_add(group, self.channel_name)
+        self.groups_joined.append(group)
+
+    async def token_changed(self, event):
+        if not await database_sync_to_async(_still_allowed)(self.secret, self.request_id):
+            await self.sign_in_ended("its API token was revoked, or its user may no longer open it")
+
+    async def login_ended(self, event):
+        await self.sign_in_ended("its user signed out")
+
+
 class RelayConsumer(AsyncWebsocketConsumer):
     """What both sides share: sending to the peer's channel, waiting while it is full, and a client
     that went being no error.
@@ -122,7 +146,7 @@ class RelayConsumer(AsyncWebsocketConsumer):
         return False
 
 
-class UserSessionConsumer(RelayConsumer):
+class UserSessionConsumer(HeldBySignIn, RelayConsumer):
     """The user's side: `ws/requests/<id>/session/` (a terminal or a command; the first frame says
     which) and `ws/requests/<id>/port-forward/<port>/` (one TCP connection)."""
 
@@ -137,15 +161,12 @@ class UserSessionConsumer(RelayConsumer):
         self.next_activity = 0.0  # the loop's time from which input is reported as activity again
         arguments = self.scope["url_route"]["kwargs"]
         self.request_id = arguments["request_id"]
-        user, self.secret = await database_sync_to_async(_caller)(self.scope)
+        user, secret = await database_sync_to_async(_caller)(self.scope)
         if user is None or not await database_sync_to_async(_may_open)(user, self.request_id):
             await self.close()  # before accepting: the handshake is answered 403
             return
         self.user = user
-        if self.secret:
-            await self._join(token_group(hash_token(self.secret)))
-        elif session_key := getattr(self.scope.get("session"), "session_key", None):
-            await self._join(login_group(session_key))  # the browser's sign-in: its sign-out closes it
+        await self.hold_by_sign_in(secret, self.request_id)
         await self.accept()
         if "port" in arguments:
             await self._open({"kind": SessionKind.PORT_FORWARD, "port": arguments["port"]})
@@ -260,13 +281,8 @@ class UserSessionConsumer(RelayConsumer):
         await self._end(event.get("reason") or "ended in the allocation")
         await self.close(code=1000)
 
-    async def token_changed(self, event):
-        if not await database_sync_to_async(_still_allowed)(self.secret, self.request_id):
-            await self._end("its API token was revoked, or its user may no longer open it")
-            await self.close(code=4401)
-
-    async def login_ended(self, event):
-        await self._end("its user signed out")
+    async def sign_in_ended(self, reason: str) -> None:
+        await self._end(reason)
         await self.close(code=4401)
 
     async def disconnect(self, code):

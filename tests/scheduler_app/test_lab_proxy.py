@@ -5,10 +5,13 @@ a stand-in agent, the Lab session's audit and its activity, and its end with the
 import asyncio
 import datetime as dt
 import json
+from importlib import import_module
 
 import pytest
 from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
 from channels.testing import HttpCommunicator
+from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from django.utils import timezone
 
@@ -17,8 +20,14 @@ from scheduler_app.live.lab import lab_http
 from scheduler_app.models import InteractiveSession
 from scheduler_app.services.requests import release_request
 from scheduler_app.services.sessions import open_lab
-from teams.services import create_api_token
-from tests.scheduler_app.test_sessions import agent_socket, interactive, refused, user_socket  # noqa: F401
+from teams.services import create_api_token, revoke_api_token
+from tests.scheduler_app.test_sessions import (  # noqa: F401
+    agent_socket,
+    close_all,
+    interactive,
+    refused,
+    user_socket,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_channel_layer")]
 
@@ -144,6 +153,51 @@ def test_a_kernel_websocket_is_accepted_with_jupyters_subprotocol_and_records_ac
     assert upstream == b"t" + execute.encode() and reply == b"\x00\x01reply"
     assert closed["type"] == "websocket.close"
     assert InteractiveSession.objects.get().request.last_activity_at is not None
+
+
+def test_a_kernel_websocket_closes_when_its_token_is_revoked_or_its_browser_signs_out(
+    interactive,  # noqa: F811
+    member,
+    client,
+):
+    request, credential = interactive
+    token, secret = create_api_token(member, name="cli", expires_at=timezone.now() + dt.timedelta(days=1))
+    client.force_login(member)
+    path = f"/requests/{request.pk}/lab/api/kernels/k1/channels"
+
+    async def kernel_socket(control, browser=None, **who):
+        """A kernel websocket through a stand-in agent, open (with the browser's sign-in, if given)."""
+        socket = user_socket(path, **who)
+        if browser is not None:
+            socket.scope["session"] = import_module(settings.SESSION_ENGINE).SessionStore(
+                browser.session.session_key
+            )
+        connecting = asyncio.ensure_future(socket.connect(timeout=10))
+        opened = await control.receive_json_from(timeout=5)
+        agent = agent_socket(f"/ws/agent/sessions/{opened['session']}/{opened['stream']}/", credential)
+        await agent.connect()
+        await agent.send_to(text_data=json.dumps({"type": "open"}))
+        assert (await connecting)[0]
+        return socket, agent
+
+    async def scenario():
+        control = agent_socket("/ws/agent/sessions/", credential)
+        await control.connect()
+        with_token, its_agent = await kernel_socket(control, token=secret)
+        in_browser, browsers_agent = await kernel_socket(control, client, user=member)
+        await database_sync_to_async(revoke_api_token)(token, user=member)
+        revoked = await with_token.receive_output(timeout=5)
+        browser_open = await in_browser.receive_nothing(timeout=0.5)
+        await database_sync_to_async(client.post)("/accounts/logout/")
+        signed_out = await in_browser.receive_output(timeout=5)
+        await close_all(with_token, its_agent, in_browser, browsers_agent, control)
+        return revoked, browser_open, signed_out
+
+    revoked, browser_open, signed_out = async_to_sync(scenario)()
+
+    assert revoked == {"type": "websocket.close", "code": 4401}
+    assert browser_open
+    assert signed_out == {"type": "websocket.close", "code": 4401}
 
 
 def test_the_lab_session_closes_when_the_request_stops(interactive, member):  # noqa: F811
