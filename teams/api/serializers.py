@@ -2,9 +2,9 @@ import datetime as dt
 
 from rest_framework import serializers
 
-from infra.api.fields import StrictCharField, StrictChoiceField, StrictIntegerField
+from infra.api.fields import StrictBooleanField, StrictCharField, StrictChoiceField, StrictIntegerField
 from teams.choices import Role
-from teams.constants import UNIX_ACCOUNT_MAX_CHARS
+from teams.constants import IDLE_MINUTES_MAX, IDLE_MINUTES_MIN, UNIX_ACCOUNT_MAX_CHARS
 from teams.models import ApiToken, Membership, Team, TeamSecret
 
 UNIX_ACCOUNT_HELP = (
@@ -29,6 +29,29 @@ class TeamDetailSerializer(serializers.ModelSerializer):
     class Meta:
         model = Team
         fields = ["slug", "name", "unix_account"]
+
+
+class IdlePolicySerializer(serializers.Serializer):
+    """When the team's work is idle and what then happens to it (teams.services.set_idle_policy)."""
+
+    idle_minutes = StrictIntegerField(
+        allow_null=True,
+        min_value=IDLE_MINUTES_MIN,
+        max_value=IDLE_MINUTES_MAX,
+        help_text="Idle after this many minutes under the threshold with no input; null: the site's default.",
+    )
+    idle_util_percent = StrictIntegerField(
+        min_value=1, max_value=100, help_text="Cards under this utilization (%) count as idle."
+    )
+    release_idle_allocations = StrictBooleanField(
+        help_text="Idle batch work is released too (interactive work is always stopped, after a warning)."
+    )
+    effective_idle_minutes = serializers.SerializerMethodField(
+        help_text="The idle time in force: idle_minutes, or the site's default."
+    )
+
+    def get_effective_idle_minutes(self, team) -> int:
+        return team.idle_seconds() // 60
 
 
 class UnixAccountSerializer(serializers.Serializer):

@@ -14,6 +14,7 @@ from teams.api.permissions import IsOperator
 from teams.api.serializers import (
     ApiTokenSerializer,
     CreatedApiTokenSerializer,
+    IdlePolicySerializer,
     MemberSerializer,
     NewApiTokenSerializer,
     NewMemberSerializer,
@@ -34,6 +35,7 @@ from teams.services import (
     delete_team_secret,
     remove_member,
     revoke_api_token,
+    set_idle_policy,
     set_team_secret,
     set_team_unix_account,
     set_user_unix_account,
@@ -103,6 +105,27 @@ class TeamViewSet(viewsets.GenericViewSet):
         return Response(
             MemberSerializer(change_role(membership, actor=request.user, **form.validated_data)).data
         )
+
+    @extend_schema(methods=["get"], responses=IdlePolicySerializer)
+    @extend_schema(methods=["put"], request=IdlePolicySerializer, responses=IdlePolicySerializer)
+    @action(detail=True, methods=["get", "put"], url_path="idle-policy")
+    def idle_policy(self, request, slug=None):
+        """Anyone in the team reads when its work counts as idle; team admins (and operators) set it.
+        Idle interactive work is warned, then stopped; idle batch work is noticed, and released if
+        `release_idle_allocations`."""
+        team = self._team(slug)
+        if request.method == "PUT":
+            form = IdlePolicySerializer(data=request.data)
+            form.is_valid(raise_exception=True)
+            data = form.validated_data
+            team = set_idle_policy(
+                team,
+                actor=request.user,
+                release=data["release_idle_allocations"],
+                idle_minutes=data["idle_minutes"],
+                util_percent=data["idle_util_percent"],
+            )
+        return Response(IdlePolicySerializer(team).data)
 
     @extend_schema(responses=TeamSecretSerializer(many=True))
     @action(detail=True)
