@@ -67,6 +67,8 @@ class LabServer:
             f"--sock={self.socket}", "--sock-mode=0600",
             f"--ServerApp.base_url={base_url(job.request_id)}",
             f"--ServerApp.root_dir={job.sandbox.workdir}",
+            # No news feed or update check fetched from the internet: a node need not reach it.
+            "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         ]  # fmt: skip
         if job.sandbox.identity is None and os.geteuid() == 0:
             command.append("--allow-root")  # an unisolated agent as root runs its jobs as root already
