@@ -2,9 +2,9 @@
 
 The embedded portal (`manage.py serve`: Daphne, SQLite, the in-memory channel layer) in a scratch
 directory and a real agent (`python -m agent run` at its default 2 s rounds, simulated cards, unisolated
-unless --isolated) with
-its session tunnel; one running interactive request. N websockets open a terminal each on it
-(`ws/requests/<id>/session/`, a login shell on a pseudo-terminal, as the browser's xterm.js does).
+unless --isolated) with its session tunnel; one running interactive request. N websockets open a
+terminal each on it (`ws/requests/<id>/session/`, a login shell on a pseudo-terminal, as the browser's
+xterm.js does).
 Once every shell is idle (its prompt printed, nothing more for 0.5 s), each terminal types K
 keystrokes as a person at a keyboard does, independently of the others: its first key at a random
 moment of the first interval, then one after each echo and a pause drawn from an exponential
