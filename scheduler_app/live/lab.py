@@ -293,5 +293,4 @@ class LabWebsocketConsumer(HeldBySignIn, AsyncWebsocketConsumer):
             self.reading.cancel()
         if self.tunnel is not None:
             await self.tunnel.close()
-        for group in self.groups_joined:
-            await self.channel_layer.group_discard(group, self.channel_name)
+        await self.leave_groups()

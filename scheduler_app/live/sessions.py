@@ -91,18 +91,23 @@ def _still_allowed(secret: str, request_id: int) -> bool:
 class HeldBySignIn:
     """For a websocket consumer that lives only as long as what let it in: an API token (until it is
     revoked or its user may no longer open the request's sessions) or a browser's sign-in (until that
-    browser signs out); teams.receivers tells their groups. `sign_in_ended(reason)` ends it."""
+    browser signs out); teams.receivers tells their groups. `sign_in_ended(reason)` ends it. The groups
+    it joins (`join_group`, from an empty `groups_joined`) it leaves on disconnect (`leave_groups`)."""
+
+    async def join_group(self, group: str) -> None:
+        await self.channel_layer.group_add(group, self.channel_name)
+        self.groups_joined.append(group)
+
+    async def leave_groups(self) -> None:
+        for group in self.groups_joined:
+            await self.channel_layer.group_discard(group, self.channel_name)
 
     async def hold_by_sign_in(self, secret: str, request_id: int) -> None:
         self.secret, self.request_id = secret, request_id
         if secret:
-            group = token_group(hash_token(secret))
+            await self.join_group(token_group(hash_token(secret)))
         elif session_key := getattr(self.scope.get("session"), "session_key", None):
-            group = login_group(session_key)
-        else:
-            return
-        await self.channel_layer.group_add(group, self.channel_name)
-        self.groups_joined.append(group)
+            await self.join_group(login_group(session_key))
 
     async def token_changed(self, event):
         if not await database_sync_to_async(_still_allowed)(self.secret, self.request_id):
@@ -171,10 +176,6 @@ class UserSessionConsumer(HeldBySignIn, RelayConsumer):
         if "port" in arguments:
             await self._open({"kind": SessionKind.PORT_FORWARD, "port": arguments["port"]})
 
-    async def _join(self, group: str) -> None:
-        await self.channel_layer.group_add(group, self.channel_name)
-        self.groups_joined.append(group)
-
     async def _open(self, frame: dict) -> None:
         kind = frame.get("kind", SessionKind.TERMINAL)
         command = frame.get("command") or []
@@ -188,7 +189,7 @@ class UserSessionConsumer(HeldBySignIn, RelayConsumer):
             return
         self.key = session.key
         await self._active()
-        await self._join(user_group(self.key))
+        await self.join_group(user_group(self.key))
         tty = bool(frame.get("tty", kind == SessionKind.TERMINAL))
         await self.channel_layer.group_send(
             node_group(session.node_id),
@@ -289,8 +290,7 @@ class UserSessionConsumer(HeldBySignIn, RelayConsumer):
         if self.waiting is not None:
             self.waiting.cancel()
         await self._end("closed by the user")
-        for group in self.groups_joined:
-            await self.channel_layer.group_discard(group, self.channel_name)
+        await self.leave_groups()
 
     async def _end(self, reason: str) -> None:
         """Once: the agent's side is told to end, and the session is closed in the database."""

@@ -5,13 +5,11 @@ a stand-in agent, the Lab session's audit and its activity, and its end with the
 import asyncio
 import datetime as dt
 import json
-from importlib import import_module
 
 import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.testing import HttpCommunicator
-from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from django.utils import timezone
 
@@ -165,13 +163,9 @@ def test_a_kernel_websocket_closes_when_its_token_is_revoked_or_its_browser_sign
     client.force_login(member)
     path = f"/requests/{request.pk}/lab/api/kernels/k1/channels"
 
-    async def kernel_socket(control, browser=None, **who):
-        """A kernel websocket through a stand-in agent, open (with the browser's sign-in, if given)."""
+    async def kernel_socket(control, **who):
+        """A kernel websocket through a stand-in agent, open."""
         socket = user_socket(path, **who)
-        if browser is not None:
-            socket.scope["session"] = import_module(settings.SESSION_ENGINE).SessionStore(
-                browser.session.session_key
-            )
         connecting = asyncio.ensure_future(socket.connect(timeout=10))
         opened = await control.receive_json_from(timeout=5)
         agent = agent_socket(f"/ws/agent/sessions/{opened['session']}/{opened['stream']}/", credential)
@@ -184,7 +178,7 @@ def test_a_kernel_websocket_closes_when_its_token_is_revoked_or_its_browser_sign
         control = agent_socket("/ws/agent/sessions/", credential)
         await control.connect()
         with_token, its_agent = await kernel_socket(control, token=secret)
-        in_browser, browsers_agent = await kernel_socket(control, client, user=member)
+        in_browser, browsers_agent = await kernel_socket(control, user=member, browser=client)
         await database_sync_to_async(revoke_api_token)(token, user=member)
         revoked = await with_token.receive_output(timeout=5)
         browser_open = await in_browser.receive_nothing(timeout=0.5)

@@ -31,10 +31,16 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 ORIGIN = [(b"origin", b"http://testserver")]
 
 
-def user_socket(path, user=None, token=None):
+def user_socket(path, user=None, token=None, browser=None):
+    """A user's websocket: signed in as `user` (with the sign-in of the test client `browser`, if
+    given), or with an API token, or anonymous."""
     headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
     socket = WebsocketCommunicator(URLRouter(websocket_urlpatterns), path, headers=headers)
     socket.scope["user"] = user or AnonymousUser()
+    if browser is not None:
+        socket.scope["session"] = import_module(settings.SESSION_ENGINE).SessionStore(
+            browser.session.session_key
+        )
     return socket
 
 
@@ -278,10 +284,7 @@ def test_signing_out_closes_the_browsers_terminals(interactive, member, client):
         await control.connect()
         terminals = []
         for browser in (client, other_browser):
-            terminal = user_socket(f"/ws/requests/{request.pk}/session/", user=member)
-            terminal.scope["session"] = import_module(settings.SESSION_ENGINE).SessionStore(
-                browser.session.session_key
-            )
+            terminal = user_socket(f"/ws/requests/{request.pk}/session/", user=member, browser=browser)
             assert (await terminal.connect())[0]
             await terminal.send_to(text_data=json.dumps({"type": "open", "kind": "shell", "tty": True}))
             opened = await control.receive_json_from(timeout=5)
