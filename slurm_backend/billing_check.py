@@ -69,8 +69,9 @@ def check_billing(since: dt.datetime, source: str = "rest") -> list[RunCheck]:
 
 def billed_seconds(run: SlurmJob) -> float:
     """The run's time in the portal's segments: those of its request that overlap the Slurm job's life
-    (a run's segments open at its placement, before the submission, and close when it stops, before or
-    at the job's end; the run before ended and the next one starts outside it)."""
+    (a run's segments open at its placement, before the submission, move to Slurm's start when the sync
+    sees it, and close when it stops, before or at the job's end; the run before ended and the next one
+    starts outside it)."""
     segments = Allocation.objects.filter(
         request_id=run.request_id, ended_at__gt=run.submitted_at, started_at__lt=run.ended_at
     ).values_list("started_at", "ended_at")

@@ -165,13 +165,17 @@ def _follow(connection: SlurmConnection, listed: dict[int, dict], now: dt.dateti
 def _started(row: SlurmJob, job: dict) -> list[str]:
     """The run is running: the cards (MIG instances) Slurm gave it are recorded and, where Slurm picked
     others of the node than the portal planned, its slices follow them (_follow_choice); the request
-    moves to running."""
+    moves to running, billed from Slurm's start (it may have kept the job pending after the portal
+    submitted it)."""
     indexes = card_indexes(job.get("gres_detail") or [])
     cards, refused = _follow_choice(row, indexes)
     SlurmJob.objects.filter(pk=row.pk).update(state="RUNNING", cards=cards)
     row.state, row.cards = "RUNNING", cards
     resumed = checkpoints.found(row.request)
-    report_started(row.node, row.request_id, generation=row.generation, resumed_from=resumed)
+    started = dt.datetime.fromtimestamp(job["start_time"], tz=dt.UTC) if job.get("start_time") else None
+    report_started(
+        row.node, row.request_id, generation=row.generation, resumed_from=resumed, started_at=started
+    )
     return [f"Slurm job {row.job_id} runs on cards {cards} of {row.node.name}: {refused}"] if refused else []
 
 

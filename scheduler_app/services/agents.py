@@ -33,6 +33,7 @@ from scheduler_app.rules.lifecycle import ACTIVE_STATES
 from scheduler_app.services.inventory import AGENT
 from scheduler_app.services.log_masking import mask_secrets
 from scheduler_app.services.migration import move_reasons, requeue_from_checkpoint
+from scheduler_app.services.segments import start_open_segments_at
 from scheduler_app.services.transitions import stop_gracefully, transition_request
 from teams.selectors import secret_values
 
@@ -185,12 +186,18 @@ def _runs_here(node: Node, request: GpuRequest, generation: int | None = None) -
 
 
 def report_started(
-    node: Node, request_id: int, generation: int | None = None, resumed_from: dt.datetime | None = None
+    node: Node,
+    request_id: int,
+    generation: int | None = None,
+    resumed_from: dt.datetime | None = None,
+    started_at: dt.datetime | None = None,
 ) -> GpuRequest:
     """The job's process started: scheduled becomes running. Already running: nothing changes.
     `resumed_from`: the checkpoint the run found in its checkpoint directory when it started (None:
     none, it starts from the beginning), recorded on the event for the resume rule
-    (scheduler_app.rules.invariants.unresumed_moves).
+    (scheduler_app.rules.invariants.unresumed_moves). `started_at`: when a cluster manager that may
+    hold a job pending after the portal placed it (Slurm) started it; the run is billed from then
+    (segments.start_open_segments_at), never before its placement nor after now.
 
     A request no longer placed on this node (released, requeued, moved) is left as it is: the
     agent learns from its work list that the job must stop.
@@ -200,6 +207,8 @@ def report_started(
         locked = GpuRequest.objects.select_for_update().get(pk=request.pk)
         if locked.state == RequestState.SCHEDULED and _runs_here(node, locked, generation):
             resumed = {"resumed_from": resumed_from.isoformat() if resumed_from else None}
+            if started_at is not None:
+                start_open_segments_at(locked.pk, min(started_at, timezone.now()))
             return transition_request(
                 locked, RequestState.RUNNING, actor_name=AGENT, reason="process started", data=resumed
             )

@@ -28,6 +28,14 @@ def close_segments(request_ids: Iterable[int], at: dt.datetime) -> int:
     return _close(Allocation.objects.committed().filter(request_id__in=list(request_ids)), at)
 
 
+def start_open_segments_at(request_id: int, at: dt.datetime) -> int:
+    """A run that started later than its placement (its cluster manager held it pending) is billed from
+    its start: the request's open segments that began before `at` begin at it. Returns how many moved."""
+    return Allocation.objects.filter(request_id=request_id, ended_at__isnull=True, started_at__lt=at).update(
+        started_at=at
+    )
+
+
 def reopen_segments(
     request: GpuRequest,
     segments: Sequence[Allocation],

@@ -2,6 +2,8 @@
 within its one-second rounding; a segment changed afterwards is reported and the command fails."""
 
 import datetime as dt
+import functools
+import time
 from io import StringIO
 
 import pytest
@@ -12,7 +14,7 @@ from scheduler_app.models import Allocation
 from scheduler_app.services.requests import cancel_request, submit_request
 from slurm_backend.billing_check import parse_sacct
 from slurm_backend.models import SlurmJob
-from tests.slurm_backend.conftest import sync_until
+from tests.slurm_backend.conftest import slurm, sync_until
 from tests.slurm_backend.test_slurm_pool import state_of
 
 
@@ -75,6 +77,38 @@ def test_a_run_the_portal_stopped_is_billed_until_the_stop(slurm_pool, team_acco
     shown, error = check()
 
     assert error == "" and "ok: pool slurm job" in shown and "stopped by the portal" in shown, shown
+
+
+@pytest.fixture
+def partition_down(slurm_cluster):
+    """Slurm keeps every job submitted to partition gpu pending until `up()` (and after the test)."""
+    up = functools.partial(slurm, slurm_cluster, "scontrol", "update", "PartitionName=gpu", "State=UP")
+    slurm(slurm_cluster, "scontrol", "update", "PartitionName=gpu", "State=DOWN")
+    yield up
+    up()
+
+
+def test_a_run_slurm_held_pending_is_billed_from_slurms_start(
+    slurm_pool, team_accounts, member, team, partition_down
+):
+    request = submit_request(
+        user=member, team=team, pool_name="slurm", name="held", gpu_milli=250, command="sleep 2"
+    )
+    sync_until(
+        slurm_pool, lambda: SlurmJob.objects.filter(request=request).exists(), what="the job submitted"
+    )
+    placed = Allocation.objects.get(request=request).started_at
+    time.sleep(3)  # Slurm holds it pending: the partition is down
+    sync_until(slurm_pool, lambda: True, what="a sync")
+    assert state_of(request) == RequestState.SCHEDULED
+    partition_down()
+
+    sync_until(slurm_pool, lambda: state_of(request) == RequestState.SUCCEEDED, what="the run succeeded")
+
+    segment = Allocation.objects.get(request=request)
+    assert segment.started_at >= placed + dt.timedelta(seconds=2), (placed, segment.started_at)
+    shown, error = check()
+    assert error == "" and "1 ended run(s): 0 differ by more than 1 s." in shown, shown
 
 
 def test_only_runs_ended_since_are_checked(finished_runs):
