@@ -29,14 +29,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.utils import timezone
 
-from scheduler_app.live.sessions import (
-    AGENT_WAIT_S,
-    FULL_WAIT_S,
-    HeldBySignIn,
-    _caller,
-    node_group,
-    user_group,
-)
+from scheduler_app.live.sessions import AGENT_WAIT_S, HeldBySignIn, Window, _caller, node_group, user_group
 from scheduler_app.services.sessions import open_lab, record_activity
 from teams.permissions import NotAllowed
 
@@ -65,15 +58,19 @@ def _lab_session(scope, request_id: int):
 
 
 class Tunnel:
-    """One stream to the request's Jupyter through the node's agent."""
+    """One stream to the request's Jupyter through the node's agent, with the relay's window: each data
+    message received counts as passed on when the next is asked for."""
 
     def __init__(self):
         self.layer = get_channel_layer()
+        self.window = Window(self.layer)
         self.peer: str | None = None
         self.closed = False
+        self.holding = False  # a data message received, not yet passed on
 
     async def open(self, session, exchange: dict) -> None:
         self.channel = await self.layer.new_channel()
+        await self.window.open()
         stream = str(uuid.uuid4())
         await self.layer.group_add(user_group(stream), self.channel)
         try:
@@ -87,25 +84,22 @@ class Tunnel:
                 raise TunnelError("The node's agent did not answer: is it connected to the portal?") from None
         finally:
             await self.layer.group_discard(user_group(stream), self.channel)
-        self.peer = ready["channel"]
-        await self.layer.send(self.peer, {"type": "relay.peer", "channel": self.channel})
+        self.peer, self.window.peer_acks = ready["channel"], ready["acks"]
+        await self.send({"type": "relay.peer", "channel": self.channel, "acks": self.window.acks})
 
     async def receive(self) -> dict:
         """The agent's next message: relay.data, relay.control or relay.closed."""
+        if self.holding:
+            await self.window.passed_on()
         message = await self.layer.receive(self.channel)
+        self.holding = message["type"] == "relay.data"
         if message["type"] == "relay.closed":
             self.closed = True
         return message
 
     async def send(self, message: dict) -> None:
-        deadline = asyncio.get_running_loop().time() + FULL_WAIT_S
-        while True:
-            try:
-                return await self.layer.send(self.peer, message)
-            except ChannelFull:
-                if asyncio.get_running_loop().time() > deadline:
-                    raise TunnelError("the agent's side stopped reading") from None
-                await asyncio.sleep(0.01)
+        if not await self.window.send(self.peer, message):
+            raise TunnelError("the agent's side stopped reading")
 
     async def send_bytes(self, data: bytes) -> None:
         await self.send({"type": "relay.data", "bytes": data})
@@ -114,6 +108,7 @@ class Tunnel:
         await self.send({"type": "relay.control", "text": json.dumps(frame)})
 
     async def close(self) -> None:
+        self.window.close()
         if self.peer is not None and not self.closed:
             self.closed = True
             with contextlib.suppress(ChannelFull):

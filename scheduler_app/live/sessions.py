@@ -10,6 +10,11 @@ Frames: binary for the bytes of the terminal or TCP stream; JSON text for contro
 `{"type": "resize", "cols", "rows"}`, `{"type": "eof"}`; from the agent `{"type": "exit", "status"}` and
 `{"type": "error", "message"}`.
 
+Between the two sides a window keeps the relay from losing frames (`Window`): a side sends at most
+WINDOW data messages that the other has not yet passed on to its client. Over Redis a channel's
+messages beyond its capacity are dropped, not refused, once its process has read them from Redis; with
+the window a client that reads slowly holds the other side back instead, down to its websocket.
+
 Who may connect is asked at the handshake, so a refused client gets HTTP 403 there: the request's
 team and operators, signed in (the browser's session) or with an API token (`Authorization: Bearer
 gpp_…`). A session opened with a token ends when the token is revoked or its user may no longer open
@@ -43,6 +48,8 @@ AGENT_WAIT_S = 15.0  # how long a session waits for the node's agent to connect 
 MAX_CONTROL_CHARS = 16 * 1024
 MAX_SIZE = 1000  # columns or rows of a terminal
 FULL_WAIT_S = 10.0  # how long a frame waits for room in the peer's channel (backpressure) before the end
+WINDOW = 32  # data messages in flight to the peer, not yet passed on: well under a channel's capacity (100)
+ACK_EVERY = 8  # data messages passed on to the client between two acknowledgements
 
 
 def node_group(node_id: int) -> str:
@@ -117,9 +124,73 @@ class HeldBySignIn:
         await self.sign_in_ended("its user signed out")
 
 
+class Window:
+    """One side's end of the relay's flow control. Sending: `send` waits, up to FULL_WAIT_S, while WINDOW
+    data messages are unacknowledged; acknowledgements arrive on a channel of their own (`acks`, told
+    to the peer in the handshake), read by a task here, since a consumer waiting in a handler reads no
+    messages of its own. Receiving: `passed_on` after each of the peer's data messages reached the
+    client; every ACK_EVERY it acknowledges them to the peer's `acks` channel."""
+
+    def __init__(self, layer):
+        self.layer = layer
+        self.acks: str | None = None
+        self.peer_acks: str | None = None
+        self.unacked = 0
+        self.unsent_acks = 0
+        self.room = asyncio.Event()
+        self.reader: asyncio.Task | None = None
+
+    async def open(self) -> str:
+        self.acks = await self.layer.new_channel()
+        self.reader = asyncio.create_task(self._read_acks())
+        return self.acks
+
+    async def _read_acks(self) -> None:
+        while True:
+            message = await self.layer.receive(self.acks)
+            self.unacked -= message["count"]
+            self.room.set()
+
+    async def send(self, peer: str, message: dict) -> bool:
+        """Send `message` to the peer's channel; False when it stayed full, or the window closed, for
+        FULL_WAIT_S."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + FULL_WAIT_S
+        data = message["type"] == "relay.data"
+        while data and self.unacked >= WINDOW:
+            self.room.clear()
+            try:
+                await asyncio.wait_for(self.room.wait(), deadline - loop.time())
+            except TimeoutError:
+                return False
+        while True:
+            try:
+                await self.layer.send(peer, message)
+                break
+            except ChannelFull:
+                if loop.time() > deadline:
+                    return False
+                await asyncio.sleep(0.01)
+        self.unacked += data
+        return True
+
+    async def passed_on(self) -> None:
+        self.unsent_acks += 1
+        if self.peer_acks is not None and self.unsent_acks >= ACK_EVERY:
+            count, self.unsent_acks = self.unsent_acks, 0
+            with contextlib.suppress(ChannelFull):
+                await self.layer.send(self.peer_acks, {"type": "relay.ack", "count": count})
+
+    def close(self) -> None:
+        if self.reader is not None:
+            self.reader.cancel()
+
+
 class RelayConsumer(AsyncWebsocketConsumer):
     """What both sides share: sending to the peer's channel, waiting while it is full, and a client
     that went being no error.
+
+    Each side opens its `window` when it connects and closes it on disconnect.
 
     A client may close right after its last frame (the agent, after a command's exit status) while its
     side still has the peer's frames to pass on. The ASGI server raises OSError on a send to a closed
@@ -129,6 +200,16 @@ class RelayConsumer(AsyncWebsocketConsumer):
     """
 
     peer: str | None = None
+    window: Window | None = None
+
+    async def open_window(self) -> str:
+        """The window's acknowledgement channel, for the handshake."""
+        self.window = Window(self.channel_layer)
+        return await self.window.open()
+
+    def close_window(self) -> None:
+        if self.window is not None:
+            self.window.close()
 
     async def send(self, text_data=None, bytes_data=None, close=False):
         with contextlib.suppress(OSError):
@@ -139,16 +220,11 @@ class RelayConsumer(AsyncWebsocketConsumer):
             await super().close(code, reason)
 
     async def send_peer(self, message: dict) -> bool:
-        deadline = asyncio.get_running_loop().time() + FULL_WAIT_S
-        while self.peer is not None:
-            try:
-                await self.channel_layer.send(self.peer, message)
-                return True
-            except ChannelFull:
-                if asyncio.get_running_loop().time() > deadline:
-                    return False
-                await asyncio.sleep(0.01)
-        return False
+        return self.peer is not None and await self.window.send(self.peer, message)
+
+    async def relay_data(self, event):
+        await self.send(bytes_data=event["bytes"])
+        await self.window.passed_on()
 
 
 class UserSessionConsumer(HeldBySignIn, RelayConsumer):
@@ -172,6 +248,7 @@ class UserSessionConsumer(HeldBySignIn, RelayConsumer):
             return
         self.user = user
         await self.hold_by_sign_in(secret, self.request_id)
+        await self.open_window()
         await self.accept()
         if "port" in arguments:
             await self._open({"kind": SessionKind.PORT_FORWARD, "port": arguments["port"]})
@@ -259,17 +336,17 @@ class UserSessionConsumer(HeldBySignIn, RelayConsumer):
         """The agent's side connected: what the user sent meanwhile goes first, in order."""
         if self.peer is not None or self.ended:
             return
-        self.peer = event["channel"]
+        self.peer, self.window.peer_acks = event["channel"], event["acks"]
         if self.waiting is not None:
             self.waiting.cancel()
-        await self.send_peer({"type": "relay.peer", "channel": self.channel_name})
+        await self.send_peer({"type": "relay.peer", "channel": self.channel_name, "acks": self.window.acks})
         buffered, self.buffered = self.buffered, []
         for message in buffered:
             await self._to_agent(message)
 
     async def relay_data(self, event):
         self.bytes_out += len(event["bytes"])
-        await self.send(bytes_data=event["bytes"])
+        await super().relay_data(event)
 
     async def relay_control(self, event):
         frame = json.loads(event["text"])
@@ -291,6 +368,7 @@ class UserSessionConsumer(HeldBySignIn, RelayConsumer):
             self.waiting.cancel()
         await self._end("closed by the user")
         await self.leave_groups()
+        self.close_window()
 
     async def _end(self, reason: str) -> None:
         """Once: the agent's side is told to end, and the session is closed in the database."""
@@ -368,9 +446,8 @@ class AgentSessionConsumer(RelayConsumer):
             await self.close()
             return
         await self.accept()
-        await self.channel_layer.group_send(
-            user_group(stream or self.key), {"type": "relay.ready", "channel": self.channel_name}
-        )
+        ready = {"type": "relay.ready", "channel": self.channel_name, "acks": await self.open_window()}
+        await self.channel_layer.group_send(user_group(stream or self.key), ready)
 
     async def receive(self, text_data=None, bytes_data=None):
         if bytes_data is not None:
@@ -385,13 +462,10 @@ class AgentSessionConsumer(RelayConsumer):
             await self.close(code=4000)
 
     async def relay_peer(self, event):
-        self.peer = event["channel"]
+        self.peer, self.window.peer_acks = event["channel"], event["acks"]
         buffered, self.buffered = self.buffered, []
         for message in buffered:
             await self.send_peer(message)
-
-    async def relay_data(self, event):
-        await self.send(bytes_data=event["bytes"])
 
     async def relay_control(self, event):
         await self.send(text_data=event["text"])
@@ -405,3 +479,4 @@ class AgentSessionConsumer(RelayConsumer):
         if self.peer is not None and not self.closed_by_user:
             with contextlib.suppress(ChannelFull):
                 await self.channel_layer.send(self.peer, {"type": "relay.closed"})
+        self.close_window()

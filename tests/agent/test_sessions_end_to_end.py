@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 
 import pytest
@@ -179,3 +180,19 @@ def _listening(port: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def test_a_large_output_arrives_whole_to_a_client_that_reads_slowly(portal, allocation, member):
+    """The relay's window: the agent's side sends no further than the user's side has passed on, so
+    a client that stops reading holds the command back and loses nothing (on Redis, a channel's
+    unread messages past its capacity would be dropped)."""
+    lines = 4_000_000  # 31 MB: more than the sockets' buffers hold
+    command = f"seq 1 {lines}; echo end"
+    shell = cli(portal, token_of(member), "shell", str(allocation.pk), "--", "sh", "-c", command)
+    time.sleep(3)  # the client reads nothing yet: its pipe fills, then its socket, then the relay
+
+    out, err = shell.communicate(timeout=60)
+
+    assert shell.returncode == 0, err
+    assert len(out) == len(expected := "".join(f"{n}\n" for n in range(1, lines + 1)) + "end\n")
+    assert out == expected

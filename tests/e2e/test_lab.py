@@ -11,10 +11,7 @@ from tests.agent.test_lab_isolated import CELL, lab_agent, portal, scratch  # no
 from tests.agent.test_sessions_isolated import PREFIX
 from tests.e2e.conftest import log_in_at
 
-# On the embedded default, as the issue asks. On PostgreSQL + Redis the Lab's page load through the
-# proxy sometimes never finishes (once in CI's pass 2, once in eight runs alone under load): a known
-# problem of that mode, open in issue 39, so the service-backed pass leaves this test out.
-pytestmark = [pytest.mark.e2e, pytest.mark.embedded, pytest.mark.usefixtures("fresh_channel_layer")]
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("fresh_channel_layer")]
 
 LAB_START_MS = 120_000  # Jupyter starts on the first visit, in the job's isolation, on a 2-core runner
 
