@@ -50,6 +50,7 @@ MAX_SIZE = 1000  # columns or rows of a terminal
 FULL_WAIT_S = 10.0  # how long a frame waits for room in the peer's channel (backpressure) before the end
 WINDOW = 32  # data messages in flight to the peer, not yet passed on: well under a channel's capacity (100)
 ACK_EVERY = 8  # data messages passed on to the client between two acknowledgements
+ACK_RETRY_S = 1.0  # after the channel layer failed to read an acknowledgement
 
 
 def node_group(node_id: int) -> str:
@@ -146,8 +147,15 @@ class Window:
         return self.acks
 
     async def _read_acks(self) -> None:
+        """Until cancelled: a layer that fails (Redis away) is asked again after a pause, meanwhile
+        the window stays as it is, so a send waits and, past FULL_WAIT_S, ends the session."""
         while True:
-            message = await self.layer.receive(self.acks)
+            try:
+                message = await self.layer.receive(self.acks)
+            except Exception as error:  # any layer's failure: this task has no caller to raise to
+                log.warning("A session's acknowledgements could not be read (%s); reading again", error)
+                await asyncio.sleep(ACK_RETRY_S)
+                continue
             self.unacked -= message["count"]
             self.room.set()
 

@@ -95,7 +95,12 @@ class AsgiServer:
         from portal.asgi import application
 
         config = uvicorn.Config(
-            application, host="127.0.0.1", port=self.port, lifespan="off", log_level="warning"
+            application,
+            host="127.0.0.1",
+            port=self.port,
+            lifespan="off",
+            log_level="warning",
+            timeout_graceful_shutdown=3,  # then `stop` ends what is still open: no server outlives its test
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, daemon=True)

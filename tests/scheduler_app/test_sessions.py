@@ -19,6 +19,7 @@ from django.utils import timezone
 from audit.models import Event, Notice
 from audit.notices import Finding, raise_notices, request_notice_key
 from portal.routing import websocket_urlpatterns
+from scheduler_app.live import sessions
 from scheduler_app.models import InteractiveSession
 from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.agents import report_started
@@ -353,3 +354,36 @@ def test_terminal_input_marks_the_request_active_and_withdraws_its_idle_warning(
     assert request.last_activity_at >= before
     assert Notice.objects.get().resolved_at is not None
     assert Event.objects.filter(object_id=request.pk, to_state="active again").count() == 1
+
+
+class FlakyLayer:
+    """A channel layer whose first read fails, as Redis away does; the second brings 8 acknowledgements."""
+
+    def __init__(self):
+        self.reads = 0
+
+    async def new_channel(self):
+        return "acks!1"
+
+    async def receive(self, channel):
+        self.reads += 1
+        if self.reads == 1:
+            raise ConnectionError("Redis at 127.0.0.1:6379 was away less than 5 s ago")
+        if self.reads == 2:
+            return {"type": "relay.ack", "count": 8}
+        await asyncio.Event().wait()  # nothing more comes
+
+
+def test_a_windows_acknowledgements_are_read_again_after_the_layer_failed(monkeypatch, caplog):
+    monkeypatch.setattr(sessions, "ACK_RETRY_S", 0.01)
+
+    async def full_window_then_acknowledged() -> int:
+        window = sessions.Window(FlakyLayer())
+        window.unacked = sessions.WINDOW
+        await window.open()
+        await asyncio.wait_for(window.room.wait(), 5)
+        window.close()
+        return window.unacked
+
+    assert asyncio.run(full_window_then_acknowledged()) == sessions.WINDOW - 8
+    assert "acknowledgements could not be read" in caplog.text
