@@ -15,22 +15,16 @@ import uuid
 from pathlib import Path
 
 import pytest
-from gpu_portal_sdk.node import NodeClient
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from agent.isolation import Isolation
-from agent.isolation.identity import Identities, team_account
-from agent.node_agent import NodeAgent
-from agent.nvml import load_nvml
-from demo.agents import simulated_cards
+from agent.isolation.identity import team_account
 from scheduler_app.models import InteractiveSession
 from scheduler_app.passes.run import run_scheduling_pass
-from scheduler_app.services.inventory import issue_agent_credential
 from scheduler_app.services.requests import submit_request
 from tests.agent.hostile_jobs import kill_leftovers
 from tests.agent.test_sessions_end_to_end import _state, token_of
-from tests.agent.test_sessions_isolated import PREFIX, portal  # noqa: F401  (fixtures)
+from tests.agent.test_sessions_isolated import PREFIX, isolated_agent, portal  # noqa: F401  (fixtures)
 from tests.agent_fixtures import rounds_until
 from tests.waiting import wait_until
 
@@ -70,17 +64,7 @@ def lab_agent(portal, settings, scratch, agent_files, make_node, team, member): 
     """An isolated agent running the member's team's 1/4-card interactive request on node-1."""
     settings.CHECKPOINT_ROOT = str(scratch / "checkpoints")
     node = make_node("node-1", gpus=1)
-    identities = Identities(prefix=PREFIX, home_root=str(scratch / "home"))
-    agent = NodeAgent(
-        NodeClient(portal.url, issue_agent_credential(node)),
-        load_nvml(simulated_cards(node), seed=7),
-        isolation=Isolation.detect(work_root=str(scratch / "work"), identities=identities),
-        interval_s=0.1,
-        grace_s=1.0,
-        mps=False,
-        sessions=True,
-        lab_python=lab_python(scratch / "labenv"),
-    )
+    agent = isolated_agent(portal, node, scratch, lab_python=lab_python(scratch / "labenv"))
     agent.request = submit_request(user=member, team=team, name="nb", task_type="training", gpu_milli=250)
     run_scheduling_pass()
     rounds_until(agent, lambda: _state(agent.request) == "running", what="running")

@@ -7,10 +7,8 @@ import contextlib
 import os
 import pty
 import re
-import shutil
 import subprocess
 import threading
-import uuid
 from pathlib import Path
 
 import psutil
@@ -26,7 +24,8 @@ from scheduler_app.models import InteractiveSession
 from scheduler_app.passes.run import run_scheduling_pass
 from scheduler_app.services.inventory import issue_agent_credential
 from scheduler_app.services.requests import submit_request
-from tests.agent.hostile_jobs import kill_leftovers, wait_for
+from tests.agent.hostile_jobs import wait_for
+from tests.agent.test_isolation import scratch  # noqa: F401  (fixture)
 from tests.agent.test_sessions_end_to_end import _state, cli, token_of
 from tests.agent_fixtures import rounds_until
 from tests.e2e.conftest import AsgiServer
@@ -34,23 +33,10 @@ from tests.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("fresh_channel_layer")  # a layer of its own: see the fixture
 
-SCRATCH = Path("/var/tmp/gpu-portal-isolation-tests")  # the jobs' identities reach it, unlike /tmp/pytest-*
 PREFIX = "gppt-"
 SENTINEL = "GPP_SESSION_LEAK_SENTINEL"
 SHELL_OWN = {"PWD", "SHLVL", "_", "OLDPWD"}  # what the shell itself sets
 MARK = "1000.25"  # the session's background sleep, found by its argument
-
-
-@pytest.fixture
-def scratch():
-    if os.geteuid() != 0:
-        pytest.fail("the isolation tests run real jobs as other users: run them as root (CI does)")
-    SCRATCH.mkdir(mode=0o711, exist_ok=True)
-    folder = SCRATCH / uuid.uuid4().hex
-    folder.mkdir(mode=0o711)
-    yield folder
-    kill_leftovers(str(folder))
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
@@ -61,24 +47,31 @@ def portal(sqlite_readers_take_no_table_locks):
     server.stop()
 
 
+def isolated_agent(portal, node, folder: Path, **options) -> NodeAgent:
+    """An agent of `node`, in this process (as root), isolating its jobs and sessions under `folder`
+    with the test accounts (PREFIX), its rounds run by the test."""
+    identities = Identities(prefix=PREFIX, home_root=str(folder / "home"))
+    return NodeAgent(
+        NodeClient(portal.url, issue_agent_credential(node)),
+        load_nvml(simulated_cards(node), seed=7),
+        isolation=Isolation.detect(work_root=str(folder / "work"), identities=identities),
+        interval_s=0.1,
+        grace_s=1.0,
+        mps=False,
+        sessions=True,
+        **options,
+    )
+
+
 @pytest.fixture
-def node_agent(portal, settings, scratch, agent_files, make_node, team, member, other_team, outsider,
+def node_agent(portal, settings, scratch, agent_files, make_node, team, member, other_team, outsider,  # noqa: F811
                monkeypatch):  # fmt: skip
     """An isolated agent (in this process, as root) running two interactive requests on node-1: the
     member's team's and another team's."""
     settings.CHECKPOINT_ROOT = str(scratch / "checkpoints")
     monkeypatch.setenv(SENTINEL, "the agent's own secret")
     node = make_node("node-1", gpus=2)
-    identities = Identities(prefix=PREFIX, home_root=str(scratch / "home"))
-    agent = NodeAgent(
-        NodeClient(portal.url, issue_agent_credential(node)),
-        load_nvml(simulated_cards(node), seed=7),
-        isolation=Isolation.detect(work_root=str(scratch / "work"), identities=identities),
-        interval_s=0.1,
-        grace_s=1.0,
-        mps=False,
-        sessions=True,
-    )
+    agent = isolated_agent(portal, node, scratch)
     ours = submit_request(user=member, team=team, name="notebook", task_type="training", gpu_milli=1000)
     theirs = submit_request(
         user=outsider, team=other_team, name="other", task_type="training", gpu_milli=1000
