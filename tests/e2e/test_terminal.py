@@ -56,3 +56,29 @@ def test_the_browser_terminal_runs_in_the_allocation_and_resizes_with_the_window
     after = page.evaluate("[window.portalTerminal.rows, window.portalTerminal.cols]")
     assert sizes_shown(page) == [tuple(before), tuple(after)]
     assert after[1] < before[1] and after[0] < before[0]
+
+
+def test_ctrl_shift_c_copies_the_selection_and_ctrl_shift_v_pastes_into_the_terminal(
+    allocation,  # noqa: F811
+    portal,  # noqa: F811
+    member,
+    browser,
+):
+    page = log_in_at(portal.url, browser, "bob", "pw-bob-123")
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=portal.url)
+    page.goto(f"{portal.url}/requests/{allocation.pk}/terminal/")
+    page.wait_for_function("document.getElementById('terminal-status').textContent === 'Connected'")
+    page.locator("#terminal").click()
+    page.keyboard.type("echo copied-$((6 * 7))\n")
+    page.wait_for_function(f"/^copied-42$/m.test(({SCREEN})())", timeout=10_000)
+
+    row = screen(page).splitlines().index("copied-42")
+    page.evaluate(f"window.portalTerminal.select(0, {row}, 9)")
+    page.keyboard.press("Control+Shift+C")
+    page.wait_for_function("navigator.clipboard.readText().then(text => text === 'copied-42')")
+
+    page.evaluate("navigator.clipboard.writeText('echo pasted-$((7 * 6))')")
+    page.keyboard.press("Control+Shift+V")
+    page.keyboard.press("Enter")
+    page.wait_for_function(f"/^pasted-42$/m.test(({SCREEN})())", timeout=10_000)
+    assert "^C" not in screen(page)  # the copy was not the shell's interrupt
