@@ -19,12 +19,18 @@ pod, as the policies here do while they can; and each policy's distance to both.
 ``--packing-time-limit S``, a real packing from the solver too (S seconds a level), to show how
 tight the floors are: the best packing lies between.
 
+``--consolidate 0 1 2 4``: when a pod fails to place, up to K moves of pods already placed may make
+room for it (``scheduler_app.core.consolidation``: the fewest moves, any placed pod may move); a
+table gives each K's unallocated GPU % at 95 and 100 % arrived and the moves made (these replays stop
+just past 100 % arrived).
+
 Several workloads in one call: ``--pods A.csv B.csv`` and/or ``--variants default cpu-x2 spec-33``
 (``bench.variants``; each variant is built with the replay's seed, so seeds also vary the draw).
 
     python -m bench.trace_replay --seeds 42-51 --policies first-fit best-fit fgd fgd-plus
     python -m bench.trace_replay --variants all --seeds 42-44 --policies best-fit fgd fgd-plus
     python -m bench.trace_replay --seeds 42-44 --bound
+    python -m bench.trace_replay --variants all --seeds 42-44 --policies fgd-plus --consolidate 0 1 2 4
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from scheduler_app.core.cluster import MILLI_PER_GPU, NodeState, RequestSpec
+from scheduler_app.core.consolidation import Resident, fragmented, plan_moves
 from scheduler_app.core.fragmentation import WorkloadMix
 from scheduler_app.core.placement import DEFAULT_POLICY, POLICIES, Placer
 
@@ -51,6 +58,7 @@ TUNE_RATIO = 1.3
 CURVE_POINTS = range(0, 131)
 REPORT_POINTS = (75, 80, 85, 90, 95, 100, 105, 110, 115, 120, 125, 130)
 BOUND_POINTS = (95, 100)
+CONSOLIDATION_STOP = 101.5  # arrived %: past the last sample the curve's point at 100 % averages
 
 
 def arrival_order(pods: list[RequestSpec], capacity_milli: int, seed: int) -> list[RequestSpec]:
@@ -84,6 +92,8 @@ class Result:
     first_failure: float | None
     first_gang_failure: float | None
     first_cpu_only_failure: float | None = None
+    moves: int = 0  # with consolidation: placed pods moved, and pods placed thanks to moves
+    consolidated: int = 0
 
 
 def load_workload(pods: Path | Variant, nodes: list[NodeState], seed: int) -> list[RequestSpec]:
@@ -93,20 +103,36 @@ def load_workload(pods: Path | Variant, nodes: list[NodeState], seed: int) -> li
     return load_pods(pods)
 
 
-def replay(nodes_file: Path, pods_source: Path | Variant, policy: str, seed: int) -> Result:
-    """One policy and seed on one workload (a pod file or a variant)."""
+def replay(
+    nodes_file: Path, pods_source: Path | Variant, policy: str, seed: int, consolidate: int | None = None
+) -> Result:
+    """One policy and seed on one workload (a pod file or a variant); `consolidate`: K moves at most to
+    place a pod that fails (0: none; the replay then stops past 100 % arrived too)."""
     nodes = load_nodes(nodes_file)
     pods = load_workload(pods_source, nodes, seed)
     nodes = shuffled_nodes(nodes, seed)
     capacity = sum(len(n.gpus) for n in nodes) * MILLI_PER_GPU
     placer = Placer(nodes, policy, WorkloadMix.from_requests(pods))
-    arrived = used = 0
+    arrived = used = moves = consolidated = 0
     first = first_gang = first_cpu_only = None
     samples: list[tuple[float, float]] = []
+    residents: list[Resident] = []
     for pod in arrival_order(pods, capacity, seed):
         arrived += pod.total_milli()
-        if placer.place(pod) is not None:
+        if consolidate is not None and 100 * arrived / capacity > CONSOLIDATION_STOP:
+            break
+        placement = placer.place(pod)
+        plan = None
+        if placement is None and consolidate and fragmented(placer, pod):
+            plan = plan_moves(placer, pod, residents, consolidate)
+        if plan is not None:
+            placement = carry_out(placer, pod, residents, plan)
+            moves += len(plan.moves)
+            consolidated += 1
+        if placement is not None:
             used += pod.total_milli()
+            if consolidate:
+                residents.append(Resident(pod, placement))
         else:
             first = 100 * arrived / capacity if first is None else first
             if pod.num_gpus > 1 and first_gang is None:
@@ -114,7 +140,18 @@ def replay(nodes_file: Path, pods_source: Path | Variant, policy: str, seed: int
             if not pod.num_gpus and first_cpu_only is None:
                 first_cpu_only = 100 * arrived / capacity
         samples.append((100 * arrived / capacity, 100 * used / capacity))
-    return Result(discrete_curve(samples), first, first_gang, first_cpu_only)
+    return Result(discrete_curve(samples), first, first_gang, first_cpu_only, moves, consolidated)
+
+
+def carry_out(placer: Placer, pod: RequestSpec, residents: list[Resident], plan) -> object:
+    """Make the plan's moves and place the pod, as the planner checked them; the pod's placement."""
+    for move in plan.moves:
+        placer.release(residents[move.resident].request, residents[move.resident].placement)
+    placer.apply(pod, plan.placement)
+    for move in plan.moves:
+        placer.apply(residents[move.resident].request, move.to)
+        residents[move.resident] = Resident(residents[move.resident].request, move.to)
+    return plan.placement
 
 
 def discrete_curve(samples: list[tuple[float, float]]) -> dict[int, float]:
@@ -262,7 +299,16 @@ def main() -> None:
         default=0.0,
         help="with --bound: seconds a level for a packing from the solver, to show how tight (default: none)",
     )
+    parser.add_argument(
+        "--consolidate",
+        type=int,
+        nargs="+",
+        metavar="K",
+        help="instead of the curves: each K's unallocated GPU %% at 95 and 100 %% arrived, K moves at most",
+    )
     args = parser.parse_args()
+    if args.consolidate and min(args.consolidate) < 0:
+        parser.error("--consolidate takes K >= 0")
     unknown = set(args.policies) - set(POLICIES)
     if unknown:
         parser.error(f"unknown policies {sorted(unknown)}; choose from {sorted(POLICIES)}")
@@ -271,6 +317,9 @@ def main() -> None:
     except ValueError as error:
         parser.error(str(error))
     workloads: list[Path | Variant] = [*(args.pods or ([] if variants else [DEFAULT_PODS])), *variants]
+    if args.consolidate:
+        print_consolidation(args, workloads)
+        return
 
     started = time.perf_counter()
     runs = [(w, p, s) for w in workloads for p in args.policies for s in args.seeds]
@@ -307,6 +356,33 @@ def main() -> None:
                 print(f"{'published ' + name:<22}" + "".join(f"{c:>12}" for c in cells))
         if args.bound:
             _print_bound(workload, args.policies, args.seeds, results, bounds)
+
+
+def print_consolidation(args, workloads: list[Path | Variant]) -> None:
+    started = time.perf_counter()
+    runs = [
+        (w, p, s, k) for w in workloads for p in args.policies for k in args.consolidate for s in args.seeds
+    ]
+    with ProcessPoolExecutor(args.jobs) as pool:
+        futures = {run: pool.submit(replay, args.nodes, *run) for run in runs}
+        results = {run: f.result() for run, f in futures.items()}
+    elapsed = time.perf_counter() - started
+    print(f"nodes={args.nodes.name} seeds={args.seeds[0]}..{args.seeds[-1]} ({elapsed:.0f}s)")
+    for workload in workloads:
+        print(f"\n{workload.name}: unallocated GPU % at 95 and 100 % arrived (mean±stdev over seeds) with up")
+        print("to K moves of placed pods to place one that fails; pods placed thanks to moves, moves (mean)")
+        print(f"{'policy':<12}{'K':>3}{'95 %':>12}{'100 %':>12}{'placed':>9}{'moves':>8}")
+        for policy in args.policies:
+            for k in args.consolidate:
+                mine = [results[workload, policy, s, k] for s in args.seeds]
+                cells = [_fmt([r.curve[x] for r in mine if x in r.curve]) for x in BOUND_POINTS]
+                cells += [f"{statistics.mean(r.consolidated for r in mine):.1f}"]
+                cells += [f"{statistics.mean(r.moves for r in mine):.1f}"]
+                print(
+                    f"{policy:<12}{k:>3}"
+                    + "".join(f"{c:>12}" for c in cells[:2])
+                    + f"{cells[2]:>9}{cells[3]:>8}"
+                )
 
 
 def _points(values: list[float]) -> str:
