@@ -1,11 +1,11 @@
-"""How long the request form's estimate takes: 8,000 GPUs (1,000 nodes x 8), 8,000 requests pending.
+"""How long the request form's estimate takes: by default 8,000 GPUs (1,000 nodes x 8), 8,000 pending.
 
     python -m bench.estimate_speed [--database-url postgres://postgres@127.0.0.1:5432/gpu_portal_bench_estimate]
-                                   [--estimates 50] [--profile 25]
+                                   [--nodes 1000] [--estimates 50] [--profile 25]
 
 Builds a scratch PostgreSQL database (created if missing, emptied each run) in
-bulk: two pools (A100 on-demand, A100 spot), 1,000 nodes of 8 cards nearly full
-of running work with max durations, and 8,000 pending requests of mixed shapes
+bulk: two pools (A100 on-demand, A100 spot), `--nodes` nodes of 8 cards nearly full
+of running work with max durations, and one pending request per card, of mixed shapes
 over four teams; runs one `run_scheduling_pass()` (it stores the state estimates
 read), then times `estimate_request()` for mixed shapes (fractions, gangs, spot
 with and without fallback, a named pool): validation, the stored state, the
@@ -29,12 +29,13 @@ from bench.scratch_db import (
     migrated_django,
 )
 
-NODES, GPUS_PER_NODE, PENDING = 1000, 8, 8000
+GPUS_PER_NODE = 8
 SHAPES = [(125, 1), (250, 1), (500, 1), (750, 1), (1000, 1), (1000, 2), (1000, 4), (1000, 8)]
 
 
 def main() -> None:
     parser = arguments(__doc__, "gpu_portal_bench_estimate")
+    parser.add_argument("--nodes", type=int, default=1000, help="nodes of 8 cards; as many pending as cards")
     parser.add_argument("--estimates", type=int, default=50)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--profile", type=int, default=0, help="print the top N functions (cumulative)")
@@ -42,7 +43,7 @@ def main() -> None:
 
     migrated_django(args.database_url)
     rng = random.Random(args.seed)
-    user, teams = _reset_and_seed(rng)
+    user, teams = _reset_and_seed(rng, args.nodes)
 
     from scheduler_app.passes.estimates import estimate_request
     from scheduler_app.passes.run import run_scheduling_pass
@@ -71,7 +72,7 @@ def main() -> None:
     print(f"first estimate after the pass (loads the state, plans the turns): {first:.0f} ms")
     print(
         f"estimate time: median {statistics.median(timings):.1f} ms, p95 {p95:.1f} ms "
-        f"with {PENDING} pending on {NODES * GPUS_PER_NODE} GPUs (target < 100 ms)"
+        f"with {args.nodes * GPUS_PER_NODE} pending on {args.nodes * GPUS_PER_NODE} GPUs (target < 100 ms)"
     )
     if profile:
         pstats.Stats(profile).sort_stats("cumulative").print_stats(args.profile)
@@ -88,7 +89,7 @@ def _mixed_fields(rng: random.Random, i: int) -> dict:
     return fields
 
 
-def _reset_and_seed(rng: random.Random):
+def _reset_and_seed(rng: random.Random, nodes: int):
     """The cluster in bulk: cards nearly full of running work, then the pending queue."""
     from django.utils import timezone
 
@@ -99,7 +100,7 @@ def _reset_and_seed(rng: random.Random):
     assert not PassRecord.objects.exists()
     on_demand = Pool.objects.create(name="a100", gpu_model="A100-80GB")
     spot = Pool.objects.create(name="a100-spot", gpu_model="A100-80GB", capacity_type=CapacityType.SPOT)
-    gpus = bulk_a100_nodes([spot if n % 4 == 3 else on_demand for n in range(NODES)], GPUS_PER_NODE)
+    gpus = bulk_a100_nodes([spot if n % 4 == 3 else on_demand for n in range(nodes)], GPUS_PER_NODE)
     user, teams = bench_user_in_teams()
     now = timezone.now()
 
@@ -136,7 +137,7 @@ def _reset_and_seed(rng: random.Random):
         batch_size=2000,
     )
     pending = []
-    for i in range(PENDING):
+    for i in range(nodes * GPUS_PER_NODE):
         milli, count = rng.choice(SHAPES[2:])  # half cards and up: they wait for a card to free up
         pending.append(
             request(
@@ -145,7 +146,7 @@ def _reset_and_seed(rng: random.Random):
                 gpu_milli=milli,
                 num_gpus=count,
                 max_duration_s=rng.choice([600, 3600, 6 * 3600]),
-                created_at=now - dt.timedelta(seconds=PENDING - i),
+                created_at=now - dt.timedelta(seconds=nodes * GPUS_PER_NODE - i),
             )
         )
     GpuRequest.objects.bulk_create(pending, batch_size=2000)
