@@ -45,8 +45,8 @@ from pathlib import Path
 
 import numpy as np
 
-from scheduler_app.core.cluster import MILLI_PER_GPU, NodeState, RequestSpec
-from scheduler_app.core.consolidation import Resident, fragmented, plan_moves
+from scheduler_app.core.cluster import MILLI_PER_GPU, NodeState, Placement, RequestSpec
+from scheduler_app.core.consolidation import Plan, Resident, fragmented, plan_moves
 from scheduler_app.core.fragmentation import WorkloadMix
 from scheduler_app.core.placement import DEFAULT_POLICY, POLICIES, Placer
 
@@ -143,7 +143,7 @@ def replay(
     return Result(discrete_curve(samples), first, first_gang, first_cpu_only, moves, consolidated)
 
 
-def carry_out(placer: Placer, pod: RequestSpec, residents: list[Resident], plan) -> object:
+def carry_out(placer: Placer, pod: RequestSpec, residents: list[Resident], plan: Plan) -> Placement:
     """Make the plan's moves and place the pod, as the planner checked them; the pod's placement."""
     for move in plan.moves:
         placer.release(residents[move.resident].request, residents[move.resident].placement)
@@ -375,14 +375,12 @@ def print_consolidation(args, workloads: list[Path | Variant]) -> None:
         for policy in args.policies:
             for k in args.consolidate:
                 mine = [results[workload, policy, s, k] for s in args.seeds]
-                cells = [_fmt([r.curve[x] for r in mine if x in r.curve]) for x in BOUND_POINTS]
-                cells += [f"{statistics.mean(r.consolidated for r in mine):.1f}"]
-                cells += [f"{statistics.mean(r.moves for r in mine):.1f}"]
-                print(
-                    f"{policy:<12}{k:>3}"
-                    + "".join(f"{c:>12}" for c in cells[:2])
-                    + f"{cells[2]:>9}{cells[3]:>8}"
+                unallocated = "".join(
+                    f"{_fmt([r.curve[x] for r in mine if x in r.curve]):>12}" for x in BOUND_POINTS
                 )
+                placed = statistics.mean(r.consolidated for r in mine)
+                moved = statistics.mean(r.moves for r in mine)
+                print(f"{policy:<12}{k:>3}{unallocated}{placed:>9.1f}{moved:>8.1f}")
 
 
 def _points(values: list[float]) -> str:
