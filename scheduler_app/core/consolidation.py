@@ -18,7 +18,7 @@ not moved within the last interval) and how many moves a plan may hold.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .cluster import MILLI_PER_GPU, NodeState, Placement, RequestSpec
@@ -67,10 +67,15 @@ def fragmented(placer: Placer, request: RequestSpec) -> bool:
 
 
 def plan_moves(
-    placer: Placer, request: RequestSpec, residents: Sequence[Resident], max_moves: int
+    placer: Placer,
+    request: RequestSpec,
+    residents: Sequence[Resident],
+    max_moves: int,
+    accept: Callable[[Plan], bool] = lambda plan: True,
 ) -> Plan | None:
-    """The fewest moves (at most `max_moves`) of movable residents after which `request` fits; None when
-    no such plan is found. The placer's state is as it was afterwards."""
+    """The fewest moves (at most `max_moves`) of movable residents after which `request` fits, among the
+    plans `accept` allows (the caller's bounds); None when no such plan is found. The placer's state is
+    as it was afterwards."""
     if max_moves < 1 or request.num_gpus == 0:
         return None
     on_node: dict[str, list[int]] = {}
@@ -84,7 +89,7 @@ def plan_moves(
             candidates.append((len(leaving), moved_milli, order, leaving))
     for *_, leaving in sorted(candidates)[:CANDIDATES_TRIED]:
         plan = _try(placer, request, residents, leaving)
-        if plan is not None:
+        if plan is not None and accept(plan):
             return plan
     return None
 

@@ -3,7 +3,7 @@ starts, preemptions and waits it returns (``PassPlan``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from .cluster import Placement, RequestSpec
@@ -102,6 +102,48 @@ def place_in_line(ahead: int) -> str:
     return f"about {round(ahead, 2 - len(str(ahead))):,} requests"
 
 
+@dataclass(frozen=True, slots=True)
+class OpenRoom:
+    """A consolidation plan the caller keeps open: `moving`, the requests still to move (ids); where the
+    waiting request goes once they have; `ready_at`, by when the last of them moves (s)."""
+
+    moving: tuple[int | str, ...]
+    placement: Placement
+    ready_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Consolidation:
+    """What a pass may move to make room for a request that fits nowhere only because the free share is
+    scattered (core/consolidation.py plans the moves; actions/consolidate.py applies the bounds).
+
+    movable: the running requests that may move, each with by when it would (its next checkpoint's
+    deadline, s): the caller leaves out work with no checkpoint interval, pinned by its user, moved
+    within the last interval or already moving. pools: the pools where moves may be planned.
+    max_moves: the new moves one pass may plan, in all. tries: the blocked requests (first in queue
+    order) one pass looks for moves for, each a check on a copy of its pools. open: the plans kept, by
+    waiting request id.
+    """
+
+    movable: Mapping[int | str, float]
+    pools: frozenset[str]
+    max_moves: int = 4
+    tries: int = 4
+    open: Mapping[int | str, OpenRoom] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Room:
+    """A consolidation plan this pass holds for a waiting request: new, or an open one that still holds
+    (a plan the caller passed and the pass does not return no longer holds)."""
+
+    request_id: int | str
+    moving: tuple[int | str, ...]
+    placement: Placement
+    ready_at: float
+    new: bool
+
+
 @dataclass(slots=True)
 class PassPlan:
     """The decisions of one pass; `waiting` lists every request left pending, in queue order."""
@@ -110,3 +152,4 @@ class PassPlan:
     preemptions: list[Preemption] = field(default_factory=list)
     reservations: list[Reservation] = field(default_factory=list)
     waiting: list[Waiting] = field(default_factory=list)
+    rooms: list[Room] = field(default_factory=list)

@@ -195,6 +195,18 @@ class ReservationBook:
         self.reservations.append(reservation)
         return reservation
 
+    def reserve_at(self, request: RequestSpec, placement: Placement, start_at: float) -> Reservation:
+        """Reserve these cards for the request from `start_at` (a room consolidation is making for it)."""
+        self._claim(request, placement, start_at)
+        self._claimed.append((request, placement))
+        reservation = Reservation(request.id, placement.node, placement.gpus, start_at, True)
+        self.reservations.append(reservation)
+        return reservation
+
+    def claims_on(self, node: str) -> bool:
+        """Whether a reservation claims capacity on the node."""
+        return node in self._claims
+
     def earliest(
         self, request: RequestSpec, nodes: Sequence[NodeState]
     ) -> tuple[float, bool, Placement] | None:

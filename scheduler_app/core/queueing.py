@@ -12,16 +12,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from . import placement as placement_policies
-from .actions import backfill, estimate, reserve, start
+from .actions import backfill, consolidate, estimate, reserve, start
 from .actions.work import PassWork
 from .cluster import NodeState, OfflineNode, RequestSpec
 from .fragmentation import WorkloadMix
 from .pass_plan import (
     EASY_BACKFILL,
     STRICT_FIFO,
+    Consolidation,
+    OpenRoom,
     PassPlan,
     Preemption,
     QueueMode,
+    Room,
     RunningAllocation,
     Start,
     Waiting,
@@ -35,10 +38,13 @@ _PORTAL_MODE = QueueMode()  # the portal's scheduler: plan_pass's default rules
 __all__ = [
     "EASY_BACKFILL",
     "STRICT_FIFO",
+    "Consolidation",
+    "OpenRoom",
     "PassPlan",
     "Preemption",
     "QueueMode",
     "Reservation",
+    "Room",
     "RunningAllocation",
     "Start",
     "TeamQuota",
@@ -57,6 +63,7 @@ def plan_pass(
     mode: QueueMode = _PORTAL_MODE,
     workload: WorkloadMix | None = None,
     offline: Sequence[OfflineNode] = (),
+    consolidation: Consolidation | None = None,
 ) -> PassPlan:
     """Decide one scheduling pass.
 
@@ -69,13 +76,19 @@ def plan_pass(
     workload: the typical request shapes the fgd policies keep room for
     (``WorkloadMix.from_requests(recent requests)``).
     offline: the nodes that take no new work; a request only they could hold waits saying so.
+    consolidation: what may move to make room for a request the scattered free share cannot hold
+    (None: nothing moves); the plans held are in the returned plan's `rooms`.
     """
-    work = PassWork(nodes, pending, running, quotas, now, policy, mode, workload, offline)
+    work = PassWork(nodes, pending, running, quotas, now, policy, mode, workload, offline, consolidation)
+    started = consolidate.start_made_rooms(work)
     first_blocked: RequestSpec | None = None
     while (request := work.queue.pop()) is not None:
+        if request.id in started:
+            continue
         if backfill.may_start(work, first_blocked) and start.try_start(work, request):
             work.queue.touch(request.team)
             continue
-        reserve.wait(work, request, first_blocked)
+        if not consolidate.wait_for_room(work, request):
+            reserve.wait(work, request, first_blocked)
         first_blocked = first_blocked or request
     return estimate.finish(work)

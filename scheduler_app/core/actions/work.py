@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from ..cluster import NodeState, OfflineNode, RequestSpec
 from ..fragmentation import WorkloadMix
-from ..pass_plan import SPOT, PassPlan, QueueMode, RunningAllocation
+from ..pass_plan import SPOT, Consolidation, PassPlan, QueueMode, RunningAllocation
 from ..placement import Placer
 from ..queue_ledger import Ledger, TeamQuota
 from ..queue_order import FairQueue
@@ -32,8 +32,13 @@ class PassWork:
         mode: QueueMode,
         workload: WorkloadMix | None,
         offline: Sequence[OfflineNode] = (),
+        consolidation: Consolidation | None = None,
     ) -> None:
         self.offline = offline
+        self.pending, self.running = pending, running
+        self.consolidation = consolidation
+        self.moves_planned = 0  # new moves planned by this pass (actions/consolidate.py)
+        self.rooms_tried = 0  # blocked requests it looked for moves for
         # The caller's nodes, read as given; the pass copies a node the first time it changes it (own),
         # so a pass that starts one request on a large cluster copies one node, not all of them.
         self.nodes = list(nodes)
