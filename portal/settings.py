@@ -363,6 +363,10 @@ SPOT_MAX_CHECKPOINT_INTERVAL_S = env_int("SPOT_MAX_CHECKPOINT_INTERVAL_S", 1800,
 PREEMPTION_GRACE_S = env_int("PREEMPTION_GRACE_S", 120, minimum=0)
 MOVE_AT_CHECKPOINT_GRACE_S = env_int("MOVE_AT_CHECKPOINT_GRACE_S", 60, minimum=0)
 RECLAIM_DEFAULT_GRACE_S = env_int("RECLAIM_DEFAULT_GRACE_S", 120, minimum=0)
+# Consolidation: a job is moved to make room for other work at most once per interval, and one pass
+# plans at most this many moves.
+CONSOLIDATION_MIN_INTERVAL_S = env_int("CONSOLIDATION_MIN_INTERVAL_S", 3600, minimum=0)
+CONSOLIDATION_MAX_MOVES_PER_PASS = env_int("CONSOLIDATION_MAX_MOVES_PER_PASS", 4, minimum=0)
 # A stop past its deadline is requeued by the watchdog once its agent had this long to report it.
 STOP_REPORT_SLACK_S = env_int("STOP_REPORT_SLACK_S", 10, minimum=0)
 

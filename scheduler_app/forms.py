@@ -75,6 +75,12 @@ class RequestForm(ServiceErrorsMixin, forms.Form):
         required=False, label="Fall back to on-demand when no spot capacity is free"
     )
     checkpoint_interval_min = forms.IntegerField(required=False, label="Checkpoint interval (minutes)")
+    pinned = forms.BooleanField(
+        required=False,
+        label="Pinned: never move it to make room for other work",
+        help_text="Work with a checkpoint interval may otherwise be moved at a checkpoint, at most once "
+        "an hour.",
+    )
     max_duration_h = forms.DecimalField(
         required=False, max_digits=6, decimal_places=2, label="Max duration (hours)"
     )
@@ -146,6 +152,7 @@ class RequestForm(ServiceErrorsMixin, forms.Form):
             "billing_mode": data["billing_mode"],
             "allow_on_demand_fallback": data["allow_on_demand_fallback"],
             "checkpoint_interval_s": None if interval is None else interval * 60,
+            "pinned": data["pinned"],
             "max_duration_s": None if duration is None else int(duration * Decimal(3600)),
             "priority": data["priority"],
             "command": data["command"],
@@ -244,6 +251,12 @@ class PoolForm(ServiceErrorsMixin, forms.Form):
         max_value=MILLI_PER_GPU,
         label="Granularity (milli-GPU)",
         help_text="Shares are rounded up to this step; 125 = eighths.",
+    )
+    consolidation = forms.BooleanField(
+        required=False,
+        label="Consolidation",
+        help_text="Move running jobs with a checkpoint interval at their next checkpoint (at most once an "
+        "hour each) to make room for a request that fits nowhere only because the free share is scattered.",
     )
 
 

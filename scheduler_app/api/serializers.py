@@ -181,6 +181,7 @@ class GpuRequestSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
             "billing_label",
             "allow_on_demand_fallback",
             "checkpoint_interval_s",
+            "pinned",
             "priority",
             "max_duration_s",
             "command",
@@ -237,6 +238,9 @@ class SubmitSerializer(FieldsBuiltOnce, serializers.Serializer):
     allow_on_demand_fallback = StrictBooleanField(default=False)
     checkpoint_interval_s = StrictIntegerField(
         min_value=1, max_value=2**31 - 1, required=False, allow_null=True
+    )
+    pinned = StrictBooleanField(
+        default=False, help_text="Never move it to make room for other work (consolidation)."
     )
     priority = StrictIntegerField(min_value=-100, max_value=100, default=0)
     max_duration_s = StrictIntegerField(min_value=1, max_value=2**31 - 1, required=False, allow_null=True)
@@ -459,6 +463,7 @@ class PoolDetailSerializer(serializers.ModelSerializer):
             "description",
             "mig_mode",
             "backend",
+            "consolidation",
         ]
         read_only_fields = ["name", "gpu_model", "capacity_type", "backend"]
 
@@ -468,6 +473,9 @@ class PoolChangeSerializer(serializers.Serializer):
     description = StrictCharField(max_length=200, required=False, allow_blank=True)
     mig_mode = StrictChoiceField(
         choices=MigMode.choices, required=False, help_text='"" (off), "fixed" or "dynamic".'
+    )
+    consolidation = StrictBooleanField(
+        required=False, help_text="Whether running jobs may be moved at a checkpoint to make room."
     )
 
 

@@ -250,7 +250,8 @@ class AuditEventViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
 
 
 class PoolViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
-    """Pools anyone may list; operators change their granularity and description."""
+    """Pools anyone may list; operators change their granularity, description, MIG mode and
+    consolidation switch."""
 
     serializer_class = PoolDetailSerializer
     queryset = Pool.objects.order_by("name")
@@ -264,7 +265,11 @@ class PoolViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         form.is_valid(raise_exception=True)
         if not form.validated_data:
             raise ValidationError(
-                {"non_field_errors": ["Give granularity_milli, description or mig_mode to change."]}
+                {
+                    "non_field_errors": [
+                        "Give granularity_milli, description, mig_mode or consolidation to change."
+                    ]
+                }
             )
         pool = update_pool(self.get_object(), actor=request.user, **form.validated_data)
         return Response(self.get_serializer(pool).data)

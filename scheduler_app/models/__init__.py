@@ -1,5 +1,6 @@
 """The scheduler's models (the event log is in audit, agent readings in telemetry), by subject."""
 
+from scheduler_app.models.consolidation import RoomMove, RoomPlan
 from scheduler_app.models.inventory import Gpu, Node, Pool, TeamQuota
 from scheduler_app.models.requests import (
     Allocation,
@@ -22,6 +23,8 @@ __all__ = [
     "Node",
     "PassRecord",
     "Pool",
+    "RoomMove",
+    "RoomPlan",
     "TeamQuota",
     "WhatIfRun",
 ]

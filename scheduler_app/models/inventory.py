@@ -40,6 +40,11 @@ class Pool(models.Model):
         default=MigMode.OFF,
         help_text="MIG: work gets whole GPU instances within the cards' geometry (core/mig.py).",
     )
+    consolidation = models.BooleanField(
+        default=True,
+        help_text="Running jobs with a checkpoint interval may be moved at their next checkpoint to make "
+        "room for a request the scattered free share cannot hold.",
+    )
     backend = models.CharField(
         max_length=16,
         choices=Backend.choices,

@@ -108,6 +108,9 @@ class GpuRequest(models.Model):
     checkpoint_interval_s = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1)]
     )
+    pinned = models.BooleanField(
+        default=False, help_text="Never moved to make room for other work (consolidation)."
+    )
     priority = models.SmallIntegerField(
         default=0, validators=[MinValueValidator(-100), MaxValueValidator(100)]
     )

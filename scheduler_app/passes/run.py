@@ -27,6 +27,7 @@ from scheduler_app.models import Allocation, GpuRequest, Pool
 from scheduler_app.passes.cluster_state import ClusterSnapshot, format_utc, load_cluster_snapshot
 from scheduler_app.passes.dispatch import sync_backends_soon
 from scheduler_app.passes.stored_state import snapshot_since_last_pass, store_pass_state
+from scheduler_app.services.consolidation import consolidation_rules, record_rooms
 from scheduler_app.services.placement import PlannedStart, Slice, place
 from scheduler_app.services.transitions import stop_gracefully
 
@@ -50,6 +51,8 @@ def run_scheduling_pass(*, policy: str = DEFAULT_POLICY, now: dt.datetime | None
     with transaction.atomic():
         _one_pass_at_a_time()
         snapshot = snapshot_since_last_pass() or load_cluster_snapshot()
+        waiting = {request.id for request in snapshot.pending}
+        rules = consolidation_rules(snapshot.running, snapshot.node_pool, waiting, now)
         plan = plan_pass(
             snapshot.nodes,
             snapshot.pending,
@@ -59,8 +62,10 @@ def run_scheduling_pass(*, policy: str = DEFAULT_POLICY, now: dt.datetime | None
             policy,
             workload=snapshot.workload,
             offline=snapshot.offline,
+            consolidation=rules,
         )
         result, refused, held_back = _apply(plan, snapshot, now)
+        record_rooms(plan.rooms, [start.request.id for start in plan.starts], now)
         store_pass_state(snapshot, plan, result, now, policy)
     if result.started or result.preempted:
         sync_backends_soon(Pool.objects.exclude(backend=Backend.AGENT).values_list("backend", flat=True))

@@ -166,10 +166,19 @@ def node_for_agent_token(token: str) -> Node | None:
 
 
 def update_pool(pool: Pool, *, actor, **fields) -> Pool:
-    """Operators change a pool's description, granularity, capacity type or backend; logged with the old
-    values. The backend changes only with no work on the pool's cards: who runs it cannot change under it."""
+    """Operators change a pool's description, granularity, capacity type, backend or consolidation
+    switch; logged with the old values. The backend changes only with no work on the pool's cards: who
+    runs it cannot change under it."""
     require(can_operate(actor), "Only platform operators change pools.")
-    allowed = {"description", "granularity_milli", "capacity_type", "gpu_model", "mig_mode", "backend"}
+    allowed = {
+        "description",
+        "granularity_milli",
+        "capacity_type",
+        "gpu_model",
+        "mig_mode",
+        "backend",
+        "consolidation",
+    }
     if unknown := set(fields) - allowed:
         raise ValidationError({name: "This field cannot be changed here." for name in unknown})
     with transaction.atomic():

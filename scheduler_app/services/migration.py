@@ -22,6 +22,7 @@ from scheduler_app.choices import NodeStatus, RequestState
 from scheduler_app.models import Allocation, GpuRequest, Node
 from scheduler_app.rules.billing import billing
 from scheduler_app.rules.lifecycle import ACTIVE_STATES
+from scheduler_app.services.consolidation import moves_due as consolidation_moves_due
 from scheduler_app.services.inventory import set_node_status
 from scheduler_app.services.segments import resize_next_run
 from scheduler_app.services.transitions import requeue, stop_gracefully, transition_requests
@@ -139,7 +140,7 @@ def requeue_from_checkpoint(
 
 def move_reasons(request_ids: Iterable[int]) -> dict[int, str]:
     """Per request due to move at its next checkpoint: why (its node drains; it asked to move to
-    on-demand capacity; it accepted a resize)."""
+    on-demand capacity; it accepted a resize; it makes room for a waiting request)."""
     ids = list(request_ids)
     why: dict[int, str] = {}
     for request_id, node in (
@@ -149,6 +150,8 @@ def move_reasons(request_ids: Iterable[int]) -> dict[int, str]:
     ):
         why[request_id] = f"node {node} is draining: moved at its checkpoint"
     for request_id, reason in billing().moves_due(ids).items():
+        why.setdefault(request_id, reason)
+    for request_id, reason in consolidation_moves_due(ids).items():
         why.setdefault(request_id, reason)
     return why
 

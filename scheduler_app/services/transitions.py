@@ -14,6 +14,7 @@ from scheduler_app.choices import RequestState
 from scheduler_app.models import GpuRequest
 from scheduler_app.passes.dispatch import schedule_soon
 from scheduler_app.rules.lifecycle import ACTIVE_STATES, check_transition
+from scheduler_app.services.consolidation import record_moved
 from scheduler_app.services.segments import close_segments
 from scheduler_app.services.sessions import close_labs
 
@@ -136,8 +137,8 @@ def requeue(
     """Put active requests back in the queue at once: their slices close and the reason (one for all,
     or one per request) becomes their pending reason; `data` per request goes on its event. Work that
     may checkpoint first goes through stop_gracefully, and services.migration.requeue_from_checkpoint
-    requeues it when it stopped."""
-    return transition_requests(
+    requeues it when it stopped. A job moving to make room for another (consolidation) has moved."""
+    requeued = transition_requests(
         request_ids,
         RequestState.PENDING,
         from_states=ACTIVE_STATES,
@@ -148,6 +149,8 @@ def requeue(
         data=data,
         now=now,
     )
+    record_moved([r.pk for r in requeued], now)
+    return requeued
 
 
 def stop_gracefully(

@@ -175,6 +175,7 @@ def pool_edit(request, pk):
         "description": pool.description,
         "granularity_milli": pool.granularity_milli,
         "mig_mode": pool.mig_mode,
+        "consolidation": pool.consolidation,
     }
     form = PoolForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():

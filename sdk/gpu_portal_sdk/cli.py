@@ -100,6 +100,7 @@ OPTIONS = {
     "gpu_memory_mib": "--gpu-memory",
     "max_duration_s": "--max-duration",
     "checkpoint_interval_s": "--checkpoint-interval",
+    "pinned": "--pinned",
     "restart_overhead_s": "--restart-overhead",
     "environment": "--env",
     "command": "the command after --",
@@ -339,6 +340,7 @@ def _spec(args, command: str) -> dict:
         "gpu_memory_mib": args.gpu_memory,
         "max_duration_s": args.max_duration,
         "checkpoint_interval_s": args.checkpoint_interval,
+        "pinned": args.pinned,
         "priority": args.priority,
         "command": command,
         "environment": dict(args.env) if args.env else None,
@@ -505,6 +507,9 @@ def _add_spec(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--gpu-memory", type=int, metavar="MIB")
     sub.add_argument("--max-duration", type=int, metavar="S")
     sub.add_argument("--checkpoint-interval", type=int, metavar="S", help="(spot default 900)")
+    sub.add_argument(
+        "--pinned", action="store_true", help="never move it at a checkpoint to make room for other work"
+    )
     sub.add_argument("--priority", type=int, default=0)
     sub.add_argument(
         "--env",

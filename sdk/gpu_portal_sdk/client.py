@@ -63,6 +63,7 @@ def _request_body(
     gpu_memory_mib: int | None = None,
     max_duration_s: int | None = None,
     checkpoint_interval_s: int | None = None,
+    pinned: bool = False,
     priority: int = 0,
     command: str = "",
     team: str | None = None,
@@ -91,6 +92,7 @@ def _request_body(
         "checkpoint_interval_s": DEFAULT_CHECKPOINT_INTERVAL_S
         if prefer_spot and checkpoint_interval_s is None
         else checkpoint_interval_s,
+        "pinned": pinned or None,  # sent only when asked: never moved to make room for other work
     }
     return {k: v for k, v in body.items() if v is not None}
 

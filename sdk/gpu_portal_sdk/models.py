@@ -93,6 +93,7 @@ class Resource:
     billing_label: str = ""
     allow_on_demand_fallback: bool = False
     checkpoint_interval_s: int | None = None
+    pinned: bool = False
     priority: int = 0
     max_duration_s: int | None = None
     command: str = ""

@@ -126,6 +126,14 @@ def test_pools_listed_for_all_changed_by_operators(api_client, pool, member, ope
     assert Pool.objects.get().granularity_milli == 250
 
 
+def test_an_operator_switches_a_pools_consolidation_off_through_the_api(api_client, pool, operator):
+    changed = api_client(operator).patch("/api/v1/pools/a100/", {"consolidation": False}, format="json")
+    assert changed.status_code == 200 and changed.json()["consolidation"] is False
+    bad = api_client(operator).patch("/api/v1/pools/a100/", {"consolidation": "no"}, format="json")
+    assert bad.status_code == 400 and "consolidation" in bad.json()["error"]["fields"]
+    assert Pool.objects.get().consolidation is False
+
+
 def test_options_on_team_actions_describes_without_error(api_client, team, team_admin, pool):
     response = api_client(team_admin).options("/api/v1/teams/vision/quotas/a100/")
     assert response.status_code == 200

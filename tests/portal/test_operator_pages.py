@@ -1,6 +1,7 @@
 """Operator pages, staff only: drain and undrain nodes, edit pools, set quotas; each change is audited."""
 
 import datetime as dt
+import re
 
 import pytest
 from django.urls import reverse
@@ -164,13 +165,24 @@ def test_member_cannot_drain_a_node(client, member, node):
 def test_operator_edits_a_pool_and_only_changed_fields_are_logged(client, operator, pool):
     client.force_login(operator)
 
-    client.post(
-        reverse("operator_pool", args=[pool.pk]), {"description": "big cards", "granularity_milli": "125"}
-    )
+    form = {"description": "big cards", "granularity_milli": "125", "consolidation": "on"}
+    client.post(reverse("operator_pool", args=[pool.pk]), form)
 
     pool.refresh_from_db()
     assert pool.description == "big cards"
     assert Event.objects.get(to_state="updated").reason == "description:  → big cards"
+
+
+def test_operator_turns_consolidation_off_for_a_pool(client, operator, pool):
+    client.force_login(operator)
+    page = client.get(reverse("operator_pool", args=[pool.pk]))
+    assert re.search(r'<input type="checkbox" name="consolidation"[^>]* checked>', page.text)
+
+    client.post(reverse("operator_pool", args=[pool.pk]), {"description": "", "granularity_milli": "125"})
+
+    pool.refresh_from_db()
+    assert pool.consolidation is False
+    assert Event.objects.get(to_state="updated").reason == "consolidation: True → False"
 
 
 @pytest.mark.parametrize(

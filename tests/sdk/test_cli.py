@@ -188,6 +188,19 @@ def test_request_takes_repeatable_env_options_and_show_prints_them(as_user, memb
     assert "  env LR=3e-4\n  env URL=http://x/?a=b\n  env EMPTY=\n" in capsys.readouterr().out
 
 
+def test_request_pinned_is_never_moved_to_make_room_and_says_so_in_json(as_user, member, cluster, capsys):
+    as_user(member)
+
+    assert main(["request", "--name", "stay", "--pinned", "--", "train"]) == 0
+    assert main(["request", "--name", "may-move", "--", "train"]) == 0
+    capsys.readouterr()
+
+    assert dict(GpuRequest.objects.values_list("name", "pinned")) == {"stay": True, "may-move": False}
+    assert main(["list", "--json"]) == 0
+    listed = {r["name"]: r["pinned"] for r in json.loads(capsys.readouterr().out)}
+    assert listed == {"stay": True, "may-move": False}
+
+
 def test_an_env_option_without_a_name_is_a_usage_error(as_user, member, cluster, capsys):
     as_user(member)
 

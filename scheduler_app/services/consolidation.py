@@ -1,0 +1,123 @@
+"""Consolidation's plans in the database: what a pass may move (`consolidation_rules`), the plans it
+holds (`record_rooms`), the moves due at a checkpoint (`moves_due`) and the moves made (`record_moved`).
+
+A plan is open from the pass that makes it until its request leaves the queue, one of its jobs ends
+before it moved, or a pass no longer holds it (the room would not be made, or is not needed). A job
+moves through "checkpoint, then move" (services.migration): at its next checkpoint report, or at its
+interval's end, while the plan is still open and its request still waits.
+"""
+
+import datetime as dt
+from collections.abc import Iterable
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from scheduler_app.choices import Backend, RequestState
+from scheduler_app.core.cluster import Placement
+from scheduler_app.core.queueing import Consolidation, OpenRoom, Room, RunningAllocation
+from scheduler_app.models import GpuRequest, Pool, RoomMove, RoomPlan
+from scheduler_app.rules.lifecycle import ACTIVE_STATES
+
+
+def consolidation_rules(
+    running: Iterable[RunningAllocation], node_pool: dict[str, str], waiting: set[int], now: dt.datetime
+) -> Consolidation:
+    """End the open plans that no longer hold, then say what the pass may move: running jobs with a
+    checkpoint interval, not pinned, on agent pools that allow consolidation, neither moving for an
+    open plan nor moved within CONSOLIDATION_MIN_INTERVAL_S; each with when it would move by."""
+    _end_stale_plans(now)
+    pools = frozenset(
+        Pool.objects.filter(consolidation=True, backend=Backend.AGENT).values_list("name", flat=True)
+    )
+    on_pool = {a.request.id: node_pool.get(a.placement.node) for a in running}
+    since = now - dt.timedelta(seconds=settings.CONSOLIDATION_MIN_INTERVAL_S)
+    busy = RoomMove.objects.filter(
+        Q(moved_at__gt=since) | Q(moved_at__isnull=True, plan__ended_at__isnull=True)
+    ).values("request_id")
+    running_jobs = GpuRequest.objects.filter(state=RequestState.RUNNING, pinned=False)
+    candidates = (
+        running_jobs.filter(checkpoint_interval_s__isnull=False)
+        .exclude(pk__in=busy)
+        .values_list("pk", "checkpoint_interval_s", "last_checkpoint_at", "started_at")
+    )
+    grace = settings.MOVE_AT_CHECKPOINT_GRACE_S
+    movable = {}
+    for pk, interval, checkpoint, started in candidates:
+        if on_pool.get(pk) not in pools:
+            continue
+        basis = checkpoint if checkpoint and (started is None or checkpoint > started) else started or now
+        movable[pk] = max(now.timestamp(), basis.timestamp() + interval) + grace
+    return Consolidation(
+        movable, pools, max_moves=settings.CONSOLIDATION_MAX_MOVES_PER_PASS, open=_open_rooms(waiting)
+    )
+
+
+def _open_rooms(waiting: set[int]) -> dict[int, OpenRoom]:
+    rooms = {}
+    for plan in RoomPlan.objects.filter(ended_at__isnull=True).prefetch_related("moves"):
+        if plan.request_id not in waiting:
+            continue
+        moving = tuple(m.request_id for m in plan.moves.all() if m.moved_at is None)
+        placement = Placement(plan.request_id, plan.node, tuple(plan.gpus), plan.milli, plan.gpu_memory_mib)
+        rooms[plan.request_id] = OpenRoom(moving, placement, plan.ready_by.timestamp())
+    return rooms
+
+
+def _end_stale_plans(now: dt.datetime) -> None:
+    """End the plans whose request left the queue, and those with a job that ended before it moved."""
+    open_plans = RoomPlan.objects.filter(ended_at__isnull=True)
+    open_plans.filter(request__state__in=ACTIVE_STATES).update(ended_at=now, outcome="its request started")
+    open_plans.exclude(request__state__in=[RequestState.PENDING, *ACTIVE_STATES]).update(
+        ended_at=now, outcome="its request left the queue"
+    )
+    ended_first = RoomMove.objects.filter(plan__ended_at__isnull=True, moved_at__isnull=True).exclude(
+        request__state__in=ACTIVE_STATES
+    )
+    for plan_id, request_id in ended_first.values_list("plan_id", "request_id"):
+        RoomPlan.objects.filter(pk=plan_id, ended_at__isnull=True).update(
+            ended_at=now, outcome=f"request {request_id} ended before it moved"
+        )
+
+
+def record_rooms(rooms: Iterable[Room], starting: Iterable[int], now: dt.datetime) -> None:
+    """Store the pass's new plans and end the open ones it no longer holds: neither kept nor starting
+    (a start may wait for its cards' work to stop; the plan ends when its request has left the queue)."""
+    rooms = list(rooms)
+    kept = {room.request_id for room in rooms if not room.new} | set(starting)
+    RoomPlan.objects.filter(ended_at__isnull=True, request__state=RequestState.PENDING).exclude(
+        request_id__in=kept
+    ).update(ended_at=now, outcome="no longer holds: the room is not needed or would not be made")
+    for room in rooms:
+        if not room.new:
+            continue
+        p = room.placement
+        plan = RoomPlan.objects.create(
+            request_id=room.request_id,
+            node=p.node,
+            gpus=list(p.gpus),
+            milli=p.milli,
+            gpu_memory_mib=p.gpu_memory_mib,
+            ready_by=dt.datetime.fromtimestamp(room.ready_at, tz=dt.UTC),
+            created_at=now,
+        )
+        RoomMove.objects.bulk_create([RoomMove(plan=plan, request_id=pk) for pk in room.moving])
+
+
+def moves_due(request_ids: Iterable[int]) -> dict[int, str]:
+    """Per request due to move at its next checkpoint for an open plan whose request still waits: why."""
+    due = RoomMove.objects.filter(
+        request_id__in=list(request_ids),
+        moved_at__isnull=True,
+        plan__ended_at__isnull=True,
+        plan__request__state=RequestState.PENDING,
+    ).values_list("request_id", "plan__request_id", "plan__request__name")
+    return {pk: f"moved to make room for request {room_for} ({name})" for pk, room_for, name in due}
+
+
+def record_moved(request_ids: Iterable[int], at: dt.datetime | None = None) -> None:
+    """The jobs left their cards (requeued): their open moves are made."""
+    RoomMove.objects.filter(
+        request_id__in=list(request_ids), moved_at__isnull=True, plan__ended_at__isnull=True
+    ).update(moved_at=at or timezone.now())
