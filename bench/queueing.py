@@ -1,6 +1,7 @@
 """Queueing benchmark: the portal's scheduler against the schedulers users would run instead.
 
     python -m bench.queueing [--seed 1 2 3] [--load 0.7 0.9 1.1] [--jobs 4000] [--nodes 16]
+    python -m bench.queueing --consolidation 4 [--seed 1 2 3] [--load 0.9] [--mix gangs-10 ...]
 
 Four schedulers (`SCHEDULERS`) run the same jobs through `scheduler_app.core.queueing.plan_pass`:
 whole-GPU strict FIFO (requests rounded up to whole cards, no backfill); whole-GPU EASY backfill
@@ -15,6 +16,12 @@ frequencies of the 7,064 GPU requests of the Alibaba 2023 trace (~55 % whole car
 ~1 % gangs), 10 % jobs of 1-4 h and 90 % of 2-30 min declaring max durations up to 50 % above,
 Poisson arrivals offering `--load` of the milli-GPU capacity. Utilization is milli-GPU-seconds asked
 over capacity from 4 h after the first arrival to the last.
+
+``--consolidation K`` runs our scheduler with consolidation off and on (K moves per pass, every job
+checkpointing each 10 min, moved at most once an hour, 60 s of work redone per move) on the `MIXES`:
+the trace's shapes with 2-, 4- and 8-card gangs making up 10, 25 or 40 % of the GPU asked, and a
+whole-card-heavy mix; one table of p95 delays of gangs and of whole cards, utilization, moves per job
+and the share of GPU-hours lost to moves.
 """
 
 from __future__ import annotations
@@ -63,6 +70,31 @@ SCHEDULERS = (
 )
 
 
+def with_gangs(shapes: dict[tuple[int, int], int], share: float) -> dict[tuple[int, int], float]:
+    """The trace's single-card shapes, with 2-, 4- and 8-card gangs (a third of the gangs' GPU each)
+    making up `share` of the GPU asked."""
+    singles = {shape: w for shape, w in shapes.items() if shape[0] == 1}
+    single_milli = sum(w * milli for (_, milli), w in singles.items())
+    gang_milli = single_milli * share / (1 - share)
+    gangs = {(cards, MILLI_PER_GPU): gang_milli / 3 / (cards * MILLI_PER_GPU) for cards in (2, 4, 8)}
+    return singles | gangs
+
+
+def whole_card_heavy(shapes: dict[tuple[int, int], int], share: float = 0.8) -> dict[tuple[int, int], float]:
+    """The trace's shapes with whole single cards making up `share` of the GPU asked (the trace: ~55 %)."""
+    rest = {shape: w for shape, w in shapes.items() if shape != (1, MILLI_PER_GPU)}
+    rest_milli = sum(w * cards * milli for (cards, milli), w in rest.items())
+    return rest | {(1, MILLI_PER_GPU): rest_milli * share / (1 - share) / MILLI_PER_GPU}
+
+
+MIXES = {
+    "gangs-10": lambda shapes: with_gangs(shapes, 0.10),
+    "gangs-25": lambda shapes: with_gangs(shapes, 0.25),
+    "gangs-40": lambda shapes: with_gangs(shapes, 0.40),
+    "whole-80": whole_card_heavy,
+}
+
+
 def make_nodes(count: int) -> list[NodeState]:
     """`count` identical 8-card nodes in one pool; host CPU and memory are not the bottleneck here."""
     return [
@@ -87,12 +119,65 @@ def outcome_mean(outcome: Outcome) -> float:
     return statistics.fmean(outcome.delays)
 
 
-def run(jobs: list[Job], nodes: int, scheduler: Scheduler, policy: str = DEFAULT_POLICY) -> Outcome:
+def run(
+    jobs: list[Job], nodes: int, scheduler: Scheduler, policy: str = DEFAULT_POLICY, consolidate: int = 0
+) -> Outcome:
     """Simulate the jobs under one of the SCHEDULERS."""
     quotas = team_quotas(nodes) if scheduler.quotas else []
     return simulate(
-        jobs, make_nodes(nodes), scheduler.mode, policy, quotas, scheduler.whole, warmup_s=WARMUP_S
+        jobs,
+        make_nodes(nodes),
+        scheduler.mode,
+        policy,
+        quotas,
+        scheduler.whole,
+        warmup_s=WARMUP_S,
+        consolidate=consolidate,
     )
+
+
+def consolidation_figures(jobs: list[Job], outcome: Outcome) -> dict[str, float]:
+    """p95 delay of gangs and of whole single cards (s), utilization, moves per job, and the share of the
+    GPU work done that moves lost."""
+    delay = outcome.delay_by_request
+    gangs = [delay[j.request.id] for j in jobs if j.request.num_gpus > 1]
+    whole = [delay[j.request.id] for j in jobs if j.request.num_gpus == 1 and j.request.gpu_milli == 1000]
+    work = sum(j.duration_s * j.request.total_milli() for j in jobs)
+    return {
+        "gang p95": p95(gangs),
+        "whole p95": p95(whole),
+        "utilization": outcome.steady_utilization(),
+        "moves/job": outcome.moves / len(jobs),
+        "lost %": 100 * outcome.lost_to_moves / work,
+    }
+
+
+def consolidation_table(args, capacity: int) -> None:
+    """Our scheduler with consolidation off and on, per mix and load, means over the seeds."""
+    ours = SCHEDULERS[3]
+    print("| mix | load | consolidation | gang p95 | whole-card p95 | utilization | moves/job | GPU-h lost |")
+    print("|---|---|---|---:|---:|---:|---:|---:|")
+    for mix in args.mix:
+        shapes = MIXES[mix](trace_shapes())
+        for load in args.load:
+            figures: dict[int, list[dict]] = {0: [], args.consolidation: []}
+            for seed in args.seed:
+                jobs = generate(seed, args.jobs, capacity, load, shapes)
+                for moves in figures:
+                    outcome = run(jobs, args.nodes, ours, args.policy, consolidate=moves)
+                    figures[moves].append(consolidation_figures(jobs, outcome))
+                    said = ", ".join(f"{k} {v:,.3f}" for k, v in figures[moves][-1].items())
+                    print(f"  {mix} load {load:.0%} seed {seed} moves {moves}: {said}", flush=True)
+            for moves, rows in figures.items():
+                mean = {key: statistics.fmean(row[key] for row in rows) for key in rows[0]}
+                print(
+                    f"| {mix} | {load:.0%} | {'off' if not moves else f'{moves} moves/pass'} "
+                    f"| {mean['gang p95']:,.0f} s | {mean['whole p95']:,.0f} s | {mean['utilization']:.1%} "
+                    f"| {mean['moves/job']:.3f} | {mean['lost %']:.2f} % |",
+                    flush=True,
+                )
+            off, on = (statistics.fmean(row["gang p95"] for row in figures[k]) for k in figures)
+            print(f"{mix} at {load:.0%}: p95 gang delay off / on {off / max(on, 1e-9):.2f}x (target >= 2x)")
 
 
 COLUMNS = (
@@ -168,9 +253,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--only", nargs="+", type=int, choices=range(len(SCHEDULERS)), help="indices into SCHEDULERS"
     )
+    parser.add_argument(
+        "--consolidation",
+        type=int,
+        metavar="K",
+        help="compare ours with consolidation off and at K moves/pass",
+    )
+    parser.add_argument("--mix", nargs="+", choices=list(MIXES), default=list(MIXES))
     args = parser.parse_args(argv)
 
     capacity = args.nodes * GPUS_PER_NODE * MILLI_PER_GPU
+    if args.consolidation:
+        consolidation_table(args, capacity)
+        return
     schedulers = [SCHEDULERS[i] for i in args.only] if args.only else list(SCHEDULERS)
     ours = schedulers[-1] if schedulers[-1].quotas else None
     if ours is not None:
