@@ -2,7 +2,7 @@ from django.contrib import admin, messages
 
 from infra.admin_base import RecordAdmin
 from scheduler_app.choices import NodeStatus, RequestState
-from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, Pool, TeamQuota
+from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, Pool, RoomMove, RoomPlan, TeamQuota
 from scheduler_app.rules.lifecycle import TERMINAL_STATES, TRANSITIONS
 from scheduler_app.services.inventory import set_node_status
 from scheduler_app.services.transitions import transition_requests
@@ -10,8 +10,16 @@ from scheduler_app.services.transitions import transition_requests
 
 @admin.register(Pool)
 class PoolAdmin(admin.ModelAdmin):
-    list_display = ["name", "gpu_model", "capacity_type", "granularity_milli", "mig_mode", "backend"]
-    list_filter = ["capacity_type", "gpu_model", "backend"]
+    list_display = [
+        "name",
+        "gpu_model",
+        "capacity_type",
+        "granularity_milli",
+        "mig_mode",
+        "backend",
+        "consolidation",
+    ]
+    list_filter = ["capacity_type", "gpu_model", "backend", "consolidation"]
     search_fields = ["name", "gpu_model"]
     # Set on the operator pool page or the API (update_pool): only with no work on the pool.
     readonly_fields = ["mig_mode"]
@@ -130,3 +138,25 @@ class AllocationAdmin(RecordAdmin):
     list_filter = ["billing_mode", "borrowed", "gpu__node__pool", ("ended_at", admin.EmptyFieldListFilter)]
     search_fields = ["request__name", "gpu__uuid", "gpu__node__name"]
     list_select_related = ["request", "gpu__node"]
+
+
+class RoomMoveInline(admin.TabularInline):
+    model = RoomMove
+    extra = 0
+    fields = ["request", "moved_at"]
+    readonly_fields = fields
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(RoomPlan)
+class RoomPlanAdmin(RecordAdmin):
+    """Consolidation's plans: which jobs move to make room for which waiting request, and how it ended."""
+
+    list_display = ["request", "node", "ready_by", "created_at", "ended_at", "outcome"]
+    list_filter = [("ended_at", admin.EmptyFieldListFilter)]
+    search_fields = ["request__name", "node", "moves__request__name"]
+    list_select_related = ["request"]
+    inlines = [RoomMoveInline]

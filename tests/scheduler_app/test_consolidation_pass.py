@@ -17,6 +17,7 @@ from scheduler_app.services.inventory import create_pool, update_pool
 from scheduler_app.services.placement import Slice, allocate
 from scheduler_app.services.quotas import set_team_quota
 from scheduler_app.services.requests import cancel_request, submit_request
+from tests.scheduler_app.test_migration_concurrency import race
 
 
 @pytest.fixture
@@ -181,3 +182,37 @@ def test_no_job_within_its_quota_is_moved_to_a_pool_where_it_would_borrow(
     run_scheduling_pass()
     assert RoomPlan.objects.get().request == whole
     assert RoomMove.objects.get().request.name == "theirs"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_move_racing_passes_and_a_cancel_leaves_one_consistent_plan(planned, member):
+    """The moved job's checkpoint report, two passes and the waiting request's cancel, each on its own
+    connection at once: the cluster keeps its invariants and the plan ends once, with its outcome."""
+    n2, _, small, whole = planned
+    outcomes = race(
+        [
+            lambda: record_checkpoint(n2, small.pk, timezone.now()),
+            run_scheduling_pass,
+            run_scheduling_pass,
+            lambda: cancel_request(GpuRequest.objects.get(pk=whole.pk), user=member),
+        ]
+    )
+    assert outcomes == ["ok"] * 4
+    run_scheduling_pass()
+
+    assert refreshed(whole).state == RequestState.CANCELLED
+    plan = RoomPlan.objects.get()
+    assert plan.ended_at is not None and plan.outcome == "its request left the queue"
+    assert refreshed(small).state in (RequestState.RUNNING, RequestState.MIGRATING)
+    assert violations() == []
+
+
+def test_operators_read_the_plans_in_the_admin(planned, client, operator):
+    client.force_login(operator)
+
+    listed = client.get("/admin/scheduler_app/roomplan/")
+    plan = client.get(f"/admin/scheduler_app/roomplan/{RoomPlan.objects.get().pk}/change/")
+
+    assert listed.status_code == plan.status_code == 200
+    assert "whole" in listed.text and "small" in plan.text
