@@ -117,6 +117,15 @@ class ReservationBook:
         self._holds[placement.node].append(hold)
         bisect.insort(self._timeline, (hold.end, next(self._seq), placement.node, hold))
 
+    def leaves_by(self, request_id: int | str, node: str, at: float) -> None:
+        """The request's hold on the node ends by `at` at the latest (it moves then: consolidation)."""
+        for hold in self._holds[node]:
+            if hold.request_id == request_id and hold.end > at:
+                hold.end = at
+        self._timeline = sorted(
+            ((h.end, seq, n, h) for h_end, seq, n, h in self._timeline), key=lambda item: item[:2]
+        )
+
     def drop(self, request_id: int | str, node: str) -> None:
         """Forget a hold (its allocation was preempted)."""
         self._holds[node] = [h for h in self._holds[node] if h.request_id != request_id]

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from ..cluster import Placement, RequestSpec
 from ..consolidation import Plan, Resident, fragmented, plan_moves
-from ..pass_plan import Room, RunningAllocation, Waiting
-from ..placement import Placer
+from ..pass_plan import OpenRoom, Room, RunningAllocation, Waiting
+from ..placement import Placer, release_placement
 from ..queue_reservations import copy_node
 from . import start
 from .work import PassWork
@@ -41,7 +41,7 @@ def wait_for_room(work: PassWork, request: RequestSpec) -> bool:
     if rules is None:
         return False
     room = rules.open.get(request.id)
-    if room is not None and room.moving:
+    if room is not None and room.moving and _room_holds(work, request, room):
         _hold(work, request, room.moving, room.placement, room.ready_at, new=False)
         return True
     moves_left = rules.max_moves - work.moves_planned
@@ -63,6 +63,28 @@ def wait_for_room(work: PassWork, request: RequestSpec) -> bool:
     work.moves_planned += len(moving)
     _hold(work, request, moving, placement, ready_at, new=True)
     return True
+
+
+def _room_holds(work: PassWork, request: RequestSpec, room: OpenRoom) -> bool:
+    """Whether the request still fits on its room's cards once the jobs still to move have left, on a
+    node no other reservation claims."""
+    target = room.placement
+    if target.node not in work.by_name or work.book.claims_on(target.node):
+        return False
+    node = copy_node(work.by_name[target.node])
+    for allocation in work.running:
+        if allocation.request.id in room.moving and allocation.placement.node == target.node:
+            release_placement(node, allocation.request, allocation.placement)
+    cards = [node.gpus[i] for i in target.gpus if i < len(node.gpus)]
+    return (
+        len(cards) == len(target.gpus)
+        and all(
+            c.mig is None and c.free_milli >= target.milli and c.free_memory_mib >= target.gpu_memory_mib
+            for c in cards
+        )
+        and node.free_cpu_milli >= request.cpu_milli
+        and node.free_memory_mib >= request.memory_mib
+    )
 
 
 def _plan(
@@ -111,8 +133,13 @@ def _hold(
     ready_at: float,
     new: bool,
 ) -> None:
-    """The request waits for the moves, its room reserved from `ready_at`."""
-    reservation = work.book.reserve_at(request, placement, max(work.now, ready_at))
+    """The request waits for the moves, its room reserved from `ready_at`, when the movers have left."""
+    start_at = max(work.now, ready_at)
+    leaving = set(moving)
+    for allocation in work.running:
+        if allocation.request.id in leaving:
+            work.book.leaves_by(allocation.request.id, allocation.placement.node, start_at)
+    reservation = work.book.reserve_at(request, placement, start_at)
     work.waiting.append((request, reservation))
     jobs = ", ".join(str(i) for i in moving)
     cause = (
