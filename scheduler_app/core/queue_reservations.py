@@ -119,12 +119,11 @@ class ReservationBook:
 
     def leaves_by(self, request_id: int | str, node: str, at: float) -> None:
         """The request's hold on the node ends by `at` at the latest (it moves then: consolidation)."""
-        for hold in self._holds[node]:
-            if hold.request_id == request_id and hold.end > at:
-                hold.end = at
-        self._timeline = sorted(
-            ((h.end, seq, n, h) for h_end, seq, n, h in self._timeline), key=lambda item: item[:2]
-        )
+        later = [t for t in self._timeline if t[2] == node and t[3].request_id == request_id and t[0] > at]
+        for entry in later:
+            self._timeline.remove(entry)
+            entry[3].end = at
+            bisect.insort(self._timeline, (at, *entry[1:]))
 
     def drop(self, request_id: int | str, node: str) -> None:
         """Forget a hold (its allocation was preempted)."""

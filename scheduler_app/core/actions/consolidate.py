@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..cluster import Placement, RequestSpec
 from ..consolidation import Plan, Resident, fragmented, plan_moves
 from ..pass_plan import OpenRoom, Room, RunningAllocation, Waiting
-from ..placement import Placer, release_placement
+from ..placement import Placer, gpu_fits, node_admits, release_placement
 from ..queue_reservations import copy_node
 from . import start
 from .work import PassWork
@@ -78,12 +78,8 @@ def _room_holds(work: PassWork, request: RequestSpec, room: OpenRoom) -> bool:
     cards = [node.gpus[i] for i in target.gpus if i < len(node.gpus)]
     return (
         len(cards) == len(target.gpus)
-        and all(
-            c.mig is None and c.free_milli >= target.milli and c.free_memory_mib >= target.gpu_memory_mib
-            for c in cards
-        )
-        and node.free_cpu_milli >= request.cpu_milli
-        and node.free_memory_mib >= request.memory_mib
+        and node_admits(request, node)
+        and all(card.mig is None and gpu_fits(request, card) for card in cards)
     )
 
 
