@@ -25,9 +25,10 @@ from scheduler_app.core.placement import DEFAULT_POLICY
 from scheduler_app.core.queueing import PassPlan, Start, plan_pass
 from scheduler_app.models import Allocation, GpuRequest, Pool
 from scheduler_app.passes.cluster_state import ClusterSnapshot, format_utc, load_cluster_snapshot
+from scheduler_app.passes.consolidation import consolidation_rules
 from scheduler_app.passes.dispatch import sync_backends_soon
 from scheduler_app.passes.stored_state import snapshot_since_last_pass, store_pass_state
-from scheduler_app.services.consolidation import consolidation_rules, record_rooms
+from scheduler_app.services.consolidation import record_rooms
 from scheduler_app.services.placement import PlannedStart, Slice, place
 from scheduler_app.services.transitions import stop_gracefully
 

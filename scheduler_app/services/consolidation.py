@@ -1,5 +1,6 @@
-"""Consolidation's plans in the database: what a pass may move (`consolidation_rules`), the plans it
-holds (`record_rooms`), the moves due at a checkpoint (`moves_due`) and the moves made (`record_moved`).
+"""Consolidation's plans in the database: the plans that no longer hold ended (`end_stale_plans`), the
+plans a pass holds (`record_rooms`), the moves due at a checkpoint (`moves_due`) and the moves made
+(`record_moved`); what a pass may move is read by scheduler_app.passes.consolidation.
 
 A plan is open from the pass that makes it until its request leaves the queue, one of its jobs ends
 before it moved, or a pass no longer holds it (the room would not be made, or is not needed). A job
@@ -10,62 +11,15 @@ interval's end, while the plan is still open and its request still waits.
 import datetime as dt
 from collections.abc import Iterable
 
-from django.conf import settings
-from django.db.models import Q
 from django.utils import timezone
 
-from scheduler_app.choices import Backend, RequestState
-from scheduler_app.core.cluster import Placement
-from scheduler_app.core.queueing import Consolidation, OpenRoom, Room, RunningAllocation
-from scheduler_app.models import GpuRequest, Pool, RoomMove, RoomPlan
+from scheduler_app.choices import RequestState
+from scheduler_app.core.queueing import Room
+from scheduler_app.models import RoomMove, RoomPlan
 from scheduler_app.rules.lifecycle import ACTIVE_STATES
 
 
-def consolidation_rules(
-    running: Iterable[RunningAllocation], node_pool: dict[str, str], waiting: set[int], now: dt.datetime
-) -> Consolidation:
-    """End the open plans that no longer hold, then say what the pass may move: running jobs with a
-    checkpoint interval, not pinned, on agent pools that allow consolidation, neither moving for an
-    open plan nor moved within CONSOLIDATION_MIN_INTERVAL_S; each with when it would move by."""
-    _end_stale_plans(now)
-    pools = frozenset(
-        Pool.objects.filter(consolidation=True, backend=Backend.AGENT).values_list("name", flat=True)
-    )
-    on_pool = {a.request.id: node_pool.get(a.placement.node) for a in running}
-    since = now - dt.timedelta(seconds=settings.CONSOLIDATION_MIN_INTERVAL_S)
-    busy = RoomMove.objects.filter(
-        Q(moved_at__gt=since) | Q(moved_at__isnull=True, plan__ended_at__isnull=True)
-    ).values("request_id")
-    running_jobs = GpuRequest.objects.filter(state=RequestState.RUNNING, pinned=False)
-    candidates = (
-        running_jobs.filter(checkpoint_interval_s__isnull=False)
-        .exclude(pk__in=busy)
-        .values_list("pk", "checkpoint_interval_s", "last_checkpoint_at", "started_at")
-    )
-    grace = settings.MOVE_AT_CHECKPOINT_GRACE_S
-    movable = {}
-    for pk, interval, checkpoint, started in candidates:
-        if on_pool.get(pk) not in pools:
-            continue
-        basis = checkpoint if checkpoint and (started is None or checkpoint > started) else started or now
-        movable[pk] = max(now.timestamp(), basis.timestamp() + interval) + grace
-    return Consolidation(
-        movable, pools, max_moves=settings.CONSOLIDATION_MAX_MOVES_PER_PASS, open=_open_rooms(waiting)
-    )
-
-
-def _open_rooms(waiting: set[int]) -> dict[int, OpenRoom]:
-    rooms = {}
-    for plan in RoomPlan.objects.filter(ended_at__isnull=True).prefetch_related("moves"):
-        if plan.request_id not in waiting:
-            continue
-        moving = tuple(m.request_id for m in plan.moves.all() if m.moved_at is None)
-        placement = Placement(plan.request_id, plan.node, tuple(plan.gpus), plan.milli, plan.gpu_memory_mib)
-        rooms[plan.request_id] = OpenRoom(moving, placement, plan.ready_by.timestamp())
-    return rooms
-
-
-def _end_stale_plans(now: dt.datetime) -> None:
+def end_stale_plans(now: dt.datetime) -> None:
     """End the plans whose request left the queue, and those with a job that ended before it moved."""
     open_plans = RoomPlan.objects.filter(ended_at__isnull=True)
     open_plans.filter(request__state__in=ACTIVE_STATES).update(ended_at=now, outcome="its request started")
