@@ -89,13 +89,14 @@ def _apply(
     starts, through the lifecycle owner's bulk forms; return the result, the starts refused under the
     locks and the starts held back because stopping work still holds their cards (with why).
 
-    The rows the pass changes (victims and starts) are locked first, in one id-ordered statement, so
-    the pass cannot deadlock with a bulk cancel, node loss or any other writer that locks requests in
-    id order; `place` then finds them locked already. Requests that only wait are not locked here: a
-    cancel of one need not wait for the pass to commit.
+    The rows the pass changes (victims, starts and the requests of new room plans) are locked first, in
+    one id-ordered statement, so the pass cannot deadlock with a bulk cancel, node loss or any other
+    writer that locks requests in id order; `place` then finds them locked already. Requests that only
+    wait are not locked here: a cancel of one need not wait for the pass to commit.
     """
     victims = {p.allocation.request.id: f"preempted: {p.reason}" for p in plan.preemptions}
     changing = set(victims) | {start.request.id for start in plan.starts}
+    changing |= {room.request_id for room in plan.rooms if room.new}  # (record_rooms re-reads them)
     list(GpuRequest.objects.select_for_update().filter(pk__in=changing).order_by("pk").values_list("pk"))
     preempted = 0
     if victims:

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from scheduler_app.choices import RequestState
 from scheduler_app.core.queueing import Room
-from scheduler_app.models import RoomMove, RoomPlan
+from scheduler_app.models import GpuRequest, RoomMove, RoomPlan
 from scheduler_app.rules.lifecycle import ACTIVE_STATES
 
 
@@ -36,15 +36,25 @@ def end_stale_plans(now: dt.datetime) -> None:
 
 
 def record_rooms(rooms: Iterable[Room], starting: Iterable[int], now: dt.datetime) -> None:
-    """Store the pass's new plans and end the open ones it no longer holds: neither kept nor starting
-    (a start may wait for its cards' work to stop; the plan ends when its request has left the queue)."""
+    """Store the pass's new plans, for requests still pending, and end the open ones it no longer holds:
+    neither kept nor starting (a start may wait for its cards' work to stop; the plan ends when its
+    request has left the queue)."""
     rooms = list(rooms)
     kept = {room.request_id for room in rooms if not room.new} | set(starting)
     RoomPlan.objects.filter(ended_at__isnull=True, request__state=RequestState.PENDING).exclude(
         request_id__in=kept
     ).update(ended_at=now, outcome="no longer holds: the room is not needed or would not be made")
-    for room in rooms:
-        if not room.new:
+    new = [room for room in rooms if room.new]
+    # A cancel may have committed since the pass read its requests: a new plan is stored only for a
+    # request still pending, locked until the pass commits (the pass locked them with its starts).
+    waiting = set(
+        GpuRequest.objects.select_for_update()
+        .filter(pk__in=[room.request_id for room in new], state=RequestState.PENDING)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    for room in new:
+        if room.request_id not in waiting:
             continue
         p = room.placement
         plan = RoomPlan.objects.create(

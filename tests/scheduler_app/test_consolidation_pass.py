@@ -216,3 +216,19 @@ def test_operators_read_the_plans_in_the_admin(planned, client, operator):
 
     assert listed.status_code == plan.status_code == 200
     assert "whole" in listed.text and "small" in plan.text
+
+
+def test_no_plan_is_stored_for_a_request_cancelled_after_the_pass_read_it(nodes, member, team):
+    from scheduler_app.core.cluster import Placement
+    from scheduler_app.core.queueing import Room
+    from scheduler_app.services.consolidation import record_rooms
+
+    n2 = nodes[1]
+    small = running(n2, 250, user=member, team=team, name="small")
+    whole = submit_request(user=member, team=team, name="whole", gpu_milli=1000)
+    cancel_request(whole, user=member)  # after the pass read it pending, before it stored its plans
+    room = Room(whole.pk, (small.pk,), Placement(whole.pk, "n2", (0,), 1000, 1024), 0.0, True)
+
+    record_rooms([room], [], timezone.now())
+
+    assert not RoomPlan.objects.exists() and not RoomMove.objects.exists()
