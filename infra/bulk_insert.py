@@ -33,7 +33,7 @@ def insert_rows(model: type[models.Model], rows: Sequence[models.Model]) -> list
         selected.append(quote(field.column))
     names = ", ".join(quote(f.column) for f in columns)
     unnested = ", ".join(
-        "%s::text[]" if isinstance(f, models.JSONField) else f"%s::{f.db_type(connection)}[]" for f in columns
+        "%b::text[]" if isinstance(f, models.JSONField) else f"%b::{f.db_type(connection)}[]" for f in columns
     )
     sql = (
         f"INSERT INTO {quote(meta.db_table)} ({names}) "
@@ -41,7 +41,7 @@ def insert_rows(model: type[models.Model], rows: Sequence[models.Model]) -> list
         f"ORDER BY ord "
         f"RETURNING {quote(meta.pk.column)}"
     )
-    with connection.cursor() as cursor:
+    with _binding_cursor(connection) as cursor:
         cursor.execute(sql, arrays)
         pks = [pk for (pk,) in cursor.fetchall()]
     for row, pk in zip(rows, pks, strict=True):
@@ -65,13 +65,13 @@ def update_rows(
     values = [[c.get_db_prep_save(getattr(row, c.attname), connection) for row in rows] for c in columns]
     quote = connection.ops.quote_name
     table, pk = quote(meta.db_table), quote(meta.pk.column)
-    with connection.cursor() as cursor:
+    with _binding_cursor(connection) as cursor:
         if connection.vendor == "postgresql":
-            arrays = ", ".join(f"%s::{c.db_type(connection)}[]" for c in columns)
+            arrays = ", ".join(f"%b::{c.db_type(connection)}[]" for c in columns)
             names = ", ".join(quote(c.column) for c in columns)
             assignments = ", ".join(f"{quote(c.column)} = u.{quote(c.column)}" for c in columns)
             cursor.execute(
-                f"UPDATE {table} SET {assignments} FROM unnest(%s::{meta.pk.db_type(connection)}[], "
+                f"UPDATE {table} SET {assignments} FROM unnest(%b::{meta.pk.db_type(connection)}[], "
                 f"{arrays}) AS u(row_pk, {names}) WHERE {table}.{pk} = u.row_pk",
                 [[row.pk for row in rows], *values],
             )
@@ -84,3 +84,16 @@ def update_rows(
                     for row_values, row in zip(zip(*values, strict=True), rows, strict=True)
                 ],
             )
+
+
+def _binding_cursor(connection):
+    """On PostgreSQL, a cursor that sends the column arrays as parameters (server-side binding), where
+    Django's client-side cursor would quote every value into the statement's text in Python (about
+    1.4 s of a 16,000-start pass); elsewhere the usual cursor. Wrapped like any Django cursor, so it
+    is logged, counted and retried the same way."""
+    if connection.vendor != "postgresql":
+        return connection.cursor()
+    from django.db.backends.postgresql.base import ServerBindingCursor
+
+    connection.ensure_connection()
+    return connection._prepare_cursor(ServerBindingCursor(connection.connection))

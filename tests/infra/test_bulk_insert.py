@@ -47,3 +47,35 @@ def test_insert_rows_writes_every_column_in_order_and_sets_pks(team):
 def test_insert_rows_of_nothing_writes_nothing(db):
     assert insert_rows(Allocation, []) == []
     assert not Allocation.objects.exists()
+
+
+def test_update_rows_writes_each_rows_own_values_in_one_statement(member, team):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from infra.bulk_insert import update_rows
+    from scheduler_app.choices import RequestState
+    from scheduler_app.services.requests import submit_request
+
+    rows = [submit_request(user=member, team=team, name=f"job-{i}", gpu_milli=250) for i in range(3)]
+    at = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    for i, row in enumerate(rows):
+        row.state = RequestState.PENDING  # a str enum, as the code sets it
+        row.pending_reason = f"reason é {i}" if i != 1 else ""
+        row.estimated_start_at = at + dt.timedelta(hours=i) if i != 2 else None
+
+    with CaptureQueriesContext(connection) as statements:
+        update_rows(GpuRequest, rows, ["state", "pending_reason", "estimated_start_at"])
+
+    assert len(statements) == 1
+    assert "UPDATE" in statements[0]["sql"]
+    stored = list(
+        GpuRequest.objects.filter(pk__in=[r.pk for r in rows])
+        .order_by("pk")
+        .values_list("state", "pending_reason", "estimated_start_at")
+    )
+    assert stored == [
+        ("pending", "reason é 0", at),
+        ("pending", "", at + dt.timedelta(hours=1)),
+        ("pending", "reason é 2", None),
+    ]
