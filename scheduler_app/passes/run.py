@@ -19,6 +19,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
 
+from infra.gc_pause import collector_paused
 from scheduler_app.choices import Backend, BillingMode, CapacityType, RequestState
 from scheduler_app.core.mig import mig_slice
 from scheduler_app.core.placement import DEFAULT_POLICY
@@ -48,30 +49,33 @@ class PassResult:
 
 
 def run_scheduling_pass(*, policy: str = DEFAULT_POLICY, now: dt.datetime | None = None) -> PassResult:
-    now = now or timezone.now()
-    with transaction.atomic():
-        _one_pass_at_a_time()
-        snapshot = snapshot_since_last_pass() or load_cluster_snapshot()
-        waiting = {request.id for request in snapshot.pending}
-        rules = consolidation_rules(snapshot.running, snapshot.node_pool, waiting, now)
-        plan = plan_pass(
-            snapshot.nodes,
-            snapshot.pending,
-            snapshot.running,
-            snapshot.quotas,
-            now.timestamp(),
-            policy,
-            workload=snapshot.workload,
-            offline=snapshot.offline,
-            consolidation=rules,
-        )
-        result, refused, held_back = _apply(plan, snapshot, now)
-        record_rooms(plan.rooms, [start.request.id for start in plan.starts], now)
-        store_pass_state(snapshot, plan, result, now, policy)
-    if result.started or result.preempted:
-        sync_backends_soon(Pool.objects.exclude(backend=Backend.AGENT).values_list("backend", flat=True))
-    _explain_waiting(plan, snapshot, refused, held_back, now)
-    return result
+    """One pass, with the cyclic collector paused throughout (`infra.gc_pause`: about a fifth of a large
+    pass's time otherwise)."""
+    with collector_paused():
+        now = now or timezone.now()
+        with transaction.atomic():
+            _one_pass_at_a_time()
+            snapshot = snapshot_since_last_pass() or load_cluster_snapshot()
+            waiting = {request.id for request in snapshot.pending}
+            rules = consolidation_rules(snapshot.running, snapshot.node_pool, waiting, now)
+            plan = plan_pass(
+                snapshot.nodes,
+                snapshot.pending,
+                snapshot.running,
+                snapshot.quotas,
+                now.timestamp(),
+                policy,
+                workload=snapshot.workload,
+                offline=snapshot.offline,
+                consolidation=rules,
+            )
+            result, refused, held_back = _apply(plan, snapshot, now)
+            record_rooms(plan.rooms, [start.request.id for start in plan.starts], now)
+            store_pass_state(snapshot, plan, result, now, policy)
+        if result.started or result.preempted:
+            sync_backends_soon(Pool.objects.exclude(backend=Backend.AGENT).values_list("backend", flat=True))
+        _explain_waiting(plan, snapshot, refused, held_back, now)
+        return result
 
 
 def _one_pass_at_a_time() -> None:

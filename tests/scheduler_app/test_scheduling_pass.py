@@ -295,3 +295,23 @@ def test_a_deep_queue_counts_the_requests_ahead_to_two_figures():
         "about 2,900 requests ahead of you",
         "about 12,000 requests ahead of you",
     ]
+
+
+def test_the_pass_plans_and_writes_with_the_cyclic_collector_paused(submit, make_node, monkeypatch):
+    import gc
+
+    from scheduler_app.passes import run
+
+    make_node("n1")
+    submit(gpu_milli=500)
+    seen = []
+    planner = run.plan_pass
+    monkeypatch.setattr(run, "plan_pass", lambda *a, **k: seen.append(gc.isenabled()) or planner(*a, **k))
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        assert run_scheduling_pass().started == 1
+        assert seen == [False] and gc.isenabled()
+    finally:
+        if not was:
+            gc.disable()
