@@ -62,7 +62,7 @@ def update_rows(
     connection = connections[using or router.db_for_write(model)]
     meta = model._meta
     columns = [meta.get_field(name) for name in fields]
-    values = [[c.get_db_prep_save(getattr(row, c.attname), connection) for row in rows] for c in columns]
+    values = [_db_values(c, rows, connection) for c in columns]
     quote = connection.ops.quote_name
     table, pk = quote(meta.db_table), quote(meta.pk.column)
     with _binding_cursor(connection) as cursor:
@@ -84,6 +84,31 @@ def update_rows(
                     for row_values, row in zip(zip(*values, strict=True), rows, strict=True)
                 ],
             )
+
+
+# Field types whose database form of a value of exactly this Python type is the value itself: such
+# values, and None, skip `get_db_prep_save`, which costs microseconds each (a large pass writes 160,000).
+_PLAIN = {
+    models.CharField: str,
+    models.TextField: str,
+    models.IntegerField: int,
+    models.BigIntegerField: int,
+    models.SmallIntegerField: int,
+    models.PositiveIntegerField: int,
+    models.PositiveSmallIntegerField: int,
+    models.PositiveBigIntegerField: int,
+    models.BooleanField: bool,
+}
+
+
+def _db_values(field: models.Field, rows: Sequence[models.Model], connection) -> list:
+    """The field's value of each row, as the database takes it (None is NULL, except to a JSON field)."""
+    prepare, plain = field.get_db_prep_save, _PLAIN.get(type(field))
+    null = None if isinstance(field, models.JSONField) else type(None)
+    return [
+        value if type(value) is plain or type(value) is null else prepare(value, connection)
+        for value in (getattr(row, field.attname) for row in rows)
+    ]
 
 
 def _binding_cursor(connection):
