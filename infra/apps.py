@@ -8,3 +8,6 @@ class InfraConfig(AppConfig):
 
     name = "infra"
     verbose_name = "Infrastructure"
+
+    def ready(self) -> None:
+        from infra import lookups  # noqa: F401 (registers `in_array`)

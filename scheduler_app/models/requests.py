@@ -298,7 +298,7 @@ class AllocationQuerySet(models.QuerySet):
         """Per card id: (milli-GPU, MiB) held by open slices; cards holding nothing are absent."""
         rows = (
             self.committed()
-            .filter(gpu_id__in=gpu_ids)
+            .filter(gpu_id__in_array=list(gpu_ids))
             .values("gpu_id")
             .annotate(milli=Sum("milli"), mem=Sum("gpu_memory_mib"))
         )

@@ -101,7 +101,9 @@ def _apply(
     victims = {p.allocation.request.id: f"preempted: {p.reason}" for p in plan.preemptions}
     changing = set(victims) | {start.request.id for start in plan.starts}
     changing |= {room.request_id for room in plan.rooms if room.new}  # (record_rooms re-reads them)
-    list(GpuRequest.objects.select_for_update().filter(pk__in=changing).order_by("pk").values_list("pk"))
+    list(
+        GpuRequest.objects.select_for_update().filter(pk__in_array=changing).order_by("pk").values_list("pk")
+    )
     preempted = 0
     if victims:
         grace = dt.timedelta(seconds=settings.PREEMPTION_GRACE_S)

@@ -41,9 +41,11 @@ def record_rooms(rooms: Iterable[Room], starting: Iterable[int], now: dt.datetim
     request has left the queue)."""
     rooms = list(rooms)
     kept = {room.request_id for room in rooms if not room.new} | set(starting)
-    RoomPlan.objects.filter(ended_at__isnull=True, request__state=RequestState.PENDING).exclude(
-        request_id__in=kept
-    ).update(ended_at=now, outcome="no longer holds: the room is not needed or would not be made")
+    open_plans = RoomPlan.objects.filter(ended_at__isnull=True, request__state=RequestState.PENDING)
+    stale = [pk for pk, request_id in open_plans.values_list("pk", "request_id") if request_id not in kept]
+    RoomPlan.objects.filter(pk__in=stale, ended_at__isnull=True).update(
+        ended_at=now, outcome="no longer holds: the room is not needed or would not be made"
+    )
     new = [room for room in rooms if room.new]
     # A cancel may have committed since the pass read its requests: a new plan is stored only for a
     # request still pending, locked until the pass commits (the pass locked them with its starts).

@@ -67,7 +67,7 @@ def place(starts: Sequence[PlannedStart], *, actor_name: str = "scheduler", now=
     result = Placed()
     with transaction.atomic():
         gpu_ids = sorted({piece.gpu_id for start in starts for piece in start.slices})
-        node_ids = Gpu.objects.filter(pk__in=gpu_ids).values_list("node_id", flat=True).distinct()
+        node_ids = Gpu.objects.filter(pk__in_array=gpu_ids).values_list("node_id", flat=True).distinct()
         nodes = {
             node.pk: node
             for node in Node.objects.select_for_update(no_key=True)
@@ -77,7 +77,7 @@ def place(starts: Sequence[PlannedStart], *, actor_name: str = "scheduler", now=
         # No-key locks: enough to serialise writers of slices; readings (GpuSample) may still arrive.
         gpus = {
             gpu.pk: gpu
-            for gpu in Gpu.objects.select_for_update(no_key=True).filter(pk__in=gpu_ids).order_by("pk")
+            for gpu in Gpu.objects.select_for_update(no_key=True).filter(pk__in_array=gpu_ids).order_by("pk")
         }
         for gpu in gpus.values():
             gpu.node = nodes[gpu.node_id]
@@ -86,7 +86,7 @@ def place(starts: Sequence[PlannedStart], *, actor_name: str = "scheduler", now=
         pending = {
             r.pk: r
             for r in GpuRequest.objects.select_for_update()
-            .filter(pk__in=[s.request_id for s in starts], state=RequestState.PENDING)
+            .filter(pk__in_array=[s.request_id for s in starts], state=RequestState.PENDING)
             .order_by("pk")
         }
         allocations, reasons = [], {}

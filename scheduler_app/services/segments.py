@@ -25,7 +25,7 @@ def add_segments(segments: Sequence[Allocation]) -> list[Allocation]:
 
 def close_segments(request_ids: Iterable[int], at: dt.datetime) -> int:
     """End the open segments of these requests at `at`; returns how many closed."""
-    return _close(Allocation.objects.committed().filter(request_id__in=list(request_ids)), at)
+    return _close(Allocation.objects.committed().filter(request_id__in_array=list(request_ids)), at)
 
 
 def start_open_segments_at(request_id: int, at: dt.datetime) -> int:

@@ -113,7 +113,7 @@ def _lock_requests(request_ids: Iterable[int], states) -> list[GpuRequest]:
     """The requests still in `states`, locked in id order (so bulk writers never deadlock), with teams."""
     return list(
         GpuRequest.objects.select_for_update(of=("self",))
-        .filter(pk__in=list(request_ids), state__in=states)
+        .filter(pk__in_array=list(request_ids), state__in=states)
         .select_related("team")
         .order_by("pk")
     )
