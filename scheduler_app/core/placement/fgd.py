@@ -7,7 +7,7 @@ import numpy as np
 
 from ..cluster import MILLI_PER_GPU, RequestSpec
 from ..fragmentation import FragmentationModel, WorkloadMix
-from .index import ClusterIndex
+from .index import ClusterIndex, set_per_row
 from .policy import Policy, first_cards, first_of_each, lexmin
 
 
@@ -84,7 +84,7 @@ class Fgd(Policy):
             return None
         cards, isolated = self._cards(request, ok, cards)
         if isolated:
-            ok = ok & cards.any(axis=1)
+            ok = ok & (set_per_row(cards) > 0)
         key = (
             request.cpu_milli,
             request.memory_mib,

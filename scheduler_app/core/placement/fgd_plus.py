@@ -11,7 +11,7 @@ from ..cluster import MILLI_PER_GPU, RequestSpec
 from ..fragmentation import FragmentationModel, WorkloadMix
 from .fgd import Fgd, ShapeScores
 from .gang_room import GangRoom
-from .index import ClusterIndex
+from .index import ClusterIndex, set_per_row
 from .policy import first_cards
 
 # fgd-plus keeps nodes for a gang shape while at most this share of the nodes can still host it...
@@ -61,7 +61,7 @@ class FgdPlus(Fgd):
         order = np.lexsort(states.T)
         ordered = states[order]
         first = np.ones(len(states), dtype=bool)
-        first[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+        first[1:] = set_per_row(ordered[1:] != ordered[:-1]) > 0
         inverse = np.empty(len(states), dtype=np.int64)
         inverse[order] = np.cumsum(first) - 1
         unique = ordered[first]
@@ -145,7 +145,7 @@ class FgdPlus(Fgd):
         if request.task_type != "inference" or request.num_gpus == 0:
             return cards, False
         idle = cards & (self.index.gpu_free == MILLI_PER_GPU)
-        if (ok & (idle.sum(axis=1) >= request.num_gpus)).any():
+        if (ok & (set_per_row(idle) >= request.num_gpus)).any():
             return idle, True
         return cards, False
 

@@ -11,6 +11,12 @@ from ..cluster import MILLI_PER_GPU, NodeState, RequestSpec
 _FEASIBLE_SHAPES_KEPT = 512
 
 
+def set_per_row(mask: np.ndarray) -> np.ndarray:
+    """Per row of a 2-D boolean mask, how many are set (uint8: rows of at most 255). One small integer
+    product: numpy's sum or any along a short last axis (a node's cards) costs about four times more."""
+    return mask.view(np.uint8) @ np.ones(mask.shape[1], dtype=np.uint8)
+
+
 class ClusterIndex:
     """The nodes as numpy arrays (one row per node, one column per card slot).
 
@@ -134,7 +140,7 @@ class ClusterIndex:
             cards &= self._of_models(request.models)[rows]
         need = self._memory_need(request.gpu_milli, request.gpu_memory_mib)
         cards &= self.gpu_mem_free[rows] >= (need[rows] if isinstance(need, np.ndarray) else need)
-        ok &= cards.sum(axis=1) >= request.num_gpus
+        ok &= set_per_row(cards) >= request.num_gpus
         return ok, cards
 
     def _in_pools(self, pools: frozenset[str]) -> np.ndarray:
