@@ -297,21 +297,28 @@ def test_a_deep_queue_counts_the_requests_ahead_to_two_figures():
     ]
 
 
-def test_the_pass_plans_and_writes_with_the_cyclic_collector_paused(submit, make_node, monkeypatch):
+def test_the_pass_plans_and_writes_with_the_cyclic_collector_paused_not_while_it_waits_its_turn(
+    submit, make_node, monkeypatch
+):
     import gc
 
     from scheduler_app.passes import run
 
     make_node("n1")
     submit(gpu_milli=500)
-    seen = []
-    planner = run.plan_pass
-    monkeypatch.setattr(run, "plan_pass", lambda *a, **k: seen.append(gc.isenabled()) or planner(*a, **k))
+    seen = {}
+    waiter, planner = run._one_pass_at_a_time, run.plan_pass
+    monkeypatch.setattr(
+        run, "_one_pass_at_a_time", lambda: seen.setdefault("waiting", gc.isenabled()) and waiter()
+    )
+    monkeypatch.setattr(
+        run, "plan_pass", lambda *a, **k: seen.setdefault("planning", gc.isenabled()) or planner(*a, **k)
+    )
     was = gc.isenabled()
     gc.enable()
     try:
         assert run_scheduling_pass().started == 1
-        assert seen == [False] and gc.isenabled()
+        assert seen == {"waiting": True, "planning": False} and gc.isenabled()
     finally:
         if not was:
             gc.disable()
