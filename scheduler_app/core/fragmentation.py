@@ -14,7 +14,7 @@ likely to arrive next. The host-aware variant (``fgd-plus`` breaks FGD's ties
 with it) also asks how many requests of a shape the node's free CPU and
 memory can still host, and counts only that many cards as usable.
 ``node_fragmentation`` is the readable reference; ``FragmentationModel.batch``
-computes the same number for many node states at once with numpy, which is
+computes the same number for many node states at once, compiled, which is
 what the placement engine uses.
 """
 
@@ -24,9 +24,10 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
-from .cluster import MILLI_PER_GPU, NodeState, RequestSpec
+from .cluster import NodeState, RequestSpec
 
 DEFAULT_COVERAGE = 0.95
 _NO_LIMIT = 1 << 40
@@ -168,57 +169,38 @@ def node_fragmentation(node: NodeState, mix: WorkloadMix, host_aware: bool = Fal
 
 
 class FragmentationModel:
-    """The mix compiled to arrays, scoring many node states per numpy call.
+    """The mix compiled to arrays, and the fragmentation of many node states per call of a compiled
+    loop (numba): a node state is a handful of small integers, which per-state numpy calls would
+    spend most of their time dispatching.
 
     Node states are given as free CPU (K,), free milli per card (K, G; 0..1000),
     with missing cards at 0, each card's model as an index into `models` (-1 for a
-    missing card) and, for a host-aware model, free memory (K,).
+    missing card) and free memory (K,), which only a host-aware model reads.
     """
 
-    def __init__(
-        self, mix: WorkloadMix, models: list[str], host_aware: bool = False, mixed_nodes: bool = True
-    ) -> None:
+    def __init__(self, mix: WorkloadMix, models: list[str], host_aware: bool = False) -> None:
         gpu = [i for i, s in enumerate(mix.shapes) if s.num_gpus]
         self.host_aware = host_aware
-        # False: the caller's node states never mix models, so none needs the card-by-card count.
-        self.mixed_nodes = mixed_nodes
-        self.cpu_only_weight = float(
-            sum(w for s, w in zip(mix.shapes, mix.weights, strict=True) if not s.num_gpus)
-        )
-        self.weights = np.array([mix.weights[i] for i in gpu], dtype=np.float64)
+        cpu_only_weight = sum(w for s, w in zip(mix.shapes, mix.weights, strict=True) if not s.num_gpus)
         # Weights in fixed point: sums of integers are exact, so a node state scores the same bits in
         # any batch and equal increases are equal (a float product rounds by the batch's shape).
-        self.units = np.round(self.weights * _UNIT).astype(np.int64)
-        self.cpu_only_units = round(self.cpu_only_weight * _UNIT)
-        # The weights of all shapes (a node's idle milli counts as fragment unless a shape uses it), and
-        # [[units, 0], [0, units]] for FGD's and the host-aware sums in one product.
-        self.total_units = self.cpu_only_units + int(self.units.sum())
-        self.units_pair = np.kron(np.eye(2, dtype=np.int64), self.units)
-        self.cpu = np.array([mix.shapes[i].cpu_milli for i in gpu], dtype=np.int64)
+        units = [round(mix.weights[i] * _UNIT) for i in gpu]
+        # Per GPU shape: its share per card, cards, CPU milli and weight (see _SHARE.._UNITS).
+        self.shapes = np.array(
+            [
+                (mix.shapes[i].gpu_milli, mix.shapes[i].num_gpus, mix.shapes[i].cpu_milli, u)
+                for i, u in zip(gpu, units, strict=True)
+            ],
+            dtype=np.int64,
+        ).reshape(len(gpu), 4)
         self.memory = np.array([mix.memory_of(i) for i in gpu], dtype=np.float64)
-        self.cpu_div = np.maximum(self.cpu, 1)[:, None]
-        self.memory_div = np.where(self.memory > 0, self.memory, 1.0)[:, None]
-        # Shapes asking for no CPU (memory) are never limited by it; None when every shape asks for some.
-        self.cpu_pad = np.where(self.cpu > 0, 0, _NO_LIMIT)[:, None] if (self.cpu <= 0).any() else None
-        self.memory_pad = (
-            np.where(self.memory > 0, 0.0, float(_NO_LIMIT))[:, None] if (self.memory <= 0).any() else None
-        )
-        self.milli = np.array([mix.shapes[i].gpu_milli for i in gpu], dtype=np.int64)
-        # at_least[v, i]: a card with v free milli holds the i-th distinct share (cards usable by a
-        # shape are counted per distinct share, by lookup: cheaper than comparing every card).
-        shares, self.share_of = np.unique(self.milli, return_inverse=True)
-        self.at_least = (np.arange(MILLI_PER_GPU + 1)[:, None] >= shares[None, :]).astype(np.int64)
-        self.num = np.array([mix.shapes[i].num_gpus for i in gpu], dtype=np.int64)
-        self.num_col, self.cpu_col = self.num[:, None], self.cpu[:, None]
-        self.shares_positive = bool((self.milli > 0).all())
-        # eligible[s, m]: shape s may run on model m; the extra last column is "no card".
+        # The weights of all shapes: a node's idle milli counts as fragment unless a shape uses it.
+        self.total_units = round(float(cpu_only_weight) * _UNIT) + sum(units)
+        # eligible[s, m]: shape s may run on model m; the extra last column is "no card" (model -1).
         self.eligible = np.zeros((len(gpu), len(models) + 1), dtype=bool)
         for row, i in enumerate(gpu):
             for m, model in enumerate(models):
                 self.eligible[row, m] = not mix.shapes[i].models or model in mix.shapes[i].models
-        # Every shape may use any model: only a node without cards would be ineligible, and it counts
-        # no usable card anyway when every share is positive.
-        self.any_model = bool(self.eligible[:, :-1].all()) and self.shares_positive
 
     def batch(
         self,
@@ -228,78 +210,156 @@ class FragmentationModel:
         mem_free: np.ndarray | None = None,
     ) -> np.ndarray:
         """Fragmentation (milli-GPU, float) of K node states; host-aware if the model is."""
-        if self.host_aware:
-            assert mem_free is not None, "a host-aware model needs free memory"
-            return self.batch_pair(cpu_free, gpu_free, gpu_model, mem_free)[1]
-        return self._batch(cpu_free, gpu_free, gpu_model, None)[0]
+        assert mem_free is not None or not self.host_aware, "a host-aware model needs free memory"
+        plain, host = self.batch_pair(
+            cpu_free, gpu_free, gpu_model, cpu_free if mem_free is None else mem_free
+        )
+        return host if self.host_aware else plain
 
     def batch_pair(
         self, cpu_free: np.ndarray, gpu_free: np.ndarray, gpu_model: np.ndarray, mem_free: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(FGD's fragmentation, host-aware fragmentation) of K node states, sharing the work."""
-        return self._batch(cpu_free, gpu_free, gpu_model, mem_free)
+        """(FGD's fragmentation, host-aware fragmentation) of K node states, sharing the work (the
+        second is meaningless unless the model is host-aware)."""
+        plain, host = np.empty(len(cpu_free)), np.empty(len(cpu_free))
+        fragmentation_of_states(
+            np.ascontiguousarray(cpu_free, dtype=np.int64),
+            np.ascontiguousarray(mem_free, dtype=np.int64),
+            np.ascontiguousarray(gpu_free, dtype=np.int64),
+            np.ascontiguousarray(gpu_model, dtype=np.int64),
+            self.kernel(),
+            plain,
+            host,
+        )
+        return plain, host
 
-    def _batch(
-        self,
-        cpu_free: np.ndarray,
-        gpu_free: np.ndarray,
-        gpu_model: np.ndarray,
-        mem_free: np.ndarray | None,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        if not len(self.weights):
-            frag = self.cpu_only_units * gpu_free.sum(axis=1) / _UNIT
-            return frag, frag
-        # Cards roomiest first: on a node of one model a shape's usable cards are the first `count`
-        # (those with at least its share, if the model is eligible), and the free milli of any first
-        # few is one lookup in the running sums. Nodes mixing models are counted card by card.
-        free = np.sort(gpu_free, axis=1)[:, ::-1]
-        prefix = np.zeros((len(free), free.shape[1] + 1), dtype=np.int64)
-        np.cumsum(free, axis=1, out=prefix[:, 1:])
-        idle = prefix[:, -1]
-        rows = np.arange(len(free))[None, :]
-        count = self.at_least[free].sum(axis=1).T[self.share_of]
-        if not self.any_model:
-            count *= self.eligible[:, gpu_model[:, 0]]
-        usable_milli = prefix[rows, count]
-        if not self.shares_positive:  # a missing card (free 0) would pass a share of 0
-            mixed = np.arange(len(free))
-        elif self.mixed_nodes:
-            mixed = np.flatnonzero(((gpu_model != gpu_model[:, :1]) & (gpu_model >= 0)).any(axis=1))
-        else:
-            mixed = ()
-        if len(mixed):
-            usable = (gpu_free[mixed][None, :, :] >= self.milli[:, None, None]) & self.eligible[
-                :, gpu_model[mixed]
-            ]
-            count[:, mixed] = usable.sum(axis=2)
-            usable_milli[:, mixed] = np.where(usable, gpu_free[mixed][None, :, :], 0).sum(axis=2)
-        fits = (count >= self.num_col) & (cpu_free[None, :] >= self.cpu_col)
-        plain_usable = np.where(fits, usable_milli, 0)
-        if mem_free is None:
-            plain = (self.total_units * idle - self.units @ plain_usable) / _UNIT
-            return plain, plain
-        # How many of each shape the host could still take (a shape asking for none: no limit).
-        cpu, mem = cpu_free[None, :], mem_free[None, :]
-        if self.cpu_pad is not None:
-            cpu = cpu + self.cpu_pad
-        if self.memory_pad is not None:
-            mem = mem + self.memory_pad
-        room = np.minimum(cpu // self.cpu_div, mem // self.memory_div).astype(np.int64)
-        fits &= room >= 1
-        take = np.minimum(room * self.num_col, count)
-        usable_milli = prefix[rows, take]
-        if len(mixed):
-            usable_milli[:, mixed] = self._top_usable(gpu_free[mixed], gpu_model[mixed], take[:, mixed])
-        # Both measures' weighted usable milli in one product (exact integers, like the sums).
-        usable = self.units_pair @ np.concatenate([plain_usable, np.where(fits, usable_milli, 0)])
-        both = (self.total_units * idle - usable) / _UNIT
-        return both[0], both[1]
+    def kernel(self) -> tuple:
+        """The model as the compiled functions take it."""
+        return (self.host_aware, self.shapes, self.memory, self.eligible, self.total_units)
 
-    def _top_usable(self, gpu_free: np.ndarray, gpu_model: np.ndarray, take: np.ndarray) -> np.ndarray:
-        """Per shape and node (nodes mixing models): free milli of its `take` roomiest usable cards."""
-        order = np.argsort(-gpu_free, axis=1, kind="stable")
-        free = np.take_along_axis(gpu_free, order, axis=1)
-        model = np.take_along_axis(gpu_model, order, axis=1)
-        usable = (free[None, :, :] >= self.milli[:, None, None]) & self.eligible[:, model]
-        usable &= np.cumsum(usable, axis=2) <= take[:, :, None]
-        return np.where(usable, free[None, :, :], 0).sum(axis=2)
+
+# Columns of FragmentationModel.shapes.
+_SHARE, _CARDS, _CPU, _UNITS = range(4)
+
+
+@numba.njit(cache=True, nogil=True)
+def _fragmentation_of_state(cpu_free, mem_free, gpu_free, gpu_model, model, usable):
+    """(FGD's, host-aware) fragmentation of one node state (its cards: gpu_free, gpu_model), as
+    ``node_fragmentation`` counts it. The sums are exact integers (weights in ``_UNIT``) divided once
+    by a power of two, so a state scores the same bits wherever it is scored. `usable`: scratch of
+    one slot per card."""
+    host_aware, shapes, memory, eligible, total_units = model
+    idle = 0
+    for c in range(len(gpu_free)):
+        idle += gpu_free[c]
+    plain_sum = 0
+    host_sum = 0
+    for s in range(len(shapes)):
+        if cpu_free < shapes[s, _CPU]:
+            continue
+        # The shape's usable cards' free milli, roomiest first.
+        count = 0
+        total = 0
+        for c in range(len(gpu_free)):
+            free = gpu_free[c]
+            if free >= shapes[s, _SHARE] and eligible[s, gpu_model[c]]:
+                i = count
+                while i > 0 and usable[i - 1] < free:
+                    usable[i] = usable[i - 1]
+                    i -= 1
+                usable[i] = free
+                count += 1
+                total += free
+        if count < shapes[s, _CARDS]:
+            continue
+        plain_sum += shapes[s, _UNITS] * total
+        if not host_aware:
+            continue
+        # How many of the shape the host could still take (a shape asking for no CPU or memory is not
+        # limited by it; memory is floored as a float, as numpy and Python floor it): only that many
+        # times its cards, the roomiest, count as usable.
+        cpu = shapes[s, _CPU]
+        by_cpu = float(cpu_free // cpu) if cpu > 0 else float(cpu_free + _NO_LIMIT)
+        by_memory = float(mem_free) // memory[s] if memory[s] > 0 else float(mem_free + _NO_LIMIT)
+        room = int(min(by_cpu, by_memory))
+        if room < 1:
+            continue
+        top = 0
+        for i in range(min(room * shapes[s, _CARDS], count)):
+            top += usable[i]
+        host_sum += shapes[s, _UNITS] * top
+    return (total_units * idle - plain_sum) / _UNIT, (total_units * idle - host_sum) / _UNIT
+
+
+@numba.njit(cache=True, nogil=True)
+def fragmentation_of_states(cpu_free, mem_free, gpu_free, gpu_model, model, plain, host):
+    """Fills plain[k], host[k] with node state k's fragmentation."""
+    usable = np.empty(gpu_free.shape[1], dtype=np.int64)
+    for k in range(len(cpu_free)):
+        plain[k], host[k] = _fragmentation_of_state(
+            cpu_free[k], mem_free[k], gpu_free[k], gpu_model[k], model, usable
+        )
+
+
+@numba.njit(cache=True, nogil=True)
+def current_fragmentation(rows, state, cpu_free, mem_free, gpu_free, gpu_model, model, known, plain, host):
+    """(FGD's, host-aware) fragmentation of nodes `rows` as they are now, from a cache by node state id
+    (`known`, `plain`, `host`, indexed by ``state[row]``; the caller makes them long enough): each
+    state is computed once, ever."""
+    usable = np.empty(gpu_free.shape[1], dtype=np.int64)
+    before_plain = np.empty(len(rows))
+    before_host = np.empty(len(rows))
+    for i in range(len(rows)):
+        j, k = rows[i], state[rows[i]]
+        if not known[k]:
+            plain[k], host[k] = _fragmentation_of_state(
+                cpu_free[j], mem_free[j], gpu_free[j], gpu_model[j], model, usable
+            )
+            known[k] = True
+        before_plain[i], before_host[i] = plain[k], host[k]
+    return before_plain, before_host
+
+
+@numba.njit(cache=True, nogil=True)
+def card_increases(rows, cards, request, cpu_free, mem_free, gpu_free, gpu_model, model, before):
+    """For a one-card request at `rows` (their usable cards: `cards`, one row each): per candidate
+    card, its row's position, the card, its free milli and the (FGD, host-aware) fragmentation
+    increase of taking the request there. `request`: (CPU milli, memory MiB, milli); `before`: the
+    rows' fragmentation now. Cards of a node with the same free share and model leave it in the same
+    state (the fragmentation does not depend on the cards' order): each such state is a candidate
+    once, as its lowest card."""
+    cpu, memory, milli = request
+    before_plain, before_host = before
+    most = 0
+    for i in range(cards.shape[0]):
+        for c in range(cards.shape[1]):
+            most += cards[i, c]
+    position = np.empty(most, dtype=np.int64)
+    card = np.empty(most, dtype=np.int64)
+    free = np.empty(most, dtype=np.int64)
+    plain = np.empty(most)
+    host = np.empty(most)
+    after = np.empty(cards.shape[1], dtype=np.int64)
+    usable = np.empty(cards.shape[1], dtype=np.int64)
+    n = 0
+    for i in range(len(rows)):
+        j = rows[i]
+        for c in range(cards.shape[1]):
+            if not cards[i, c]:
+                continue
+            alike = False
+            for d in range(c):
+                if cards[i, d] and gpu_free[j, d] == gpu_free[j, c] and gpu_model[j, d] == gpu_model[j, c]:
+                    alike = True
+                    break
+            if alike:
+                continue
+            after[:] = gpu_free[j]
+            after[c] -= milli
+            p, h = _fragmentation_of_state(
+                cpu_free[j] - cpu, mem_free[j] - memory, after, gpu_model[j], model, usable
+            )
+            position[n], card[n], free[n] = i, c, gpu_free[j, c]
+            plain[n], host[n] = p - before_plain[i], h - before_host[i]
+            n += 1
+    return position[:n], card[:n], free[:n], plain[:n], host[:n]

@@ -3,12 +3,13 @@ fragmentation (see ``fragmentation.py``) grows least."""
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
-from ..cluster import MILLI_PER_GPU, RequestSpec
-from ..fragmentation import FragmentationModel, WorkloadMix
+from ..cluster import RequestSpec
+from ..fragmentation import FragmentationModel, WorkloadMix, card_increases, current_fragmentation
 from .index import ClusterIndex, set_per_row
-from .policy import Policy, first_cards, first_of_each, lexmin
+from .policy import Policy, first_cards, lexmin
 
 
 class ShapeScores:
@@ -53,15 +54,16 @@ class Fgd(Policy):
     """
 
     pack = False
+    host_aware = False  # whether the ranks read the host-aware fragmentation
 
     def __init__(self, index: ClusterIndex, workload: WorkloadMix | None = None) -> None:
         super().__init__(index, workload)
-        self.model = FragmentationModel(
-            workload or WorkloadMix(), index.models, mixed_nodes=index.mixed_nodes
-        )
+        self.fragmentation = FragmentationModel(workload or WorkloadMix(), index.models, self.host_aware)
         self.cache: dict[tuple, ShapeScores] = {}
-        self.current: tuple[np.ndarray, ...] = ()  # ``_frag`` of each state id, where known
+        # The fragmentation of each node state id as it is now (FGD's, host-aware), where known.
         self.current_known = np.zeros(0, dtype=bool)
+        self.current_plain = np.zeros(0)
+        self.current_host = np.zeros(0)
 
     @staticmethod
     def _rank(increase: np.ndarray) -> np.ndarray:
@@ -142,74 +144,82 @@ class Fgd(Policy):
         self, request: RequestSpec, rows: np.ndarray, cards: np.ndarray, scores: ShapeScores
     ) -> None:
         ix = self.index
+        before = self._current(rows)
         if request.num_gpus == 1:
-            r, c = np.nonzero(cards)
-            at = rows[r]
-            free = ix.gpu_free[at, c]
-            # Cards of a node with the same free share and model leave it in the same state (its
-            # fragmentation does not depend on the cards' order): each such state is scored once, as
-            # its lowest card.
-            alike = (r * (MILLI_PER_GPU + 1) + free) * (len(ix.models) + 1) + ix.gpu_model[at, c]
-            first = first_of_each(alike)
-            fr, fc, at = r[first], c[first], at[first]
-            take = np.zeros((len(fr), cards.shape[1]), dtype=np.int64)
-            take[np.arange(len(fr)), fc] = request.gpu_milli
-            before, after = self._before_and_after(request, rows, at, take)
-            rank, host = self._ranks(request, tuple(f[fr] for f in before), after)
-            # Per node the best card: lowest rank, then (packing) secondary key and least free share
-            # left, then lowest index.
-            keys = (fc, free[first], host, rank, fr) if self.pack else (fc, rank, fr)
-            order = np.lexsort(keys)
-            node = fr[order]
-            best = order[(node != np.concatenate(([-1], node[:-1]))).nonzero()[0]]  # first per node
-            at = at[best]
-            scores.card[at] = fc[best]
+            position, card, free, plain, host = card_increases(
+                rows,
+                cards,
+                (request.cpu_milli, request.memory_mib, request.gpu_milli),
+                ix.cpu_free,
+                ix.mem_free,
+                ix.gpu_free,
+                ix.gpu_model,
+                self.fragmentation.kernel(),
+                before,
+            )
+            rank, host = self._ranks(request, plain, host)
+            best = best_card_of_each_row(position, rank, host, free, self.pack)
+            at = rows[position[best]]
+            scores.card[at] = card[best]
             scores.score[at], scores.host[at] = rank[best], host[best]
         else:
-            take = first_cards(cards, request.num_gpus) * request.gpu_milli if request.num_gpus else None
-            before, after = self._before_and_after(request, rows, rows, take)
-            scores.score[rows], scores.host[rows] = self._ranks(request, before, after)
+            cpu, mem, gpu = ix.cpu_free[rows], ix.mem_free[rows], ix.gpu_free[rows]
+            cpu -= request.cpu_milli
+            mem -= request.memory_mib
+            if request.num_gpus:
+                gpu -= first_cards(cards, request.num_gpus) * request.gpu_milli
+            plain, host = self.fragmentation.batch_pair(cpu, gpu, ix.gpu_model[rows], mem)
+            scores.score[rows], scores.host[rows] = self._ranks(request, plain - before[0], host - before[1])
         scores.version[rows] = ix.version[rows]
 
-    def _frag(self, cpu: np.ndarray, gpu: np.ndarray, model: np.ndarray, mem: np.ndarray) -> tuple:
-        """The fragmentation measures this policy ranks by, for K node states."""
-        return (self.model.batch(cpu, gpu, model),)
-
-    def _before_and_after(
-        self, request: RequestSpec, rows: np.ndarray, at: np.ndarray, take: np.ndarray | None
-    ) -> tuple[tuple, tuple]:
-        """(``_frag`` of the rows' current states, ``_frag`` of K states after the request), in one
-        batch: after-state k is node at[k] with the request's CPU and memory and take[k]'s milli per
-        card (none if None) taken. Each node state's current fragmentation is computed once, ever.
-        The rows are in distinct states."""
+    def _current(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(FGD's, host-aware) fragmentation of the rows as they are now; each node state is computed
+        once, ever."""
         ix = self.index
-        states = ix.state[rows]
         if len(self.current_known) < ix.states:
             grow = max(ix.states, 2 * len(self.current_known)) - len(self.current_known)
             self.current_known = np.concatenate([self.current_known, np.zeros(grow, dtype=bool)])
-            self.current = tuple(np.concatenate([c, np.zeros(grow)]) for c in self.current)
-        unknown_at = ~self.current_known[states]  # (the rows' states are distinct: see _rescore)
-        new = rows[unknown_at]
-        # The current states not yet known first, then the after-states.
-        both = np.concatenate([new, at]) if len(new) else at
-        cpu, mem, gpu = ix.cpu_free[both], ix.mem_free[both], ix.gpu_free[both]
-        k = len(new)
-        cpu[k:] -= request.cpu_milli
-        mem[k:] -= request.memory_mib
-        if take is not None:
-            gpu[k:] -= take
-        values = self._frag(cpu, gpu, ix.gpu_model[both], mem)
-        if not k:
-            return tuple(known[states] for known in self.current), values
-        if not self.current:
-            self.current = tuple(np.zeros(len(self.current_known)) for _ in values)
-        unknown = states[unknown_at]
-        for known, value in zip(self.current, values, strict=True):
-            known[unknown] = value[:k]
-        self.current_known[unknown] = True
-        return tuple(known[states] for known in self.current), tuple(v[k:] for v in values)
+            self.current_plain = np.concatenate([self.current_plain, np.zeros(grow)])
+            self.current_host = np.concatenate([self.current_host, np.zeros(grow)])
+        return current_fragmentation(
+            rows,
+            ix.state,
+            ix.cpu_free,
+            ix.mem_free,
+            ix.gpu_free,
+            ix.gpu_model,
+            self.fragmentation.kernel(),
+            self.current_known,
+            self.current_plain,
+            self.current_host,
+        )
 
-    def _ranks(self, request: RequestSpec, before: tuple, after: tuple) -> tuple[np.ndarray, np.ndarray]:
-        """(FGD rank, secondary key; lower is better) of moving node states from `before` to `after`."""
-        rank = self._rank(after[0] - before[0])
+    def _ranks(
+        self, request: RequestSpec, plain: np.ndarray, host: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(FGD rank, secondary key; lower is better) of candidates whose FGD fragmentation grows by
+        `plain` and host-aware fragmentation by `host`."""
+        rank = self._rank(plain)
         return rank, np.zeros_like(rank)
+
+
+@numba.njit(cache=True, nogil=True)
+def best_card_of_each_row(position, rank, host, free, pack):
+    """Of candidates grouped by row (`position`, ascending; cards ascending within a row), the index
+    of each row's best: lowest rank, then (packing) lowest host-aware growth and least free share,
+    then lowest card."""
+    best = np.empty(len(position), dtype=np.int64)
+    n = 0
+    for i in range(len(position)):
+        if n and position[best[n - 1]] == position[i]:
+            b = best[n - 1]
+            if rank[i] < rank[b] or (
+                pack
+                and rank[i] == rank[b]
+                and (host[i] < host[b] or (host[i] == host[b] and free[i] < free[b]))
+            ):
+                best[n - 1] = i
+        else:
+            best[n] = i
+            n += 1
+    return best[:n]

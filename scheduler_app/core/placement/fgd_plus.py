@@ -3,16 +3,13 @@ the package's docstring for its order of tie-breaks."""
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 
 from ..cluster import MILLI_PER_GPU, RequestSpec
-from ..fragmentation import FragmentationModel, WorkloadMix
+from ..fragmentation import WorkloadMix
 from .fgd import Fgd, ShapeScores
 from .gang_room import GangRoom
 from .index import ClusterIndex, set_per_row
-from .policy import first_cards
 
 # fgd-plus keeps nodes for a gang shape while at most this share of the nodes can still host it...
 SCARCE_GANG_SHARE = 0.1
@@ -21,7 +18,6 @@ GANG_SHARE_PER_CPU_PRESSURE = 2.0
 CALM_CPU_PRESSURE = 0.9
 # A CPU-only request compares the cards it would strand in steps of the smallest share sold.
 STRANDED_STEP_MILLI = MILLI_PER_GPU // 8
-_DEDUPE_FROM = 64
 
 
 class FgdPlus(Fgd):
@@ -37,13 +33,11 @@ class FgdPlus(Fgd):
     """
 
     pack = True
+    host_aware = True
 
     def __init__(self, index: ClusterIndex, workload: WorkloadMix | None = None) -> None:
         super().__init__(index, workload)
         mix = workload or WorkloadMix()
-        self.host_model = FragmentationModel(
-            mix, index.models, host_aware=True, mixed_nodes=index.mixed_nodes
-        )
         share = scarce_gang_share(index, mix)
         self.gangs = GangRoom(index, mix.gangs, share) if mix.gangs else None
         self.pinned = _pinned_demand(index, mix.pinned)
@@ -53,31 +47,14 @@ class FgdPlus(Fgd):
         # gang room before the rank decides and FGD's rank did better (bench/README "Strand first").
         self.strand_first = cpu_pressure(index, mix) > 1.0 and share < 1.0
 
-    def _frag(self, cpu: np.ndarray, gpu: np.ndarray, model: np.ndarray, mem: np.ndarray) -> tuple:
-        if len(cpu) <= _DEDUPE_FROM:
-            return self.host_model.batch_pair(cpu, gpu, model, mem)
-        # Rescoring many nodes at once: many are in the same state (untouched nodes of one kind).
-        states = np.concatenate([cpu[:, None], mem[:, None], gpu, model], axis=1)
-        order = np.lexsort(states.T)
-        ordered = states[order]
-        first = np.ones(len(states), dtype=bool)
-        first[1:] = set_per_row(ordered[1:] != ordered[:-1]) > 0
-        inverse = np.empty(len(states), dtype=np.int64)
-        inverse[order] = np.cumsum(first) - 1
-        unique = ordered[first]
-        g = gpu.shape[1]
-        plain, host = self.host_model.batch_pair(
-            unique[:, 0], unique[:, 2 : 2 + g], unique[:, 2 + g :], unique[:, 1]
-        )
-        return plain[inverse], host[inverse]
-
-    def _ranks(self, request: RequestSpec, before: tuple, after: tuple) -> tuple[np.ndarray, np.ndarray]:
+    def _ranks(
+        self, request: RequestSpec, plain: np.ndarray, host: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         # The host-aware increase stays raw, not rounded like FGD's rank: it only orders FGD's ties...
-        host = after[1] - before[1]
         if self.strand_first and request.num_gpus == 0:
             # ...except for a CPU-only request under CPU pressure, which ranks by it (see __init__).
             return np.floor(host / STRANDED_STEP_MILLI), host
-        return self._rank(after[0] - before[0]), host
+        return self._rank(plain), host
 
     def _select(
         self, request: RequestSpec, ok: np.ndarray, cards: np.ndarray, scores: ShapeScores
@@ -86,16 +63,15 @@ class FgdPlus(Fgd):
         if not len(rows):
             return None
         cpu_only = request.num_gpus == 0
-        taken_at = partial(self._taken, request, cards=cards, scores=scores)
         if len(rows) > 1 and self.gangs is not None and (cpu_only or self.gangs.pinned.any()):
             # Before FGD's rank: a scarce gang pinned to a model loses hosts no other model can replace;
             # and FGD's rank sees a CPU-only request take a gang's CPU only once cards are stranded.
-            cost = self.gangs.cost(request, rows, taken_at, scores, pinned_only=not cpu_only)
+            cost = self.gangs.cost(request, rows, cards, scores.card, scores, pinned_only=not cpu_only)
             rows = rows[cost == cost.min()]
         score = scores.score[rows]
         rows = rows[score == score.min()]
         if len(rows) > 1 and self.gangs is not None and not cpu_only:
-            cost = self.gangs.cost(request, rows, taken_at, scores)
+            cost = self.gangs.cost(request, rows, cards, scores.card, scores)
             rows = rows[cost == cost.min()]
         if len(rows) > 1 and self.pinned is not None and request.num_gpus and not request.models:
             pressure = self._model_pressure(request, rows, cards, scores)
@@ -118,16 +94,6 @@ class FgdPlus(Fgd):
         rows = rows[stranded == stranded.min()]
         cpu = self.index.cpu_free[rows]
         return rows[cpu == cpu.min()]
-
-    @staticmethod
-    def _taken(request: RequestSpec, rows: np.ndarray, cards: np.ndarray, scores: ShapeScores) -> np.ndarray:
-        """Per candidate row, the cards the request would take there."""
-        if request.num_gpus > 1:
-            return first_cards(cards[rows], request.num_gpus)
-        taken = np.zeros((len(rows), cards.shape[1]), dtype=bool)
-        if request.num_gpus:
-            taken[np.arange(len(rows)), scores.card[rows]] = True
-        return taken
 
     def _model_pressure(
         self, request: RequestSpec, rows: np.ndarray, cards: np.ndarray, scores: ShapeScores

@@ -3,8 +3,9 @@ placement would cost the scarce ones."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 
+import numba
 import numpy as np
 
 from ..cluster import MILLI_PER_GPU, RequestSpec
@@ -19,103 +20,98 @@ class GangRoom:
         self.cpu = np.array([s.cpu_milli for s, _ in gangs], dtype=np.int64)
         self.mem = np.array([m for _, m in gangs], dtype=np.int64)
         self.num = np.array([s.num_gpus for s, _ in gangs], dtype=np.int64)
-        self.num_col, self.cpu_col, self.mem_col = self.num[:, None], self.cpu[:, None], self.mem[:, None]
         self.eligible = np.array(
             [[not s.models or m in s.models for m in index.models] + [False] for s, _ in gangs], dtype=bool
         ).reshape(len(gangs), len(index.models) + 1)
-        self.any_model = bool(self.eligible[:, :-1].all())
         # Gang shapes pinned to GPU models: no other model's nodes can stand in for their hosts.
         self.pinned = np.array([bool(s.models) for s, _ in gangs], dtype=bool)
         self.can = np.zeros((len(gangs), len(index.nodes)), dtype=bool)
         self.hosts = np.zeros(len(gangs), dtype=np.int64)
         self.scarce_limit = max(1, share * len(index.nodes))
         self.version = np.full(len(index.nodes), -1, dtype=np.int64)
-        # The gang shapes with at most scarce_limit hosts, 1 / their hosts, and per node whether it
-        # hosts any of them (updated with `can`).
+        # The gang shapes with at most scarce_limit hosts, and 1 / their hosts.
         self.scarce = np.zeros(0, dtype=np.int64)
         self.scarce_weight = np.zeros(0)
-        self.hosts_scarce = np.zeros(len(index.nodes), dtype=bool)
         # Per request shape: the gang shapes each node would stop hosting (see _KnownLoss).
         self._lost: dict[tuple, _KnownLoss] = {}
-
-    def _hosts(self, cpu: np.ndarray, mem: np.ndarray, count: np.ndarray) -> np.ndarray:
-        """can[g, k]: node state k has the CPU, memory and whole cards (`count`, see `_whole`) for gang
-        shape g."""
-        return (count >= self.num_col) & (cpu[None, :] >= self.cpu_col) & (mem[None, :] >= self.mem_col)
-
-    def _whole(self, whole: np.ndarray, model: np.ndarray) -> np.ndarray:
-        """count[g, k]: the whole cards of node state k (`whole` per card) gang shape g may use; one
-        row for all shapes when every shape may use any model (a missing card is never whole)."""
-        if self.any_model:
-            return whole.sum(axis=1)[None, :]
-        return (whole[None, :, :] & self.eligible[:, model]).sum(axis=2)
 
     def cost(
         self,
         request: RequestSpec,
         rows: np.ndarray,
-        taken_at: Callable[[np.ndarray], np.ndarray],
+        cards: np.ndarray,
+        card: np.ndarray,
         shape: Hashable,
         pinned_only: bool = False,
     ) -> np.ndarray:
         """Per candidate row: the scarce gang shapes (only those pinned to models if `pinned_only`) it
-        would stop hosting, each weighted 1 / its hosts. `taken_at(rows)`: the cards the request
-        would take at those rows; `shape`: a key under which those cards depend only on the node's
-        state (the policy's request shape)."""
+        would stop hosting, each weighted 1 / its hosts. The request takes, at node j, card[j] if it
+        asks for one card, the first usable of cards[j] if for more; `shape`: a key under which those
+        cards depend only on the node's state (the policy's request shape)."""
         self._refresh()
         ix = self.index
-        cost = np.zeros(len(rows))
         scarce, weight = self.scarce, self.scarce_weight
         if pinned_only:
             keep = self.pinned[scarce]
             scarce, weight = scarce[keep], weight[keep]
-            hit = np.flatnonzero(self.can[scarce[:, None], rows].any(axis=0))
-        else:
-            hit = self.hosts_scarce[rows].nonzero()[0]
-        if not len(hit):
-            return cost
-        sub = rows[hit]
         known = self._lost.get(shape)
         if known is None:
             known = self._lost[shape] = _KnownLoss(len(self.num), len(ix.nodes))
-        version = ix.version[sub]
-        redo = (known.version[sub] != version).nonzero()[0]
-        if len(redo):
-            at = sub[redo]
-            after = self._hosts(
-                ix.cpu_free[at] - request.cpu_milli,
-                ix.mem_free[at] - request.memory_mib,
-                self._whole((ix.gpu_free[at] == MILLI_PER_GPU) & ~taken_at(at), ix.gpu_model[at]),
-            )
-            known.lost[:, at] = self.can[:, at] & ~after
-            known.version[at] = version[redo]
-        cost[hit] = _weighted_sum(weight, known.lost[scarce[:, None], sub])
-        return cost
+        return gang_cost(
+            rows,
+            scarce,
+            weight,
+            (request.cpu_milli, request.memory_mib, request.num_gpus),
+            cards,
+            card,
+            (ix.cpu_free, ix.mem_free, ix.gpu_free, ix.gpu_model, ix.version),
+            (self.cpu, self.mem, self.num, self.eligible, self.can),
+            known.lost,
+            known.version,
+        )
 
     def _refresh(self) -> None:
         """Bring `can`, the host counts and the scarce shapes up to the nodes' versions."""
         ix = self.index
-        stale = (self.version != ix.version).nonzero()[0]
-        if not len(stale):
+        moved = refresh_hosts(
+            self.version,
+            ix.version,
+            ix.cpu_free,
+            ix.mem_free,
+            ix.gpu_free,
+            ix.gpu_model,
+            (self.cpu, self.mem, self.num, self.eligible),
+            self.can,
+            self.hosts,
+        )
+        if not moved:  # most placements leave every gang shape's hosts as they were
             return
-        self.version[stale] = ix.version[stale]
-        if self.any_model:
-            count = ix.idle_cards[stale][None, :]
-        else:
-            count = self._whole(ix.gpu_free[stale] == MILLI_PER_GPU, ix.gpu_model[stale])
-        can = self._hosts(ix.cpu_free[stale], ix.mem_free[stale], count)
-        was = self.can[:, stale]
-        if (can == was).all():  # most placements leave every gang shape's hosts as they were
-            return
-        self.hosts += can.sum(axis=1) - was.sum(axis=1)
-        self.can[:, stale] = can
-        scarce = (self.hosts <= self.scarce_limit).nonzero()[0]
-        if np.array_equal(scarce, self.scarce):
-            self.hosts_scarce[stale] = can[scarce].any(axis=0)
-        else:
-            self.scarce = scarce
-            self.hosts_scarce = self.can[scarce].any(axis=0)
-        self.scarce_weight = 1 / np.maximum(self.hosts[scarce], 1)
+        self.scarce = (self.hosts <= self.scarce_limit).nonzero()[0]
+        self.scarce_weight = 1 / np.maximum(self.hosts[self.scarce], 1)
+
+
+@numba.njit(cache=True, nogil=True)
+def refresh_hosts(version, index_version, cpu_free, mem_free, gpu_free, gpu_model, gangs, can, hosts):
+    """For each node whose version moved: whether it can host each gang shape now (`can[g, j]`, with
+    `hosts[g]` kept as can[g].sum()); `gangs`: the shapes' CPU, memory, cards and eligible models.
+    Returns whether some node's `can` changed."""
+    cpu, mem, num, eligible = gangs
+    moved = False
+    for j in range(len(version)):
+        if version[j] == index_version[j]:
+            continue
+        version[j] = index_version[j]
+        for g in range(len(num)):
+            whole = 0
+            for c in range(gpu_free.shape[1]):
+                if gpu_free[j, c] == MILLI_PER_GPU and eligible[g, gpu_model[j, c]]:
+                    whole += 1
+            now = whole >= num[g] and cpu_free[j] >= cpu[g] and mem_free[j] >= mem[g]
+            if now != can[g, j]:
+                hosts[g] += 1 if now else -1
+                can[g, j] = now
+                moved = True
+    return moved
 
 
 class _KnownLoss:
@@ -129,8 +125,98 @@ class _KnownLoss:
         self.lost = np.zeros((gangs, n), dtype=bool)
 
 
-def _weighted_sum(weights: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Per column k, the sum over i of weights[i] * values[i, k], each column summed alone as one
-    contiguous row, so a column's result does not depend on the others. (A BLAS product, or a sum
-    down the columns, rounds a column differently by the batch's size and its place in it.)"""
-    return (np.ascontiguousarray(values.T) * weights[None, :]).sum(axis=1)
+@numba.njit(cache=True, nogil=True)
+def gang_cost(rows, scarce, weight, request, cards, card, index, gangs, lost, lost_version):
+    """``GangRoom.cost`` compiled: `request` is its CPU milli, memory MiB and cards; `index`, the
+    index's free CPU, memory, milli, models and versions; `gangs`, the gang shapes' CPU, memory,
+    cards, eligible models and `can`. `lost`, `lost_version`: the request shape's _KnownLoss,
+    brought up to date for the rows it reads."""
+    cpu, memory, num = request
+    cpu_free, mem_free, gpu_free, gpu_model, version = index
+    gang_cpu, gang_mem, gang_num, eligible, can = gangs
+    slots = gpu_free.shape[1]
+    cost = np.zeros(len(rows))
+    terms = np.empty(len(scarce))
+    taken = np.zeros(slots, dtype=np.bool_)
+    for i in range(len(rows)):
+        j = rows[i]
+        if lost_version[j] != version[j]:
+            hit = False
+            for s in range(len(scarce)):
+                hit = hit or can[scarce[s], j]
+            if not hit:  # it hosts no scarce shape now: it loses none (lost[g, j] implies can[g, j])
+                continue
+            taken[:] = False
+            if num == 1:
+                taken[card[j]] = True
+            elif num > 1:
+                left = num
+                for c in range(slots):
+                    if left and cards[j, c]:
+                        taken[c] = True
+                        left -= 1
+            for g in range(len(gang_num)):
+                whole = 0
+                for c in range(slots):
+                    if gpu_free[j, c] == MILLI_PER_GPU and not taken[c] and eligible[g, gpu_model[j, c]]:
+                        whole += 1
+                after = whole >= gang_num[g] and cpu_free[j] - cpu >= gang_cpu[g]
+                lost[g, j] = can[g, j] and not (after and mem_free[j] - memory >= gang_mem[g])
+            lost_version[j] = version[j]
+        loses = False
+        for s in range(len(scarce)):
+            terms[s] = weight[s] if lost[scarce[s], j] else 0.0
+            loses = loses or lost[scarce[s], j]
+        if loses:
+            cost[i] = _pairwise_sum(terms)
+    return cost
+
+
+@numba.njit(cache=True, nogil=True)
+def _pairwise_sum(values):
+    """The sum of `values` in numpy's order: the costs are compared for ties, and the recorded
+    decisions (test_decisions_pinned.py) were made with numpy's sums. numpy halves a sum of more than
+    128 (at a multiple of 8) and adds the halves; this walks that tree with a stack (numba's cache
+    breaks recursive functions)."""
+    if len(values) <= 128:
+        return _block_sum(values)
+    # Pending work: a block (start, n) to sum, or start -1: add the two sums on top of `sums`.
+    starts, sizes, sums = np.empty(128, np.int64), np.empty(128, np.int64), np.empty(128)
+    starts[0], sizes[0] = 0, len(values)
+    pending, done = 1, 0
+    while pending:
+        pending -= 1
+        start, n = starts[pending], sizes[pending]
+        if start < 0:
+            done -= 1
+            sums[done - 1] += sums[done]
+        elif n > 128:
+            half = n // 2 - (n // 2) % 8
+            starts[pending], starts[pending + 1], starts[pending + 2] = -1, start + half, start
+            sizes[pending + 1], sizes[pending + 2] = n - half, half
+            pending += 3
+        else:
+            sums[done] = _block_sum(values[start : start + n])
+            done += 1
+    return sums[0]
+
+
+@numba.njit(cache=True, nogil=True)
+def _block_sum(values):
+    """numpy's sum of at most 128 values: in order below 8, else in eight accumulators."""
+    n = len(values)
+    if n < 8:
+        total = -0.0
+        for i in range(n):
+            total += values[i]
+        return total
+    r = values[:8].copy()
+    i = 8
+    while i < n - n % 8:
+        for k in range(8):
+            r[k] += values[i + k]
+        i += 8
+    total = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    for k in range(i, n):
+        total += values[k]
+    return total

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numba
 import numpy as np
 
 from ..cluster import MILLI_PER_GPU, NodeState, RequestSpec
@@ -40,7 +41,6 @@ class ClusterIndex:
         self.kind: list[int] = []
         # The rows are built as lists and made arrays once (what sync(j) would write, node by node).
         free_rows, free_memory_rows, memory_rows, model_rows, states = [], [], [], [], []
-        mixed = False
         for node in self.nodes:
             free, free_memory, memory, model = [0] * slots, [0] * slots, [0] * slots, [-1] * slots
             for g in node.gpus:
@@ -49,7 +49,6 @@ class ClusterIndex:
             cards = len(node.gpus)
             kind = kinds.setdefault((*model[:cards], *memory[:cards]), len(kinds))
             self.kind.append(kind)
-            mixed = mixed or (cards > 1 and model.count(model[0]) < cards)
             key = (kind, node.free_cpu_milli, node.free_memory_mib, *free[:cards], *free_memory[:cards])
             states.append(self._state_ids.setdefault(key, len(self._state_ids)))
             free_rows.append(free)
@@ -68,13 +67,9 @@ class ClusterIndex:
         self.gpu_mem_total = grid(memory_rows)
         self.gpu_model = grid(model_rows)
         self.gpu_idle = self.gpu_free.sum(axis=1)  # free milli of all the node's cards
-        self.idle_cards = (self.gpu_free == MILLI_PER_GPU).sum(axis=1)  # cards nobody uses
         self.version = np.ones(n, dtype=np.int64)
         # state[j]: the same number for nodes whose free resources and cards are alike (score alike).
         self.state = np.array(states, dtype=np.int64)
-        # Whether some node has cards of more than one model (the fragmentation then counts those card
-        # by card; a node's models never change).
-        self.mixed_nodes = mixed
         self.cpu_scale = max(1, int(max((node.cpu_milli for node in self.nodes), default=1)))
         self.gpu_scale = max(1, slots * MILLI_PER_GPU)
 
@@ -89,7 +84,6 @@ class ClusterIndex:
         self.gpu_free[j, : len(free)] = free
         self.gpu_mem_free[j, : len(free)] = free_memory
         self.gpu_idle[j] = sum(free)
-        self.idle_cards[j] = free.count(MILLI_PER_GPU)
         self.version[j] += 1
         key = (self.kind[j], node.free_cpu_milli, node.free_memory_mib, *free, *free_memory)
         self.state[j] = self._state_ids.setdefault(key, len(self._state_ids))
@@ -117,52 +111,69 @@ class ClusterIndex:
         if known is None:
             if len(self._feasible_by_shape) >= _FEASIBLE_SHAPES_KEPT:
                 del self._feasible_by_shape[next(iter(self._feasible_by_shape))]
-            ok, cards = self._feasible(request)
-            self._feasible_by_shape[shape] = (self.version.copy(), ok, cards)
-            return ok, cards
+            n, slots = self.gpu_free.shape
+            known = np.full(n, -1, dtype=np.int64), np.empty(n, dtype=bool), np.empty((n, slots), dtype=bool)
+            self._feasible_by_shape[shape] = known
         version, ok, cards = known
-        stale = (version != self.version).nonzero()[0]
-        if len(stale):
-            ok[stale], cards[stale] = self._feasible(request, stale)
-            version[stale] = self.version[stale]
-        return ok, cards
-
-    def _feasible(
-        self, request: RequestSpec, rows: np.ndarray | slice = slice(None)
-    ) -> tuple[np.ndarray, np.ndarray]:
-        ok = (self.cpu_free[rows] >= request.cpu_milli) & (self.mem_free[rows] >= request.memory_mib)
-        if request.pools:
-            ok &= self._in_pools(request.pools)[rows]
-        if request.num_gpus == 0:
-            return ok, np.zeros((len(ok), self.gpu_free.shape[1]), dtype=bool)
-        cards = self.gpu_free[rows] >= request.gpu_milli
-        if request.models:
-            cards &= self._of_models(request.models)[rows]
-        need = self._memory_need(request.gpu_milli, request.gpu_memory_mib)
-        cards &= self.gpu_mem_free[rows] >= (need[rows] if isinstance(need, np.ndarray) else need)
-        ok &= set_per_row(cards) >= request.num_gpus
+        recheck_feasible(
+            version,
+            self.version,
+            ok,
+            cards,
+            (request.cpu_milli, request.memory_mib, request.num_gpus, request.gpu_milli),
+            (self.cpu_free, self.mem_free, self.gpu_free, self.gpu_mem_free),
+            self._in_pools(request.pools),
+            self._of_models(request.models),
+            self._memory_need(request.gpu_milli, request.gpu_memory_mib),
+        )
         return ok, cards
 
     def _in_pools(self, pools: frozenset[str]) -> np.ndarray:
-        """Rows in those pools (cached: a node's pool does not change)."""
+        """Rows in those pools, every row for none (cached: a node's pool does not change)."""
         key = ("pools", pools)
         if key not in self._fixed:
-            self._fixed[key] = np.isin(self.pool, [self.pool_id[p] for p in pools if p in self.pool_id])
+            ids = [self.pool_id[p] for p in pools if p in self.pool_id]
+            self._fixed[key] = np.isin(self.pool, ids) if pools else np.ones(len(self.pool), dtype=bool)
         return self._fixed[key]
 
     def _of_models(self, models: frozenset[str]) -> np.ndarray:
-        """Card slots holding one of those models (cached)."""
+        """Card slots holding one of those models, every slot for none (cached)."""
         key = ("models", models)
         if key not in self._fixed:
             allowed = np.array([m in models for m in self.models] + [False])
-            self._fixed[key] = allowed[self.gpu_model]
+            self._fixed[key] = (
+                allowed[self.gpu_model] if models else np.ones(self.gpu_model.shape, dtype=bool)
+            )
         return self._fixed[key]
 
-    def _memory_need(self, milli: int, memory_mib: int) -> np.ndarray | int:
-        """Card memory (MiB) a slice of `milli` needs on each card slot: asked for, or in proportion."""
-        if memory_mib:
-            return memory_mib
-        key = ("memory", milli)
+    def _memory_need(self, milli: int, memory_mib: int) -> np.ndarray:
+        """Card memory (MiB) a slice of `milli` needs on each card slot: asked for, or in proportion
+        (cached)."""
+        key = ("memory", milli, memory_mib)
         if key not in self._fixed:
-            self._fixed[key] = self.gpu_mem_total * milli // MILLI_PER_GPU
+            if memory_mib:
+                self._fixed[key] = np.full(self.gpu_mem_total.shape, memory_mib, dtype=np.int64)
+            else:
+                self._fixed[key] = self.gpu_mem_total * milli // MILLI_PER_GPU
         return self._fixed[key]
+
+
+@numba.njit(cache=True, nogil=True)
+def recheck_feasible(version, index_version, ok, cards, request, free, in_pool, of_models, need):
+    """Re-check the nodes whose version moved since `version` (all, where it is -1): ok[j], whether
+    node j can take the request (CPU milli, memory MiB, cards, milli per card); cards[j, c], whether
+    its card c can hold one slice. `free`: the index's free CPU, memory, milli and card memory."""
+    cpu, memory, num, milli = request
+    cpu_free, mem_free, gpu_free, gpu_mem_free = free
+    for j in range(len(version)):
+        if version[j] == index_version[j]:
+            continue
+        version[j] = index_version[j]
+        count = 0
+        for c in range(gpu_free.shape[1]):
+            usable = (
+                num > 0 and gpu_free[j, c] >= milli and of_models[j, c] and gpu_mem_free[j, c] >= need[j, c]
+            )
+            cards[j, c] = usable
+            count += cards[j, c]
+        ok[j] = cpu_free[j] >= cpu and mem_free[j] >= memory and in_pool[j] and count >= num

@@ -14,13 +14,6 @@ def first_cards(cards: np.ndarray, num: int) -> np.ndarray:
     return cards & (np.cumsum(cards, axis=1) <= num)
 
 
-def first_of_each(values: np.ndarray) -> np.ndarray:
-    """Indices of the first occurrence of each distinct value (in the order of the values)."""
-    order = np.argsort(values, kind="stable")
-    ordered = values[order]
-    return order[np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))]
-
-
 def lexmin(mask: np.ndarray, *keys: np.ndarray) -> int | None:
     """Index of the masked row with the smallest keys (first key most significant), earliest on ties."""
     rows = np.flatnonzero(mask)

@@ -3,6 +3,7 @@ import pytest
 
 from scheduler_app.core.cluster import GpuState, NodeState, RequestSpec
 from scheduler_app.core.fragmentation import FragmentationModel, Shape, WorkloadMix, node_fragmentation
+from tests.scheduler_app.core.fragmentation_cases import MIX_WITH_MEMORY, MODELS
 
 
 def node(free_milli, model="A100", cpu_free=16_000):
@@ -109,18 +110,7 @@ def test_host_aware_fragmentation_also_counts_memory():
 def test_vectorised_host_aware_model_agrees_with_the_reference():
     # given random node states, some mixing two models on one node, and a mix with memory
     rng = np.random.default_rng(11)
-    mix = WorkloadMix(
-        (
-            Shape(2_000, 1000, 1),
-            Shape(6_000, 450, 1),
-            Shape(3_000, 1000, 2),
-            Shape(1_000, 0, 0),
-            Shape(0, 300, 1, frozenset({"T4"})),
-        ),
-        (0.3, 0.3, 0.1, 0.2, 0.1),
-        (8_000.0, 0.0, 12_000.0, 4_000.0, 2_000.0),
-    )
-    models = ["A100", "T4"]
+    mix, models = MIX_WITH_MEMORY, MODELS
     states = []
     for _ in range(80):
         kinds = rng.choice(models, size=4) if rng.random() < 0.3 else [str(rng.choice(models))] * 4

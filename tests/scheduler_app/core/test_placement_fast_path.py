@@ -1,62 +1,101 @@
 """The placement engine's shortcuts decide exactly as the plain computation does.
 
-Shortcuts under test: fragmentation read from the sorted cards' running sums (nodes of one model),
-a Placer's per-node and per-state score caches, alike cards scored once. The trace replays in
+Shortcuts under test: the compiled fragmentation of a node state (the same bits in any batch), alike
+cards scored once, a Placer's per-node and per-state score caches. The trace replays in
 test_decisions_pinned.py pin whole runs (seed 42 and more seeds) to decisions recorded before them.
 """
 
 import copy
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler_app.core.cluster import MILLI_PER_GPU, GpuState, NodeState, RequestSpec
-from scheduler_app.core.fragmentation import FragmentationModel, Shape, WorkloadMix
+from scheduler_app.core.fragmentation import (
+    FragmentationModel,
+    WorkloadMix,
+    card_increases,
+    current_fragmentation,
+    node_fragmentation,
+)
 from scheduler_app.core.placement import Placer
-
-MODELS = ["A100", "T4"]
-
-
-def per_card(model: FragmentationModel) -> FragmentationModel:
-    """The same model made to count every node card by card (the path for nodes mixing models)."""
-    plain = copy.copy(model)
-    plain.shares_positive = False
-    return plain
+from tests.scheduler_app.core.fragmentation_cases import MIX_WITH_MEMORY, MODELS, random_states
 
 
-def test_fragmentation_from_running_sums_equals_the_card_by_card_count():
-    # given random node states (some mixing models, some with missing card slots) and a mix with a
-    # model constraint, a gang, a CPU-only shape and host memory
-    rng = np.random.default_rng(3)
-    mix = WorkloadMix(
-        (
-            Shape(2_000, 1000, 1),
-            Shape(6_000, 450, 1),
-            Shape(3_000, 1000, 2),
-            Shape(1_000, 0, 0),
-            Shape(0, 300, 1, frozenset({"T4"})),
-        ),
-        (0.3, 0.3, 0.1, 0.2, 0.1),
-        (8_000.0, 0.0, 12_000.0, 4_000.0, 2_000.0),
+def test_a_node_states_fragmentation_has_the_same_bits_alone_as_in_any_batch():
+    # given random node states and a mix with a model constraint, a gang, a CPU-only shape and memory
+    cpu, gpu, model, mem = random_states(np.random.default_rng(3), 400)
+    fragmentation = FragmentationModel(MIX_WITH_MEMORY, MODELS, host_aware=True)
+    # when scored as one batch and each alone
+    plain, host = fragmentation.batch_pair(cpu, gpu, model, mem)
+    alone = [
+        fragmentation.batch_pair(cpu[k : k + 1], gpu[k : k + 1], model[k : k + 1], mem[k : k + 1])
+        for k in range(400)
+    ]
+    # then the same bits, not just close (equal increases must tie), and as the reference counts
+    assert np.array_equal(plain, [p[0] for p, _ in alone])
+    assert np.array_equal(host, [h[0] for _, h in alone])
+    reference = [
+        node_fragmentation(
+            NodeState(
+                "n",
+                "default",
+                32_000,
+                65_536,
+                [
+                    GpuState(c, MODELS[model[k, c]], 40_960, free_milli=int(gpu[k, c]))
+                    for c in range(8)
+                    if model[k, c] >= 0
+                ],
+                free_cpu_milli=int(cpu[k]),
+                free_memory_mib=int(mem[k]),
+            ),
+            MIX_WITH_MEMORY,
+            host_aware=True,
+        )
+        for k in range(400)
+    ]
+    assert host == pytest.approx(reference, abs=1e-4)  # (the weights are rounded to 2**-28)
+    assert (model[:, 0] != model[:, 1]).any() and (host > plain).any()
+
+
+def test_card_increases_score_each_distinct_card_state_once_as_the_batch_scores_it():
+    # given random nodes and a one-card request that fits their cards with at least 300 free milli
+    cpu, gpu, model, mem = random_states(np.random.default_rng(5), 60)
+    cpu, mem = cpu + 1_000, mem + 1_000
+    fragmentation = FragmentationModel(MIX_WITH_MEMORY, MODELS, host_aware=True)
+    rows = np.arange(0, 60, 2)
+    cards = gpu[rows] >= 300
+    known, cached_plain, cached_host = np.zeros(60, dtype=bool), np.zeros(60), np.zeros(60)
+    before = current_fragmentation(
+        rows, np.arange(60), cpu, mem, gpu, model, fragmentation.kernel(), known, cached_plain, cached_host
     )
-    k = 400
-    gpu = rng.integers(0, 11, size=(k, 8)) * 100
-    model = np.where(
-        rng.random((k, 1)) < 0.7, rng.integers(0, 2, size=(k, 1)), rng.integers(0, 2, size=(k, 8))
-    )
-    cards = rng.integers(1, 9, size=k)
-    missing = np.arange(8)[None, :] >= cards[:, None]
-    gpu[missing], model[missing] = 0, -1
-    cpu, mem = rng.integers(0, 20_000, size=k), rng.integers(0, 50_000, size=k)
-    fast = FragmentationModel(mix, MODELS, host_aware=True)
     # when
-    plain, host = fast.batch_pair(cpu, gpu, model, mem)
-    reference_plain, reference_host = per_card(fast).batch_pair(cpu, gpu, model, mem)
-    # then: the same bits, not just close
-    assert (missing.any(axis=1) & (model[:, 0] >= 0)).any() and (plain > 0).any()
-    assert np.array_equal(plain, reference_plain)
-    assert np.array_equal(host, reference_host)
+    position, card, free, plain, host = card_increases(
+        rows, cards, (1_000, 1_000, 300), cpu, mem, gpu, model, fragmentation.kernel(), before
+    )
+    # then every usable card is a candidate unless a lower card of its node has its free share and model
+    expected = [
+        (i, c)
+        for i, j in enumerate(rows)
+        for c in range(8)
+        if cards[i, c]
+        and not any(cards[i, d] and (gpu[j, d], model[j, d]) == (gpu[j, c], model[j, c]) for d in range(c))
+    ]
+    assert list(zip(position.tolist(), card.tolist(), strict=True)) == expected
+    assert len(expected) < cards.sum()
+    # ...and its increase is the batch's after-state minus the batch's state now, to the bit
+    at = rows[position]
+    after = gpu[at].copy()
+    after[np.arange(len(at)), card] -= 300
+    now_plain, now_host = fragmentation.batch_pair(cpu[at], gpu[at], model[at], mem[at])
+    after_plain, after_host = fragmentation.batch_pair(cpu[at] - 1_000, after, model[at], mem[at] - 1_000)
+    assert np.array_equal(free, gpu[at, card])
+    assert np.array_equal(plain, after_plain - now_plain)
+    assert np.array_equal(host, after_host - now_host)
+    assert known[rows].all() and not known[rows + 1].any()
 
 
 node_specs = st.lists(
