@@ -65,7 +65,8 @@ class GangRoom:
             cards,
             card,
             (ix.cpu_free, ix.mem_free, ix.gpu_free, ix.gpu_model, ix.version),
-            (self.cpu, self.mem, self.num, self.eligible, self.can),
+            (self.cpu, self.mem, self.num, self.eligible),
+            self.can,
             known.lost,
             known.version,
         )
@@ -95,18 +96,14 @@ def refresh_hosts(version, index_version, cpu_free, mem_free, gpu_free, gpu_mode
     """For each node whose version moved: whether it can host each gang shape now (`can[g, j]`, with
     `hosts[g]` kept as can[g].sum()); `gangs`: the shapes' CPU, memory, cards and eligible models.
     Returns whether some node's `can` changed."""
-    cpu, mem, num, eligible = gangs
+    none_taken = np.zeros(gpu_free.shape[1], dtype=np.bool_)
     moved = False
     for j in range(len(version)):
         if version[j] == index_version[j]:
             continue
         version[j] = index_version[j]
-        for g in range(len(num)):
-            whole = 0
-            for c in range(gpu_free.shape[1]):
-                if gpu_free[j, c] == MILLI_PER_GPU and eligible[g, gpu_model[j, c]]:
-                    whole += 1
-            now = whole >= num[g] and cpu_free[j] >= cpu[g] and mem_free[j] >= mem[g]
+        for g in range(len(can)):
+            now = _can_host(g, gangs, cpu_free[j], mem_free[j], gpu_free[j], gpu_model[j], none_taken)
             if now != can[g, j]:
                 hosts[g] += 1 if now else -1
                 can[g, j] = now
@@ -126,14 +123,25 @@ class _KnownLoss:
 
 
 @numba.njit(cache=True, nogil=True)
-def gang_cost(rows, scarce, weight, request, cards, card, index, gangs, lost, lost_version):
+def _can_host(g, gangs, cpu_free, mem_free, gpu_free, gpu_model, taken):
+    """Whether a node with this free CPU, memory and cards (less the cards `taken`) can host gang
+    shape g: enough whole cards of a model it may use, enough CPU and memory."""
+    cpu, mem, num, eligible = gangs
+    whole = 0
+    for c in range(len(gpu_free)):
+        if gpu_free[c] == MILLI_PER_GPU and not taken[c] and eligible[g, gpu_model[c]]:
+            whole += 1
+    return whole >= num[g] and cpu_free >= cpu[g] and mem_free >= mem[g]
+
+
+@numba.njit(cache=True, nogil=True)
+def gang_cost(rows, scarce, weight, request, cards, card, index, gangs, can, lost, lost_version):
     """``GangRoom.cost`` compiled: `request` is its CPU milli, memory MiB and cards; `index`, the
     index's free CPU, memory, milli, models and versions; `gangs`, the gang shapes' CPU, memory,
-    cards, eligible models and `can`. `lost`, `lost_version`: the request shape's _KnownLoss,
-    brought up to date for the rows it reads."""
+    cards and eligible models. `lost`, `lost_version`: the request shape's _KnownLoss, brought up to
+    date for the rows it reads."""
     cpu, memory, num = request
     cpu_free, mem_free, gpu_free, gpu_model, version = index
-    gang_cpu, gang_mem, gang_num, eligible, can = gangs
     slots = gpu_free.shape[1]
     cost = np.zeros(len(rows))
     terms = np.empty(len(scarce))
@@ -155,13 +163,11 @@ def gang_cost(rows, scarce, weight, request, cards, card, index, gangs, lost, lo
                     if left and cards[j, c]:
                         taken[c] = True
                         left -= 1
-            for g in range(len(gang_num)):
-                whole = 0
-                for c in range(slots):
-                    if gpu_free[j, c] == MILLI_PER_GPU and not taken[c] and eligible[g, gpu_model[j, c]]:
-                        whole += 1
-                after = whole >= gang_num[g] and cpu_free[j] - cpu >= gang_cpu[g]
-                lost[g, j] = can[g, j] and not (after and mem_free[j] - memory >= gang_mem[g])
+            for g in range(len(can)):
+                after = _can_host(
+                    g, gangs, cpu_free[j] - cpu, mem_free[j] - memory, gpu_free[j], gpu_model[j], taken
+                )
+                lost[g, j] = can[g, j] and not after
             lost_version[j] = version[j]
         loses = False
         for s in range(len(scarce)):
