@@ -18,6 +18,7 @@ on the node: the agent adds it.
 import asyncio
 import contextlib
 import json
+import logging
 import re
 import uuid
 from http.cookies import SimpleCookie
@@ -40,6 +41,8 @@ DROPPED = {"connection", "keep-alive", "transfer-encoding", "upgrade", "host", "
            "trailer", "proxy-authorization", "content-length", "cookie"}  # fmt: skip
 EXECUTE = re.compile(rb'"msg_type":\s*"execute_request"')
 TEXT, BINARY = b"t", b"b"
+
+log = logging.getLogger(__name__)
 
 
 class TunnelError(Exception):
@@ -186,6 +189,9 @@ async def lab_http(scope, receive, send) -> None:
         await tunnel.send_control({"type": "eof"})
         await _relay_response(tunnel, send)
     except TunnelError as error:
+        log.warning(
+            "Lab of request %s: %s %s answered 502: %s", request_id, scope["method"], scope["path"], error
+        )
         await _answer(send, 502, str(error))
     finally:
         await tunnel.close()
