@@ -51,16 +51,14 @@
   window.addEventListener("resize", function () { fit.fit(); });
 
   // Ctrl+Shift+C copies the selection, Ctrl+Shift+V pastes (Ctrl+C stays the terminal's interrupt).
+  // The paste is the browser's own: xterm.js takes the paste event the shortcut raises (reading the
+  // clipboard here as well pasted the text twice).
   term.attachCustomKeyEventHandler(function (event) {
     if (event.type !== "keydown" || !event.ctrlKey || !event.shiftKey) return true;
     if (event.code === "KeyC" && term.hasSelection()) {
       navigator.clipboard.writeText(term.getSelection());
       return false;
     }
-    if (event.code === "KeyV") {
-      navigator.clipboard.readText().then(function (text) { term.paste(text); });
-      return false;
-    }
-    return true;
+    return event.code !== "KeyV";
   });
 })();

@@ -79,6 +79,9 @@ def test_ctrl_shift_c_copies_the_selection_and_ctrl_shift_v_pastes_into_the_term
 
     page.evaluate("navigator.clipboard.writeText('echo pasted-$((7 * 6))')")
     page.keyboard.press("Control+Shift+V")
+    # Enter once the command shows, as a user's would.
+    page.wait_for_function(f"({SCREEN})().includes('echo pasted-$((7 * 6))')", timeout=10_000)
     page.keyboard.press("Enter")
     page.wait_for_function(f"/^pasted-42$/m.test(({SCREEN})())", timeout=10_000)
+    assert screen(page).count("echo pasted-") == 1  # pasted once
     assert "^C" not in screen(page)  # the copy was not the shell's interrupt
