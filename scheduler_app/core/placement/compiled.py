@@ -16,16 +16,21 @@ from ..fragmentation import (
     current_fragmentation,
     fragmentation_of_states,
 )
-from .fgd import best_card_of_each_row
+from .fgd import best_card_of_each_row, candidates, first_of_unknown_states, share_state_scores
 from .gang_room import gang_cost, refresh_hosts
 from .index import recheck_feasible
 from .placer import Placer
+from .policy import least
 
 COMPILED = (
     fragmentation_of_states,
     current_fragmentation,
     card_increases,
     best_card_of_each_row,
+    candidates,
+    first_of_unknown_states,
+    share_state_scores,
+    least,
     recheck_feasible,
     refresh_hosts,
     gang_cost,

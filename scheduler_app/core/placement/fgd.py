@@ -9,7 +9,7 @@ import numpy as np
 from ..cluster import RequestSpec
 from ..fragmentation import FragmentationModel, WorkloadMix, card_increases, current_fragmentation
 from .index import ClusterIndex, set_per_row
-from .policy import Policy, first_cards, lexmin
+from .policy import Policy, first_cards, least
 
 
 class ShapeScores:
@@ -82,8 +82,6 @@ class Fgd(Policy):
     def choose(self, request: RequestSpec) -> tuple[int, tuple[int, ...]] | None:
         ix = self.index
         ok, cards = ix.feasible(request)
-        if not ok.any():
-            return None
         cards, isolated = self._cards(request, ok, cards)
         if isolated:
             ok = ok & (set_per_row(cards) > 0)
@@ -99,20 +97,19 @@ class Fgd(Policy):
         scores = self.cache.get(key)
         if scores is None:
             scores = self.cache[key] = ShapeScores(len(ix.nodes))
-        stale = (ok & (scores.version != ix.version)).nonzero()[0]
+        rows, stale = candidates(ok, scores.version, ix.version)
+        if not len(rows):
+            return None
         if len(stale):
             self._rescore(request, stale, cards[stale], scores)
-        j = self._select(request, ok, cards, scores)
-        if j is None:
-            return None
+        j = self._select(request, rows, cards, scores)
         if request.num_gpus == 1:
             return j, (int(scores.card[j]),)
         return j, tuple(int(c) for c in np.flatnonzero(cards[j])[: request.num_gpus])
 
-    def _select(
-        self, request: RequestSpec, ok: np.ndarray, cards: np.ndarray, scores: ShapeScores
-    ) -> int | None:
-        return lexmin(ok, scores.score)
+    def _select(self, request: RequestSpec, rows: np.ndarray, cards: np.ndarray, scores: ShapeScores) -> int:
+        """The row to place on, of the candidate rows (not empty, ascending), scored."""
+        return int(least(rows, scores.score)[0])
 
     def _rescore(
         self, request: RequestSpec, rows: np.ndarray, cards: np.ndarray, scores: ShapeScores
@@ -120,25 +117,17 @@ class Fgd(Policy):
         """Score the rows: each node state not yet scored for this shape once, the rest from memory."""
         ix = self.index
         scores.cover(ix.states)
-        states = ix.state[rows]
-        new = (~scores.known[states]).nonzero()[0]
+        new = first_of_unknown_states(rows, ix.state, scores.known)
         if len(new):
-            unique = states[new]
-            if len(set(unique.tolist())) < len(new):  # (a handful of rows: cheaper than np.unique)
-                unique, first = np.unique(unique, return_index=True)
-                new = new[first]
-            scored = rows[new]
-            self._rescore_rows(request, scored, cards[new], scores)
-            scores.state_score[unique] = scores.score[scored]
-            scores.state_host[unique] = scores.host[scored]
-            scores.state_card[unique] = scores.card[scored]
-            scores.known[unique] = True
-            if len(new) == len(rows):  # every row was scored just now
-                return
-        scores.score[rows] = scores.state_score[states]
-        scores.host[rows] = scores.state_host[states]
-        scores.card[rows] = scores.state_card[states]
-        scores.version[rows] = ix.version[rows]
+            self._rescore_rows(request, rows[new], cards[new], scores)
+        share_state_scores(
+            rows,
+            new,
+            ix.state,
+            ix.version,
+            (scores.score, scores.host, scores.card, scores.version),
+            (scores.state_score, scores.state_host, scores.state_card),
+        )
 
     def _rescore_rows(
         self, request: RequestSpec, rows: np.ndarray, cards: np.ndarray, scores: ShapeScores
@@ -223,3 +212,50 @@ def best_card_of_each_row(position, rank, host, free, pack):
             best[n] = i
             n += 1
     return best[:n]
+
+
+@numba.njit(cache=True, nogil=True)
+def candidates(ok, scored, version):
+    """(The rows that can take the request, ascending; those of them whose scores are stale.)"""
+    rows = np.empty(len(ok), dtype=np.int64)
+    stale = np.empty(len(ok), dtype=np.int64)
+    n = m = 0
+    for row in range(len(ok)):
+        if ok[row]:
+            rows[n] = row
+            n += 1
+            if scored[row] != version[row]:
+                stale[m] = row
+                m += 1
+    return rows[:n], stale[:m]
+
+
+@numba.njit(cache=True, nogil=True)
+def first_of_unknown_states(rows, state, known):
+    """Positions in `rows` of the first row of each node state the shape has no scores for yet; those
+    states are marked known (their rows are scored next)."""
+    new = np.empty(len(rows), dtype=np.int64)
+    n = 0
+    for p in range(len(rows)):
+        s = state[rows[p]]
+        if not known[s]:
+            known[s] = True
+            new[n] = p
+            n += 1
+    return new[:n]
+
+
+@numba.njit(cache=True, nogil=True)
+def share_state_scores(rows, new, state, version, by_row, by_state):
+    """The rows just scored (`new`: positions in `rows`) give their node state its scores; then every
+    row takes its state's, as of the index's version."""
+    score, host, card, scored = by_row
+    state_score, state_host, state_card = by_state
+    for p in new:
+        row = rows[p]
+        s = state[row]
+        state_score[s], state_host[s], state_card[s] = score[row], host[row], card[row]
+    for row in rows:
+        s = state[row]
+        score[row], host[row], card[row] = state_score[s], state_host[s], state_card[s]
+        scored[row] = version[row]

@@ -10,6 +10,7 @@ from ..fragmentation import WorkloadMix
 from .fgd import Fgd, ShapeScores
 from .gang_room import GangRoom
 from .index import ClusterIndex, set_per_row
+from .policy import least
 
 # fgd-plus keeps nodes for a gang shape while at most this share of the nodes can still host it...
 SCARCE_GANG_SHARE = 0.1
@@ -56,20 +57,14 @@ class FgdPlus(Fgd):
             return np.floor(host / STRANDED_STEP_MILLI), host
         return self._rank(plain), host
 
-    def _select(
-        self, request: RequestSpec, ok: np.ndarray, cards: np.ndarray, scores: ShapeScores
-    ) -> int | None:
-        rows = np.flatnonzero(ok)
-        if not len(rows):
-            return None
+    def _select(self, request: RequestSpec, rows: np.ndarray, cards: np.ndarray, scores: ShapeScores) -> int:
         cpu_only = request.num_gpus == 0
         if len(rows) > 1 and self.gangs is not None and (cpu_only or self.gangs.pinned.any()):
             # Before FGD's rank: a scarce gang pinned to a model loses hosts no other model can replace;
             # and FGD's rank sees a CPU-only request take a gang's CPU only once cards are stranded.
             cost = self.gangs.cost(request, rows, cards, scores.card, scores, pinned_only=not cpu_only)
             rows = rows[cost == cost.min()]
-        score = scores.score[rows]
-        rows = rows[score == score.min()]
+        rows = least(rows, scores.score)
         if len(rows) > 1 and self.gangs is not None and not cpu_only:
             cost = self.gangs.cost(request, rows, cards, scores.card, scores)
             rows = rows[cost == cost.min()]
@@ -79,8 +74,7 @@ class FgdPlus(Fgd):
         if len(rows) > 1 and cpu_only:
             rows = self._tightest_cpu(rows, scores)
         if len(rows) > 1:
-            host = scores.host[rows]
-            rows = rows[host == host.min()]
+            rows = least(rows, scores.host)
         if len(rows) > 1:
             left = self._left(request, rows)
             rows = rows[left == left.min()]

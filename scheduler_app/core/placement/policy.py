@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from ..cluster import RequestSpec
@@ -25,6 +26,21 @@ def lexmin(mask: np.ndarray, *keys: np.ndarray) -> int | None:
         if len(rows) == 1:
             break
     return int(rows[0])
+
+
+@numba.njit(cache=True, nogil=True)
+def least(rows, values):
+    """Those of `rows` (not empty) whose value, `values[row]`, is the least, in their order."""
+    low = values[rows[0]]
+    for row in rows:
+        low = min(low, values[row])
+    kept = np.empty(len(rows), dtype=np.int64)
+    n = 0
+    for row in rows:
+        if values[row] == low:
+            kept[n] = row
+            n += 1
+    return kept[:n]
 
 
 class Policy:
