@@ -10,6 +10,9 @@ from channels_redis.core import RedisChannelLayer as ChannelsRedisLayer
 
 from infra import redis_clients
 
+# How long a cancelled receive waits for the answer of the pop it had started (see receive_single).
+POP_GRACE_S = 0.1
+
 
 class RedisChannelLayer(ChannelsRedisLayer):
     """channels_redis's layer, on connections bounded by infra.redis_clients, which can say at once
@@ -25,6 +28,38 @@ class RedisChannelLayer(ChannelsRedisLayer):
 
     def __init__(self, hosts: list[str], **config):
         super().__init__(hosts=[redis_clients.async_pool_kwargs(url) for url in hosts], **config)
+
+    async def receive_single(self, channel):
+        """channels_redis's, given a moment to finish when the receive waiting on it is cancelled
+        (Channels cancels a consumer's receive when its client goes; the relays cancel their readers).
+
+        For the process's own channels one receive at a time pops the process's messages off Redis
+        and hands each to its channel's buffer. Cancelled, channels_redis drops the connection, and a
+        message Redis had popped for it by then, its answer not yet read, was lost, whichever channel
+        it was for (channels_redis issue 366): on a busy loop a relayed response stalled for good.
+        Here a pop whose answer is on its way gets POP_GRACE_S to read it, and the message goes to its
+        channel's buffer; a pop still waiting for a message is cancelled as before."""
+        if "!" not in channel:
+            return await super().receive_single(channel)
+        popping = asyncio.ensure_future(super().receive_single(channel))
+        try:
+            return await asyncio.shield(popping)
+        except asyncio.CancelledError:
+            try:
+                await asyncio.wait([popping], timeout=POP_GRACE_S)
+            finally:
+                if popping.done():
+                    self._to_buffers(popping)
+                else:
+                    popping.cancel()
+            raise
+
+    def _to_buffers(self, popping: asyncio.Future) -> None:
+        if popping.cancelled() or popping.exception() is not None:
+            return
+        channels, message = popping.result()
+        for channel in channels if isinstance(channels, list) else [channels]:
+            self.receive_buffer[channel].put_nowait(message)
 
     async def groups_with_members(self, groups: Iterable[str]) -> set[str]:
         """Those of `groups` with a member, members past group_expiry dropped first as group_send

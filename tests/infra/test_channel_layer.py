@@ -83,3 +83,29 @@ def test_live_updates_go_only_to_groups_someone_listens_to(monkeypatch):
     assert listened == {"team-listened"}
     assert sent == ["team-listened"]
     assert message == {"type": "team.event", "n": 2}
+
+
+@pytest.mark.postgres  # the PostgreSQL + Redis pass: the Redis layer
+def test_a_message_popped_for_a_receive_cancelled_meanwhile_still_reaches_its_channel(settings):
+    """One receive pops all the process's messages off Redis. channels_redis lost the one Redis had
+    popped and answered when that receive was cancelled before reading the answer (issue 366); the
+    waiting receive of its channel then waited for good."""
+    from infra.channel_layers import RedisChannelLayer
+
+    layer, sender = RedisChannelLayer([settings.REDIS_URL]), RedisChannelLayer([settings.REDIS_URL])
+
+    async def scenario():
+        popper, other = await layer.new_channel(), await layer.new_channel()
+        popping = asyncio.ensure_future(layer.receive(popper))
+        waiting = asyncio.ensure_future(layer.receive(other))
+        await asyncio.sleep(0.3)  # the first receive waits in Redis's blocking pop, the other on it
+        # a message for the other channel, sent while this loop is held: Redis pops it for the pop
+        # that waits, and answers; then that receive is cancelled before this loop reads the answer
+        sending = threading.Thread(target=lambda: asyncio.run(sender.send(other, {"type": "ping"})))
+        sending.start()
+        sending.join()
+        time.sleep(0.2)
+        popping.cancel()
+        return await asyncio.wait_for(waiting, timeout=10)
+
+    assert async_to_sync(scenario)() == {"type": "ping"}
