@@ -321,24 +321,21 @@ def current_fragmentation(rows, state, cpu_free, mem_free, gpu_free, gpu_model, 
 
 
 @numba.njit(cache=True, nogil=True)
-def card_increases(rows, cards, request, cpu_free, mem_free, gpu_free, gpu_model, model, before):
+def card_increases(rows, cards, request, cpu_free, mem_free, gpu_free, gpu_model, model, before, picked):
     """For a one-card request at `rows` (their usable cards: `cards`, one row each): per candidate
-    card, its row's position, the card, its free milli and the (FGD, host-aware) fragmentation
+    card k, its row's position, the card and its free milli in picked[:, k] (the caller's scratch,
+    as long as all the cards), and, returned as increase[:, k], the (FGD, host-aware) fragmentation
     increase of taking the request there. `request`: (CPU milli, memory MiB, milli); `before`: the
     rows' fragmentation now. Cards of a node with the same free share and model leave it in the same
     state (the fragmentation does not depend on the cards' order): each such state is a candidate
-    once, as its lowest card."""
+    once, as its lowest card. (One array back: numba boxes each returned array at a cost.)"""
     cpu, memory, milli = request
     before_plain, before_host = before
     most = 0
     for i in range(cards.shape[0]):
         for c in range(cards.shape[1]):
             most += cards[i, c]
-    position = np.empty(most, dtype=np.int64)
-    card = np.empty(most, dtype=np.int64)
-    free = np.empty(most, dtype=np.int64)
-    plain = np.empty(most)
-    host = np.empty(most)
+    increase = np.empty((2, most))
     after = np.empty(cards.shape[1], dtype=np.int64)
     usable = np.empty(cards.shape[1], dtype=np.int64)
     n = 0
@@ -359,7 +356,7 @@ def card_increases(rows, cards, request, cpu_free, mem_free, gpu_free, gpu_model
             p, h = _fragmentation_of_state(
                 cpu_free[j] - cpu, mem_free[j] - memory, after, gpu_model[j], model, usable
             )
-            position[n], card[n], free[n] = i, c, gpu_free[j, c]
-            plain[n], host[n] = p - before_plain[i], h - before_host[i]
+            picked[0, n], picked[1, n], picked[2, n] = i, c, gpu_free[j, c]
+            increase[0, n], increase[1, n] = p - before_plain[i], h - before_host[i]
             n += 1
-    return position[:n], card[:n], free[:n], plain[:n], host[:n]
+    return increase[:, :n]

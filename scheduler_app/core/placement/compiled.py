@@ -16,7 +16,7 @@ from ..fragmentation import (
     current_fragmentation,
     fragmentation_of_states,
 )
-from .fgd import best_card_of_each_row, candidates, first_of_unknown_states, share_state_scores
+from .fgd import candidates, first_of_unknown_states, keep_best_cards, share_state_scores
 from .gang_room import gang_cost, refresh_hosts
 from .index import recheck_feasible
 from .placer import Placer
@@ -26,7 +26,7 @@ COMPILED = (
     fragmentation_of_states,
     current_fragmentation,
     card_increases,
-    best_card_of_each_row,
+    keep_best_cards,
     candidates,
     first_of_unknown_states,
     share_state_scores,

@@ -60,6 +60,8 @@ class Fgd(Policy):
         super().__init__(index, workload)
         self.fragmentation = FragmentationModel(workload or WorkloadMix(), index.models, self.host_aware)
         self.cache: dict[tuple, ShapeScores] = {}
+        # card_increases' scratch: each candidate card's row position, card and free milli.
+        self.picked = np.empty((3, index.gpu_free.size), dtype=np.int64)
         # The fragmentation of each node state id as it is now (FGD's, host-aware), where known.
         self.current_known = np.zeros(0, dtype=bool)
         self.current_plain = np.zeros(0)
@@ -135,7 +137,7 @@ class Fgd(Policy):
         ix = self.index
         before = self._current(rows)
         if request.num_gpus == 1:
-            position, card, free, plain, host = card_increases(
+            increase = card_increases(
                 rows,
                 cards,
                 (request.cpu_milli, request.memory_mib, request.gpu_milli),
@@ -145,12 +147,12 @@ class Fgd(Policy):
                 ix.gpu_model,
                 self.fragmentation.kernel(),
                 before,
+                self.picked,
             )
-            rank, host = self._ranks(request, plain, host)
-            best = best_card_of_each_row(position, rank, host, free, self.pack)
-            at = rows[position[best]]
-            scores.card[at] = card[best]
-            scores.score[at], scores.host[at] = rank[best], host[best]
+            rank, host = self._ranks(request, increase[0], increase[1])
+            keep_best_cards(
+                rows, self.picked, rank, host, self.pack, (scores.score, scores.host, scores.card)
+            )
         else:
             cpu, mem, gpu = ix.cpu_free[rows], ix.mem_free[rows], ix.gpu_free[rows]
             cpu -= request.cpu_milli
@@ -193,25 +195,31 @@ class Fgd(Policy):
 
 
 @numba.njit(cache=True, nogil=True)
-def best_card_of_each_row(position, rank, host, free, pack):
-    """Of candidates grouped by row (`position`, ascending; cards ascending within a row), the index
-    of each row's best: lowest rank, then (packing) lowest host-aware growth and least free share,
-    then lowest card."""
-    best = np.empty(len(position), dtype=np.int64)
-    n = 0
-    for i in range(len(position)):
-        if n and position[best[n - 1]] == position[i]:
-            b = best[n - 1]
+def keep_best_cards(rows, picked, rank, host, pack, scores):
+    """Of the candidate cards (`picked`: row position, card, free milli; grouped by row, ascending, and
+    by card within a row), each row's best goes in its `scores` (score, host, card): lowest rank,
+    then (packing) lowest host-aware growth and least free share, then lowest card."""
+    score, host_of, card_of = scores
+    b = 0
+    for i in range(len(rank)):
+        if i and picked[0, i] == picked[0, b]:
             if rank[i] < rank[b] or (
                 pack
                 and rank[i] == rank[b]
-                and (host[i] < host[b] or (host[i] == host[b] and free[i] < free[b]))
+                and (host[i] < host[b] or (host[i] == host[b] and picked[2, i] < picked[2, b]))
             ):
-                best[n - 1] = i
-        else:
-            best[n] = i
-            n += 1
-    return best[:n]
+                b = i
+            continue
+        if i:
+            _keep(rows[picked[0, b]], b, picked, rank, host, score, host_of, card_of)
+        b = i
+    if len(rank):
+        _keep(rows[picked[0, b]], b, picked, rank, host, score, host_of, card_of)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _keep(row, b, picked, rank, host, score, host_of, card_of):
+    score[row], host_of[row], card_of[row] = rank[b], host[b], picked[1, b]
 
 
 @numba.njit(cache=True, nogil=True)

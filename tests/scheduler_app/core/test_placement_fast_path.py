@@ -73,9 +73,11 @@ def test_card_increases_score_each_distinct_card_state_once_as_the_batch_scores_
         rows, np.arange(60), cpu, mem, gpu, model, fragmentation.kernel(), known, cached_plain, cached_host
     )
     # when
-    position, card, free, plain, host = card_increases(
-        rows, cards, (1_000, 1_000, 300), cpu, mem, gpu, model, fragmentation.kernel(), before
+    picked = np.full((3, cards.size), -1, dtype=np.int64)
+    plain, host = card_increases(
+        rows, cards, (1_000, 1_000, 300), cpu, mem, gpu, model, fragmentation.kernel(), before, picked
     )
+    position, card, free = picked[:, : len(plain)]
     # then every usable card is a candidate unless a lower card of its node has its free share and model
     expected = [
         (i, c)
