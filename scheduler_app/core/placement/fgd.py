@@ -198,28 +198,24 @@ class Fgd(Policy):
 def keep_best_cards(rows, picked, rank, host, pack, scores):
     """Of the candidate cards (`picked`: row position, card, free milli; grouped by row, ascending, and
     by card within a row), each row's best goes in its `scores` (score, host, card): lowest rank,
-    then (packing) lowest host-aware growth and least free share, then lowest card."""
+    then (packing) lowest host-aware growth and least free share, then lowest card. A row's first
+    candidate is written, then each better one over it."""
     score, host_of, card_of = scores
     b = 0
     for i in range(len(rank)):
-        if i and picked[0, i] == picked[0, b]:
-            if rank[i] < rank[b] or (
+        first = i == 0 or picked[0, i] != picked[0, b]
+        if (
+            first
+            or rank[i] < rank[b]
+            or (
                 pack
                 and rank[i] == rank[b]
                 and (host[i] < host[b] or (host[i] == host[b] and picked[2, i] < picked[2, b]))
-            ):
-                b = i
-            continue
-        if i:
-            _keep(rows[picked[0, b]], b, picked, rank, host, score, host_of, card_of)
-        b = i
-    if len(rank):
-        _keep(rows[picked[0, b]], b, picked, rank, host, score, host_of, card_of)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _keep(row, b, picked, rank, host, score, host_of, card_of):
-    score[row], host_of[row], card_of[row] = rank[b], host[b], picked[1, b]
+            )
+        ):
+            b = i
+            row = rows[picked[0, b]]
+            score[row], host_of[row], card_of[row] = rank[b], host[b], picked[1, b]
 
 
 @numba.njit(cache=True, nogil=True)
