@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from audit.events import log_event
@@ -56,9 +57,8 @@ class Placed:
 def place(starts: Sequence[PlannedStart], *, actor_name: str = "scheduler", now=None) -> Placed:
     """Give pending requests their slices and mark them scheduled: the one way work starts.
 
-    Takes a share lock on the cards' nodes (a node being marked lost waits, or is waited for,
-    so no slice lands on it unseen), then locks the cards and the requests (each in id order)
-    and re-checks the committed capacity under those locks, so no card ever exceeds 1000
+    Locks the cards (`_lock_cards`: their nodes first) and the requests, each in id order, and
+    re-checks the committed capacity under those locks, so no card ever exceeds 1000
     milli-GPU or its memory (DESIGN rule 1) whatever runs concurrently, counting what work outside
     the portal holds (record_foreign_use writes it under the node's lock). A start that no longer
     fits, or whose request is no longer pending, is refused with the reason.
@@ -66,28 +66,15 @@ def place(starts: Sequence[PlannedStart], *, actor_name: str = "scheduler", now=
     now = now or timezone.now()
     result = Placed()
     with transaction.atomic():
-        gpu_ids = sorted({piece.gpu_id for start in starts for piece in start.slices})
-        node_ids = Gpu.objects.filter(pk__in_array=gpu_ids).values_list("node_id", flat=True).distinct()
-        nodes = {
-            node.pk: node
-            for node in Node.objects.select_for_update(no_key=True)
-            .filter(pk__in=list(node_ids))
-            .order_by("pk")
-        }
-        # No-key locks: enough to serialise writers of slices; readings (GpuSample) may still arrive.
-        gpus = {
-            gpu.pk: gpu
-            for gpu in Gpu.objects.select_for_update(no_key=True).filter(pk__in_array=gpu_ids).order_by("pk")
-        }
-        for gpu in gpus.values():
-            gpu.node = nodes[gpu.node_id]
-        committed = Allocation.objects.committed_by_gpu(gpu_ids)
-        mig = MigCheck(gpus, nodes)
+        gpus = _lock_cards({piece.gpu_id for start in starts for piece in start.slices})
+        committed = Allocation.objects.committed_by_gpu(list(gpus))
+        mig = MigCheck(gpus)
         pending = {
-            r.pk: r
-            for r in GpuRequest.objects.select_for_update()
+            row.pk: row
+            for row in GpuRequest.objects.select_for_update()
             .filter(pk__in_array=[s.request_id for s in starts], state=RequestState.PENDING)
             .order_by("pk")
+            .values_list("pk", "name", "num_gpus", "team_id", named=True)
         }
         allocations, reasons = [], {}
         for start in starts:
@@ -120,11 +107,52 @@ def place(starts: Sequence[PlannedStart], *, actor_name: str = "scheduler", now=
             )
             reasons[request.pk] = f"placed on {where}{start.note}"
             result.started.append(request.pk)
-        moving = [pending[pk] for pk in sorted(result.started)]
-        mark_scheduled(moving, actor_name=actor_name, reasons=reasons, now=now)
+        team_of = {pk: pending[pk].team_id for pk in sorted(result.started)}
+        mark_scheduled(team_of, actor_name=actor_name, reasons=reasons, now=now)
         mig.save_layouts()
         add_segments(allocations)
     return result
+
+
+@dataclass(frozen=True)
+class LockedCard:
+    """A card as `place` locked it: what the re-check reads (a pass locks thousands, and loading each as
+    a model cost more than locking it)."""
+
+    pk: int
+    node: Node
+    index: int
+    memory_mib: int
+    foreign_milli: int
+    foreign_memory_mib: int
+    mig_layout: str
+
+    def __str__(self) -> str:
+        return f"{self.node.name}/gpu{self.index}"  # as Gpu's
+
+
+def _lock_cards(gpu_ids: set[int]) -> dict[int, LockedCard]:
+    """Share-lock the cards' nodes (a node being marked lost waits, or is waited for, so no slice lands on
+    it unseen), then lock the cards, each in id order. No-key locks: enough to serialise writers of
+    slices; readings (GpuSample) may still arrive."""
+    ids = sorted(gpu_ids)
+    node_ids = Gpu.objects.filter(pk__in_array=ids).values_list("node_id", flat=True).distinct()
+    nodes = (
+        Node.objects.select_for_update(no_key=True, of=("self",))
+        .filter(pk__in=list(node_ids))
+        .annotate(mig_mode=F("pool__mig_mode"))
+        .order_by("pk")
+    )
+    node_of = {node.pk: node for node in nodes}
+    cards = (
+        Gpu.objects.select_for_update(no_key=True, of=("self",))
+        .filter(pk__in_array=ids)
+        .order_by("pk")
+        .values_list(
+            "pk", "node_id", "index", "memory_mib", "foreign_milli", "foreign_memory_mib", "mig_layout"
+        )
+    )
+    return {pk: LockedCard(pk, node_of[node_id], *rest) for pk, node_id, *rest in cards}
 
 
 def allocate(
@@ -284,8 +312,9 @@ def _instance_refusal(piece: Allocation, card: Gpu | None, instance: str, moving
     return ""
 
 
-def _refusal(request: GpuRequest | None, start: PlannedStart, gpus, committed) -> str:
-    """Why `start` cannot be made under the locks just taken ("" when it can)."""
+def _refusal(request, start: PlannedStart, gpus: dict[int, LockedCard], committed) -> str:
+    """Why `start` cannot be made under the locks just taken ("" when it can); `request`: its locked
+    row (pk, name, num_gpus), None when no longer pending."""
     if request is None:
         return "no longer pending"
     if gang_refusal := _gang_refusal(request, start.slices):
@@ -305,7 +334,7 @@ def _refusal(request: GpuRequest | None, start: PlannedStart, gpus, committed) -
     return ""
 
 
-def _gang_refusal(request: GpuRequest, slices) -> str:
+def _gang_refusal(request, slices) -> str:
     """A gang takes one slice on each of num_gpus distinct cards ("" when the slices do)."""
     if len(slices) != request.num_gpus or len({piece.gpu_id for piece in slices}) != request.num_gpus:
         return f"{request.name} needs {request.num_gpus} distinct card(s)"
@@ -317,11 +346,10 @@ class MigCheck:
     whole instance of the card's layout (or of the new layout it brings), that no open slice holds,
     with exactly that instance's share and memory; a new layout keeps every instance in use."""
 
-    def __init__(self, gpus: dict[int, Gpu], nodes: dict[int, Node]) -> None:
+    def __init__(self, gpus: dict[int, LockedCard]) -> None:
         self.gpus = gpus
-        modes = dict(Node.objects.filter(pk__in=list(nodes)).values_list("pk", "pool__mig_mode"))
-        self.mig_gpus = {pk for pk, gpu in gpus.items() if modes.get(gpu.node_id)}
-        self.dynamic = {pk for pk, gpu in gpus.items() if modes.get(gpu.node_id) == MigMode.DYNAMIC}
+        self.mig_gpus = {pk for pk, gpu in gpus.items() if gpu.node.mig_mode}
+        self.dynamic = {pk for pk, gpu in gpus.items() if gpu.node.mig_mode == MigMode.DYNAMIC}
         self.used: dict[int, set[str]] = {pk: set() for pk in self.mig_gpus}
         if self.mig_gpus:
             held = Allocation.objects.committed().filter(gpu_id__in=self.mig_gpus).exclude(mig_instance="")
