@@ -100,6 +100,12 @@ class ThreadSafeInMemoryChannelLayer(InMemoryChannelLayer):
             if channel not in self.channels:  # the channel is gone (disconnected): forget its loop
                 self._receiver_loops.pop(channel, None)
 
+    async def groups_with_members(self, groups: Iterable[str]) -> set[str]:
+        """Those of `groups` with a member (expired members dropped first, as group_send drops them),
+        so infra.live skips the others: a pass publishes thousands of events nobody may be watching."""
+        self._clean_expired()
+        return {group for group in dict.fromkeys(groups) if self.groups.get(group)}
+
     async def send(self, channel, message):
         loop = self._receiver_loops.get(channel)
         if loop is None or loop is asyncio.get_running_loop() or loop.is_closed():
