@@ -166,6 +166,34 @@ def test_database_refuses_a_card_over_its_capacity(submit, make_node):
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
+def test_database_checks_every_card_of_one_insert_of_many_slices(submit, make_node):
+    """The guard checks a statement's slices together (a pass inserts thousands in one): two slices that
+    only together go over their card, among slices on other cards that fit, are refused, all of them;
+    a later statement is checked against the slices already open."""
+    gpus = list(make_node(gpus=3).gpus.order_by("index"))
+    requests = [submit(f"r{i}", gpu_milli=600) for i in range(4)]
+    GpuRequest.objects.filter(pk__in=[r.pk for r in requests]).update(state=RequestState.SCHEDULED)
+
+    def insert(pairs):
+        Allocation.objects.bulk_create(
+            Allocation(request=r, gpu=g, milli=600, gpu_memory_mib=1, billing_mode=BillingMode.ON_DEMAND)
+            for r, g in pairs
+        )
+
+    over = f"GPU {gpus[2].pk} over-committed: 1200 milli-GPU and 2 of {gpus[2].memory_mib} MiB"
+    with pytest.raises(IntegrityError, match=over), transaction.atomic():
+        insert(zip(requests, [gpus[0], gpus[1], gpus[2], gpus[2]], strict=True))
+    assert Allocation.objects.count() == 0
+
+    insert(zip(requests[:3], gpus, strict=True))
+    with pytest.raises(IntegrityError, match=f"GPU {gpus[0].pk} over-committed"), transaction.atomic():
+        insert([(requests[3], gpus[0])])
+    assert sorted(Allocation.objects.values_list("gpu_id", flat=True)) == [g.pk for g in gpus]
+    GpuRequest.objects.filter(pk=requests[3].pk).update(state=RequestState.PENDING)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
 def test_database_refuses_a_finished_request_that_keeps_its_slices(submit, make_node):
     gpu = make_node(gpus=1).gpus.get()
     request = submit()
