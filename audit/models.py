@@ -34,7 +34,8 @@ class Event(models.Model):
     structured details go in `data` (e.g. {"guaranteed_milli": {"from": 0, "to": 500}}).
     """
 
-    content_type = models.ForeignKey(ContentType, on_delete=models.PROTECT)
+    # Indexed by (content_type, object_id, created_at) below.
+    content_type = models.ForeignKey(ContentType, on_delete=models.PROTECT, db_index=False)
     object_id = models.PositiveBigIntegerField()
     subject = GenericForeignKey("content_type", "object_id")
     team = models.ForeignKey("teams.Team", on_delete=models.PROTECT, null=True, blank=True, related_name="+")

@@ -88,7 +88,8 @@ class GpuRequest(models.Model):
     gpu_memory_mib is per card; null means in proportion to the share.
     """
 
-    team = models.ForeignKey("teams.Team", on_delete=models.PROTECT, related_name="requests")
+    # Indexed by (team, state) below: an index of its own would only cost every write.
+    team = models.ForeignKey("teams.Team", on_delete=models.PROTECT, related_name="requests", db_index=False)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="gpu_requests")
     name = models.CharField(max_length=100)
     task_type = models.CharField(max_length=16, choices=TaskType.choices, default=TaskType.TRAINING)
@@ -130,7 +131,7 @@ class GpuRequest(models.Model):
     state = models.CharField(max_length=16, choices=RequestState.choices, default=RequestState.PENDING)
     pending_reason = models.CharField(max_length=300, blank=True)
     estimated_start_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    created_at = models.DateTimeField(default=timezone.now)  # indexed by (created_at, id) below
     scheduled_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
@@ -314,7 +315,8 @@ class Allocation(models.Model):
     """
 
     request = models.ForeignKey(GpuRequest, on_delete=models.PROTECT, related_name="allocations")
-    gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="allocations")
+    # Indexed by (gpu, ended_at) below.
+    gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="allocations", db_index=False)
     milli = models.PositiveIntegerField()
     gpu_memory_mib = models.PositiveIntegerField()
     billing_mode = models.CharField(max_length=16, choices=BillingMode.choices)
