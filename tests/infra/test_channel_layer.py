@@ -51,9 +51,9 @@ def test_a_send_from_another_threads_loop_wakes_a_receiver_waiting_on_this_one()
     assert seconds < 2  # a plain asyncio queue would leave the receiver asleep until timeout
 
 
-@pytest.mark.postgres  # the PostgreSQL + Redis pass: the Redis layer
 def test_live_updates_go_only_to_groups_someone_listens_to(monkeypatch):
-    """One round trip names the listened groups; a group nobody joined gets no group_send at all."""
+    """The layer names the listened groups (on Redis in one round trip); a group nobody joined gets no
+    group_send at all. Both layers: the in-memory one in the SQLite pass, Redis's in the other."""
     layer = get_channel_layer()
     sent = []
     group_send = layer.group_send
