@@ -24,6 +24,12 @@ def test_in_array_selects_what_in_selects(member, team, make_node):
     by_request = Allocation.objects.filter(request__in_array=[jobs[0].pk, jobs[1].pk])
     assert [a.request_id for a in by_card] == [jobs[1].pk]
     assert {a.request_id for a in by_request} == {jobs[0].pk, jobs[1].pk}
+    # Values other than ints are prepared as `in` prepares them: instances, digits in text, a set.
+    by_instance = Allocation.objects.filter(request__in_array=[jobs[0]])
+    assert [a.request_id for a in by_instance] == [jobs[0].pk]
+    assert list(GpuRequest.objects.filter(pk__in_array={str(jobs[1].pk)}).values_list("pk", flat=True)) == [
+        jobs[1].pk
+    ]
 
 
 def test_on_postgresql_the_values_are_one_parameter_whatever_their_number(member, team):
