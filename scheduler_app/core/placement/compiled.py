@@ -17,6 +17,7 @@ from ..fragmentation import (
     fragmentation_of_states,
 )
 from .fgd import candidates, first_of_unknown_states, keep_best_cards, share_state_scores
+from .fgd_plus import idle_cards
 from .gang_room import gang_cost, refresh_hosts
 from .index import recheck_feasible
 from .placer import Placer
@@ -31,6 +32,7 @@ COMPILED = (
     first_of_unknown_states,
     share_state_scores,
     least,
+    idle_cards,
     recheck_feasible,
     refresh_hosts,
     gang_cost,

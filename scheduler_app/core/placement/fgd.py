@@ -8,7 +8,7 @@ import numpy as np
 
 from ..cluster import RequestSpec
 from ..fragmentation import FragmentationModel, WorkloadMix, card_increases, current_fragmentation
-from .index import ClusterIndex, set_per_row
+from .index import ClusterIndex
 from .policy import Policy, first_cards, least
 
 
@@ -72,8 +72,12 @@ class Fgd(Policy):
         """Lower is better: minus the simulator's integer node score."""
         return -np.floor(100 / (1 + np.exp(increase / 1000)))
 
-    def _cards(self, request: RequestSpec, ok: np.ndarray, cards: np.ndarray) -> tuple[np.ndarray, bool]:
-        return cards, False
+    def _cards(
+        self, request: RequestSpec, ok: np.ndarray, cards: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, bool]:
+        """(The rows that may take the request, the cards it may use there, whether those are only the
+        cards nobody uses): FGD's are the feasible ones."""
+        return ok, cards, False
 
     def _left(self, request: RequestSpec, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
         """Free CPU + GPU each node (of `rows`) would keep, normalised (best-fit: lower packs tighter)."""
@@ -84,9 +88,7 @@ class Fgd(Policy):
     def choose(self, request: RequestSpec) -> tuple[int, tuple[int, ...]] | None:
         ix = self.index
         ok, cards = ix.feasible(request)
-        cards, isolated = self._cards(request, ok, cards)
-        if isolated:
-            ok = ok & (set_per_row(cards) > 0)
+        ok, cards, isolated = self._cards(request, ok, cards)
         key = (
             request.cpu_milli,
             request.memory_mib,

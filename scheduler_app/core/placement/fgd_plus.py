@@ -3,13 +3,14 @@ the package's docstring for its order of tie-breaks."""
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from ..cluster import MILLI_PER_GPU, RequestSpec
 from ..fragmentation import WorkloadMix
 from .fgd import Fgd, ShapeScores
 from .gang_room import GangRoom
-from .index import ClusterIndex, set_per_row
+from .index import ClusterIndex
 from .policy import least
 
 # fgd-plus keeps nodes for a gang shape while at most this share of the nodes can still host it...
@@ -101,13 +102,15 @@ class FgdPlus(Fgd):
         card = scores.card[rows] if request.num_gpus == 1 else np.argmax(cards[rows], axis=1)
         return pressure[ix.gpu_model[rows, card]]
 
-    def _cards(self, request: RequestSpec, ok: np.ndarray, cards: np.ndarray) -> tuple[np.ndarray, bool]:
+    def _cards(
+        self, request: RequestSpec, ok: np.ndarray, cards: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, bool]:
         if request.task_type != "inference" or request.num_gpus == 0:
-            return cards, False
-        idle = cards & (self.index.gpu_free == MILLI_PER_GPU)
-        if (ok & (set_per_row(idle) >= request.num_gpus)).any():
-            return idle, True
-        return cards, False
+            return ok, cards, False
+        idle, on_idle = np.empty_like(cards), np.empty_like(ok)
+        if idle_cards(ok, cards, self.index.gpu_free, request.num_gpus, idle, on_idle):
+            return on_idle, idle, True
+        return ok, cards, False
 
 
 def cpu_pressure(index: ClusterIndex, mix: WorkloadMix) -> float:
@@ -141,3 +144,18 @@ def _pinned_demand(index: ClusterIndex, pinned: tuple) -> np.ndarray | None:
         if ids and cards[ids].sum():
             demand[ids] += share * cards[ids] / cards[ids].sum()
     return demand if demand.any() else None
+
+
+@numba.njit(cache=True, nogil=True)
+def idle_cards(ok, cards, gpu_free, num, idle, on_idle):
+    """Write into `idle` the usable `cards` nobody uses (all their milli free), and into `on_idle` the
+    `ok` rows with one or more of them; return whether some `ok` row has `num` or more."""
+    enough = False
+    for j in range(cards.shape[0]):
+        count = 0
+        for c in range(cards.shape[1]):
+            idle[j, c] = cards[j, c] and gpu_free[j, c] == MILLI_PER_GPU
+            count += idle[j, c]
+        on_idle[j] = ok[j] and count > 0
+        enough = enough or (ok[j] and count >= num)
+    return enough
