@@ -90,7 +90,7 @@ def record_events(events: Sequence[Event]) -> list[Event]:
         (
             event.team_id,
             {
-                "object": ContentType.objects.get_for_id(event.content_type_id).model,
+                "object": event.subject_type().model,
                 "id": event.object_id,
                 "from": event.from_state,
                 "to": event.to_state,

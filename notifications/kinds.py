@@ -1,8 +1,6 @@
 """Which events of the log a channel hears about, and what it is told: the one mapping from an Event (its
 subject's model, from and to states, actor) to an EventKind, and the payload every channel kind sends."""
 
-from django.contrib.contenttypes.models import ContentType
-
 from audit.models import Event
 from notifications.choices import EventKind
 from notifications.constants import IDLE_POLICY_ACTOR
@@ -25,7 +23,7 @@ REQUEST_KINDS = {
 
 def event_kind(event: Event) -> str | None:
     """The EventKind `event` is, or None when no channel hears of it."""
-    model = subject_model(event)
+    model = event.subject_type().model
     if model == BUDGET:
         return EventKind.BUDGET_THRESHOLD if event.to_state == "budget_crossed" else None
     if model != REQUEST:
@@ -48,15 +46,9 @@ def summary(kind: str, *, team_name: str, subject_name: str, reason: str) -> str
     return f"{where}{what}" + (f" — {reason}" if reason else "")
 
 
-def subject_model(event: Event) -> str:
-    """The name of the model of the event's subject, from Django's cache of content types (a pass
-    writes thousands of events; loading each one's content type would cost a query)."""
-    return ContentType.objects.get_for_id(event.content_type_id).model
-
-
 def payload(delivery_id, kind: str, event: Event, *, team, subject_name: str) -> dict:
     """The JSON a webhook receives (Slack and email get its `text`); `id` is the same on every try."""
-    model = subject_model(event)
+    model = event.subject_type().model
     text = summary(kind, team_name=team.name if team else "", subject_name=subject_name, reason=event.reason)
     return {
         "id": str(delivery_id),

@@ -7,7 +7,6 @@ from collections import defaultdict
 
 from celery import current_app
 from django.conf import settings
-from django.contrib.contenttypes.models import ContentType
 from django.db import transaction
 from django.db.models import Q
 from kombu.exceptions import OperationalError
@@ -84,7 +83,7 @@ def _subjects(events: list[Event], *, with_users: bool) -> dict[tuple[int, int],
     types = {}
     for event in events:
         ids[event.content_type_id].add(event.object_id)
-        types[event.content_type_id] = ContentType.objects.get_for_id(event.content_type_id)
+        types[event.content_type_id] = event.subject_type()
     found = {}
     for type_id, object_ids in ids.items():
         model = types[type_id].model_class()

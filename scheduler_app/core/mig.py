@@ -114,6 +114,12 @@ def parse_layout(text: str, memory_mib: int) -> list[Instance]:
     return sorted(instances, key=lambda i: i.start)
 
 
+def card_instances(layout: str, memory_mib: int) -> list[Instance]:
+    """A card's MIG layout as instances: none where it has no layout (a card outside MIG pools, whose
+    memory may have no MIG geometry); LayoutError when invalid."""
+    return parse_layout(layout, memory_mib) if layout else []
+
+
 def check_layout(instances: list[Instance]) -> None:
     """Refuse overlapping instances. (Within the placements, instances that do not overlap never take
     more than the 7 compute slices: the most are 4g@0 + 3g@4, or 1g at 0..6.)"""

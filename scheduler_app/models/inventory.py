@@ -20,7 +20,7 @@ from scheduler_app.constants import (
     DEFAULT_GRANULARITY_MILLI,
     MILLI_PER_GPU,
 )
-from scheduler_app.core.mig import parse_layout
+from scheduler_app.core.mig import card_instances
 
 
 class Pool(models.Model):
@@ -221,7 +221,7 @@ class Gpu(models.Model):
 
     def mig_instances(self) -> list:
         """The card's MIG layout as core instances (empty outside MIG pools); LayoutError when invalid."""
-        return parse_layout(self.mig_layout, self.memory_mib) if self.mig_layout else []
+        return card_instances(self.mig_layout, self.memory_mib)
 
 
 class TeamQuota(models.Model):

@@ -22,7 +22,7 @@ from scheduler_app.choices import BillingMode, CapacityType, NodeStatus, Request
 from scheduler_app.constants import MILLI_PER_GPU
 from scheduler_app.core.cluster import GpuState, NodeState, OfflineNode, Placement, RequestSpec
 from scheduler_app.core.fragmentation import WorkloadMix
-from scheduler_app.core.mig import MigCard, hold, parse_layout
+from scheduler_app.core.mig import MigCard, card_instances, hold
 from scheduler_app.core.queue_ledger import TeamQuota as QuotaSpec
 from scheduler_app.core.queueing import RunningAllocation
 from scheduler_app.models import Allocation, Gpu, GpuRequest, Node, Pool, TeamQuota
@@ -180,10 +180,6 @@ class Card(NamedTuple):
     foreign_milli: int
     foreign_memory_mib: int
 
-    def mig_instances(self) -> list:
-        """As Gpu.mig_instances: the MIG layout as core instances; LayoutError when invalid."""
-        return parse_layout(self.mig_layout, self.memory_mib) if self.mig_layout else []
-
 
 def cards_by_node(gpus: QuerySet[Gpu]) -> dict[int, list[Card]]:
     """Node id -> its cards in index order (nodes without cards: an empty list)."""
@@ -298,7 +294,7 @@ def node_state(node: Node, cards: list[Card]) -> NodeState:
             index=i,
             model=g.model,
             memory_mib=g.memory_mib,
-            mig=MigCard(mode, g.memory_mib, g.mig_instances()) if mode else None,
+            mig=MigCard(mode, g.memory_mib, card_instances(g.mig_layout, g.memory_mib)) if mode else None,
         )
         for i, g in enumerate(cards)
     ]
